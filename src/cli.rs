@@ -1,0 +1,285 @@
+//! The command line. Errors end as one line on stderr and the exit code of
+//! [`crate::error::Exit`].
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::daemon::{self, MountArgs};
+use crate::error::{Exit, Failure};
+use crate::relpath::RelPath;
+use crate::store::journal::{self, Record};
+use crate::store::{self, Layout, StoreLock};
+
+/// A versioning filesystem for an AI agent's skills directory: every write
+/// is a copy-on-write version kept in a store beside the directory.
+#[derive(Parser)]
+#[command(name = "skillfs", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Mount skillfs over ROOT itself; the files stay plain files underneath.
+    Mount {
+        /// The directory to version (it must exist).
+        root: PathBuf,
+        /// Store directory [default: <parent of ROOT>/.skillfs/<name of ROOT>].
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// Stay in the foreground instead of returning once the mount is ready.
+        #[arg(long)]
+        foreground: bool,
+        /// Threads serving requests.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+    },
+    /// Publish what is open, then unmount ROOT.
+    Umount {
+        root: PathBuf,
+        /// Seconds to wait for the daemon to finish.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Mount state, store location and size, and the range of recorded changes.
+    Status {
+        /// The versioned directory [default: $HERMES_HOME/skills or ~/.hermes/skills].
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// The store, when it is not the default one of ROOT.
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// List recorded changes (id, time, operation, path, actor), oldest first.
+    Log {
+        /// Only changes at or below this path (relative to ROOT, or absolute under it).
+        path: Option<PathBuf>,
+        /// One JSON object per line, as stored in the journal.
+        #[arg(long)]
+        json: bool,
+        /// The versioned directory [default: $HERMES_HOME/skills or ~/.hermes/skills].
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// The store, when it is not the default one of ROOT.
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+}
+
+fn init_logging() {
+    let level = match std::env::var("SKILLFS_LOG").as_deref() {
+        Ok("error") => tracing::Level::ERROR,
+        Ok("warn") => tracing::Level::WARN,
+        Ok("debug") => tracing::Level::DEBUG,
+        Ok("trace") => tracing::Level::TRACE,
+        _ => tracing::Level::INFO,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { Exit::Usage as u8 } else { 0 });
+        }
+    };
+    init_logging();
+    match run(cli.cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("skillfs: {}", f.message);
+            ExitCode::from(f.exit as u8)
+        }
+    }
+}
+
+fn run(cmd: Cmd) -> Result<(), Failure> {
+    match cmd {
+        Cmd::Mount {
+            root,
+            store,
+            foreground,
+            threads,
+        } => daemon::mount(MountArgs {
+            root,
+            store,
+            foreground,
+            threads,
+        }),
+        Cmd::Umount { root, timeout } => {
+            let msg = daemon::umount(&root, Duration::from_secs(timeout))?;
+            println!("{msg}");
+            Ok(())
+        }
+        Cmd::Status { root, store } => status(root, store),
+        Cmd::Log {
+            path,
+            json,
+            root,
+            store,
+        } => log(path, json, root, store),
+    }
+}
+
+/// `$HERMES_HOME/skills`, else `~/.hermes/skills`.
+pub fn default_root() -> Result<PathBuf, Failure> {
+    if let Some(h) = std::env::var_os("HERMES_HOME") {
+        return Ok(PathBuf::from(h).join("skills"));
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => Ok(PathBuf::from(home).join(".hermes").join("skills")),
+        None => Err(Failure::new(
+            Exit::Usage,
+            "neither HERMES_HOME nor HOME is set; pass --root",
+        )),
+    }
+}
+
+/// The store to read: `--store`, else the mounted store of ROOT, else ROOT's
+/// default store.
+fn resolve_store(root: &Path, store: Option<PathBuf>) -> Result<Layout, Failure> {
+    if let Some(s) = store {
+        return Ok(Layout::new(daemon::store_dir(root, Some(&s))?));
+    }
+    if let Some(store) = daemon::mount_at(root).and_then(|m| m.skillfs_store()) {
+        return Ok(Layout::new(store));
+    }
+    Ok(Layout::new(daemon::store_dir(root, None)?))
+}
+
+fn read_records(layout: &Layout) -> Result<Vec<Record>, Failure> {
+    let dir = layout.journal();
+    if !dir.is_dir() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "no skillfs store at '{}' (it has no journal/)",
+                layout.dir.display()
+            ),
+        ));
+    }
+    Ok(journal::read_dir(&dir)?.records)
+}
+
+/// ROOT (default if not given), its store, and the store's records.
+fn open_history(
+    root: Option<PathBuf>,
+    store: Option<PathBuf>,
+) -> Result<(PathBuf, Layout, Vec<Record>), Failure> {
+    let root = daemon::absolute_root(&match root {
+        Some(r) => r,
+        None => default_root()?,
+    })?;
+    let layout = resolve_store(&root, store)?;
+    let records = read_records(&layout)?;
+    Ok((root, layout, records))
+}
+
+fn status(root: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), Failure> {
+    let (root, layout, records) = open_history(root, store)?;
+    let mounted = daemon::mount_at(&root).filter(|m| m.skillfs_store().is_some());
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "root:     {}", root.display());
+    let state = match (&mounted, StoreLock::holder(&layout)) {
+        (Some(_), Some(pid)) => format!("mounted (daemon pid {pid})"),
+        (Some(_), None) => {
+            "mounted, but its daemon is not running (run `skillfs umount`)".to_string()
+        }
+        (None, _) => "not mounted".to_string(),
+    };
+    let _ = writeln!(out, "state:    {state}");
+    let size = store::disk_usage(&layout.dir).unwrap_or(0);
+    let _ = writeln!(out, "store:    {} ({} bytes)", layout.dir.display(), size);
+    match (records.first(), records.last()) {
+        (Some(first), Some(last)) => {
+            let _ = writeln!(
+                out,
+                "changes:  {} (oldest id {} at {}, newest id {} at {})",
+                records.len(),
+                first.seq,
+                crate::time::format_utc(first.ts),
+                last.seq,
+                crate::time::format_utc(last.ts)
+            );
+        }
+        _ => {
+            let _ = writeln!(out, "changes:  0");
+        }
+    }
+    Ok(())
+}
+
+fn log(
+    path: Option<PathBuf>,
+    json: bool,
+    root: Option<PathBuf>,
+    store: Option<PathBuf>,
+) -> Result<(), Failure> {
+    let (root, _layout, records) = open_history(root, store)?;
+    let filter = match path {
+        None => None,
+        Some(p) => {
+            use std::os::unix::ffi::OsStrExt;
+            let rel = if p.is_absolute() {
+                p.strip_prefix(&root).map(Path::to_path_buf).map_err(|_| {
+                    Failure::new(
+                        Exit::Usage,
+                        format!("'{}' is not under ROOT '{}'", p.display(), root.display()),
+                    )
+                })?
+            } else {
+                p
+            };
+            Some(RelPath::parse(rel.as_os_str().as_bytes()).ok_or_else(|| {
+                Failure::new(
+                    Exit::Usage,
+                    format!("'{}' must not contain '..'", rel.display()),
+                )
+            })?)
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    for r in &records {
+        if let Some(f) = &filter {
+            let hit = r.path.starts_with(f) || r.to.as_ref().is_some_and(|t| t.starts_with(f));
+            if !hit {
+                continue;
+            }
+        }
+        let res = if json {
+            out.write_all(&journal::encode(r))
+        } else {
+            let to =
+                r.to.as_ref()
+                    .map(|t| format!(" -> {t}"))
+                    .unwrap_or_default();
+            writeln!(
+                out,
+                "{:>6}  {}  {:<11} {}{}  {}[{}] uid={}",
+                r.seq,
+                crate::time::format_utc(r.ts),
+                r.op.name(),
+                r.path,
+                to,
+                r.actor.comm,
+                r.actor.pid,
+                r.actor.uid
+            )
+        };
+        if res.is_err() {
+            break; // stdout closed (e.g. `| head`)
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,592 @@
+//! Mounting and unmounting: the checks before a mount, the background
+//! daemon, its readiness report and its clean shutdown.
+//!
+//! Invariants: every check that can refuse a mount runs before anything in
+//! ROOT or an existing store is changed; the daemon never touches the mount
+//! point by path once mounted (only the root fd opened before); `mount`
+//! without `--foreground` returns only once the mount is ready (exit 0) or
+//! has failed (the daemon's one-line reason and exit code).
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Exit, Failure};
+use crate::fs::SkillFs;
+use crate::ledger::{Catalog, Ledger};
+use crate::store::blobs::BlobStore;
+use crate::store::journal::{self, Journal};
+use crate::store::{self, Layout, StoreLock};
+
+const READY_FD_ENV: &str = "SKILLFS_READY_FD";
+/// Our mounts are told apart by their source, `skillfs:<store dir>` (the
+/// fs type is `fuse` or `fuse.skillfs` depending on how it was mounted).
+pub const SOURCE_PREFIX: &str = "skillfs:";
+
+pub struct MountArgs {
+    pub root: PathBuf,
+    pub store: Option<PathBuf>,
+    pub foreground: bool,
+    pub threads: usize,
+}
+
+/// `ROOT` made absolute without touching ROOT itself (a dead mount answers
+/// every access to it with ENOTCONN): only its parent is resolved.
+pub fn absolute_root(root: &Path) -> Result<PathBuf, Failure> {
+    let abs = if root.is_absolute() {
+        root.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| {
+                Failure::new(
+                    Exit::BadRoot,
+                    format!("could not read the current directory: {e}"),
+                )
+            })?
+            .join(root)
+    };
+    let name = match abs.file_name() {
+        Some(n) => n.to_os_string(),
+        None => return Ok(abs), // `/`
+    };
+    let parent = abs.parent().unwrap_or(Path::new("/"));
+    let parent = parent
+        .canonicalize()
+        .map_err(|e| Failure::io(Exit::BadRoot, "resolve the parent of ROOT", parent, &e))?;
+    Ok(parent.join(name))
+}
+
+/// One line of `/proc/self/mountinfo`: mount point, fs type, source.
+pub struct MountInfo {
+    pub mount_point: PathBuf,
+    pub fstype: String,
+    pub source: PathBuf,
+}
+
+fn unescape_mountinfo(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+pub fn mounts() -> Vec<MountInfo> {
+    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        if fields.len() < sep + 3 || fields.len() < 5 {
+            continue;
+        }
+        out.push(MountInfo {
+            mount_point: PathBuf::from(OsString::from(std::ffi::OsStr::from_bytes(
+                &unescape_mountinfo(fields[4]),
+            ))),
+            fstype: fields[sep + 1].to_string(),
+            source: PathBuf::from(OsString::from(std::ffi::OsStr::from_bytes(
+                &unescape_mountinfo(fields[sep + 2]),
+            ))),
+        });
+    }
+    out
+}
+
+/// The mount at exactly `root`, the last one if several are stacked.
+pub fn mount_at(root: &Path) -> Option<MountInfo> {
+    mounts().into_iter().rfind(|m| m.mount_point == root)
+}
+
+impl MountInfo {
+    /// The store of a skillfs mount; `None` for any other mount.
+    pub fn skillfs_store(&self) -> Option<PathBuf> {
+        let s = self
+            .source
+            .as_os_str()
+            .as_bytes()
+            .strip_prefix(SOURCE_PREFIX.as_bytes())?;
+        self.fstype
+            .starts_with("fuse")
+            .then(|| PathBuf::from(std::ffi::OsStr::from_bytes(s)))
+    }
+}
+
+/// Runs `skillfs mount`.
+pub fn mount(args: MountArgs) -> Result<(), Failure> {
+    if args.foreground {
+        let ready = std::env::var(READY_FD_ENV)
+            .ok()
+            .and_then(|v| v.parse::<i32>().ok())
+            .map(|fd| unsafe { File::from_raw_fd(fd) });
+        // SAFETY of from_raw_fd: the fd was created for us by our parent and
+        // nothing else in this process owns it.
+        return run_daemon(args, ready);
+    }
+    spawn_daemon(&args)
+}
+
+fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
+    let mut fds = [0i32; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Failure::new(
+            Exit::Internal,
+            format!("could not create a pipe: {}", io::Error::last_os_error()),
+        ));
+    }
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::new(
+            Exit::Internal,
+            format!("could not find the skillfs binary: {e}"),
+        )
+    })?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg(&args.root).arg("--foreground");
+    cmd.arg("--threads").arg(args.threads.to_string());
+    if let Some(s) = &args.store {
+        cmd.arg("--store").arg(s);
+    }
+    cmd.env(READY_FD_ENV, wr.as_raw_fd().to_string());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let wr_raw = wr.as_raw_fd();
+    unsafe {
+        cmd.pre_exec(move || {
+            // Leave the caller's session and terminal; keep the ready pipe.
+            libc::setsid();
+            let flags = libc::fcntl(wr_raw, libc::F_GETFD);
+            libc::fcntl(wr_raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Failure::new(Exit::Internal, format!("could not start the daemon: {e}")))?;
+    drop(wr);
+    let mut msg = String::new();
+    let _ = File::from(rd).read_to_string(&mut msg);
+    let line = msg.lines().next().unwrap_or("").to_string();
+    if line == "ok" {
+        return Ok(());
+    }
+    let status = child.wait().ok();
+    if let Some(rest) = line.strip_prefix("err ") {
+        let (code, text) = rest.split_once(' ').unwrap_or(("1", rest));
+        let exit = match code {
+            "3" => Exit::BadRoot,
+            "4" => Exit::BadStore,
+            "5" => Exit::DamagedJournal,
+            "6" => Exit::MountRefused,
+            _ => Exit::Internal,
+        };
+        return Err(Failure::new(exit, text));
+    }
+    Err(Failure::new(
+        Exit::Internal,
+        format!(
+            "the daemon exited ({status:?}) before the mount was ready; see its log in the store"
+        ),
+    ))
+}
+
+struct Prepared {
+    root: PathBuf,
+    layout: Layout,
+    _lock: StoreLock,
+    fs: Arc<SkillFs>,
+}
+
+/// The store directory for `root` (not created), made absolute.
+pub fn store_dir(root: &Path, store: Option<&Path>) -> Result<PathBuf, Failure> {
+    match store {
+        Some(s) => {
+            if s.is_absolute() {
+                Ok(s.to_path_buf())
+            } else {
+                Ok(std::env::current_dir()
+                    .map_err(|e| {
+                        Failure::new(
+                            Exit::BadStore,
+                            format!("could not read the current directory: {e}"),
+                        )
+                    })?
+                    .join(s))
+            }
+        }
+        None => Layout::default_dir(root).ok_or_else(|| {
+            Failure::new(
+                Exit::BadRoot,
+                format!("ROOT '{}' has no parent to keep a store in", root.display()),
+            )
+        }),
+    }
+}
+
+/// The deepest existing ancestor of `p` (canonical), and the rest of `p`.
+fn existing_ancestor(p: &Path) -> (PathBuf, PathBuf) {
+    let mut cur = p.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(c) = cur.canonicalize() {
+            let mut tail = PathBuf::new();
+            for r in rest.iter().rev() {
+                tail.push(r);
+            }
+            return (c, tail);
+        }
+        match (cur.file_name().map(|n| n.to_os_string()), cur.parent()) {
+            (Some(n), Some(par)) => {
+                rest.push(n);
+                cur = par.to_path_buf();
+            }
+            _ => return (PathBuf::from("/"), PathBuf::new()),
+        }
+    }
+}
+
+fn check_root(root: &Path) -> Result<(), Failure> {
+    match fs::metadata(root) {
+        Ok(md) if md.is_dir() => {}
+        Ok(_) => {
+            return Err(Failure::new(
+                Exit::BadRoot,
+                format!("ROOT '{}' is not a directory", root.display()),
+            ));
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(Failure::new(
+                Exit::BadRoot,
+                format!(
+                    "ROOT '{}' is a mount whose daemon died; run `skillfs umount {}` first",
+                    root.display(),
+                    root.display()
+                ),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Failure::new(
+                Exit::BadRoot,
+                format!("ROOT '{}' does not exist", root.display()),
+            ));
+        }
+        Err(e) => return Err(Failure::io(Exit::BadRoot, "stat ROOT", root, &e)),
+    }
+    if let Some(m) = mount_at(root)
+        && m.fstype.starts_with("fuse")
+    {
+        return Err(Failure::new(
+            Exit::BadRoot,
+            format!(
+                "ROOT '{}' is already mounted ({}, from {})",
+                root.display(),
+                m.fstype,
+                m.source.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
+    let root = absolute_root(&args.root)?;
+    check_root(&root)?;
+    let root = root
+        .canonicalize()
+        .map_err(|e| Failure::io(Exit::BadRoot, "resolve ROOT", &root, &e))?;
+    let wanted = store_dir(&root, args.store.as_deref())?;
+    let (anc, tail) = existing_ancestor(&wanted);
+    let store_path = if tail.as_os_str().is_empty() {
+        anc.clone()
+    } else {
+        anc.join(&tail)
+    };
+    store::check_placement(&root, &store_path, &anc)?;
+    if store_path.as_os_str().as_bytes().contains(&b',') {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "store path '{}' contains ',', which mount options cannot carry",
+                store_path.display()
+            ),
+        ));
+    }
+    let layout = Layout::new(store_path.clone());
+    // A damaged journal is refused before anything is created or locked.
+    if layout.journal().is_dir() {
+        journal::read_dir(&layout.journal())?;
+    }
+    layout.create()?;
+    store::check_placement(&root, &store_path, &store_path)?;
+    let lock = StoreLock::acquire(&layout)?;
+    let contents = journal::read_dir(&layout.journal())?;
+    layout.clear_scratch()?;
+    let catalog = Catalog::from_records(&contents.records);
+    let journal = Journal::open(&contents)?;
+    let mut ledger = Ledger::new(journal, catalog);
+    let blobs = BlobStore::new(layout.blobs(), layout.tmp());
+
+    let root_file = crate::sys::openat(
+        libc::AT_FDCWD,
+        root.as_os_str().as_bytes(),
+        libc::O_RDONLY | libc::O_DIRECTORY,
+        0,
+    )
+    .map_err(|e| Failure::io(Exit::BadRoot, "open ROOT", &root, &e))?;
+    let root_fd = OwnedFd::from(root_file);
+
+    let started = Instant::now();
+    let report = crate::scan::scan(root_fd.as_raw_fd(), &mut ledger, &blobs, &|_, _| false)?;
+    ledger
+        .sync(&blobs)
+        .map_err(|e| Failure::new(Exit::BadStore, format!("could not sync the journal: {e}")))?;
+    tracing::info!(
+        "scan of {}: {} entries, {} hashed, {} recorded, {} removed, in {:?}",
+        root.display(),
+        report.entries,
+        report.hashed,
+        report.recorded,
+        report.removed,
+        started.elapsed()
+    );
+    let fs = Arc::new(SkillFs::new(root_fd, layout.staging(), blobs, ledger));
+    Ok(Prepared {
+        root,
+        layout,
+        _lock: lock,
+        fs,
+    })
+}
+
+fn report_ready(ready: &mut Option<File>, msg: &str) {
+    if let Some(f) = ready.as_mut() {
+        let _ = f.write_all(msg.as_bytes());
+    }
+    *ready = None;
+}
+
+fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
+    // Modes arrive from the kernel with the caller's umask applied already.
+    unsafe { libc::umask(0) };
+    let background = ready.is_some();
+    let prepared = match prepare(&args) {
+        Ok(p) => p,
+        Err(f) => {
+            report_ready(
+                &mut ready,
+                &format!("err {} {}\n", f.exit as i32, f.message),
+            );
+            return Err(f);
+        }
+    };
+    if background {
+        redirect_stderr(&prepared.layout.log());
+    }
+    block_signals();
+
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display())),
+        fuser::MountOption::Subtype("skillfs".to_string()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    config.n_threads = Some(args.threads.max(1));
+    config.clone_fd = true;
+    let adapter = crate::fuse::FuseAdapter {
+        fs: Arc::clone(&prepared.fs),
+    };
+    let session = match fuser::Session::new(adapter, &prepared.root, &config) {
+        Ok(s) => s,
+        Err(e) => {
+            let f = Failure::new(
+                Exit::MountRefused,
+                format!(
+                    "could not mount on '{}': {e}{}",
+                    prepared.root.display(),
+                    if crate::sys::geteuid() != 0 {
+                        " (an unprivileged mount needs fusermount3 from the fuse3 package)"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+            report_ready(
+                &mut ready,
+                &format!("err {} {}\n", f.exit as i32, f.message),
+            );
+            return Err(f);
+        }
+    };
+    let root = prepared.root.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || wait_for_signal_and_unmount(&root))
+        .map_err(|e| {
+            Failure::new(
+                Exit::Internal,
+                format!("could not start the signal thread: {e}"),
+            )
+        })?;
+    tracing::info!(
+        "mounted {} (store {})",
+        prepared.root.display(),
+        prepared.layout.dir.display()
+    );
+    report_ready(&mut ready, "ok\n");
+    let result = session.run();
+    // `destroy` has published and synced; make sure of it for the paths
+    // where the kernel never sent DESTROY (connection aborted).
+    prepared.fs.shutdown();
+    tracing::info!("unmounted {}", prepared.root.display());
+    result.map_err(|e| Failure::new(Exit::Internal, format!("session ended with an error: {e}")))
+}
+
+fn redirect_stderr(log: &Path) {
+    if let Ok(f) = fs::OpenOptions::new().create(true).append(true).open(log) {
+        unsafe { libc::dup2(f.as_raw_fd(), 2) };
+    }
+}
+
+fn signal_set() -> libc::sigset_t {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        set
+    }
+}
+
+/// Blocks the shutdown signals in this thread and every thread started
+/// after it, so only the signal thread receives them.
+fn block_signals() {
+    let set = signal_set();
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+fn wait_for_signal_and_unmount(root: &Path) {
+    let set = signal_set();
+    let mut sig = 0;
+    unsafe { libc::sigwait(&set, &mut sig) };
+    tracing::info!("signal {sig}: unmounting {}", root.display());
+    if let Err(e) = lazy_unmount(root) {
+        tracing::error!("could not unmount {}: {e}", root.display());
+    }
+}
+
+/// Detaches the mount at `root` now; the daemon keeps serving files still
+/// open and exits when the last one is closed.
+pub fn lazy_unmount(root: &Path) -> io::Result<()> {
+    if crate::sys::geteuid() == 0 {
+        let c = std::ffi::CString::new(root.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EPERM) {
+            return Err(e);
+        }
+    }
+    for bin in ["fusermount3", "fusermount"] {
+        match Command::new(bin)
+            .arg("-u")
+            .arg("-z")
+            .arg("--")
+            .arg(root)
+            .output()
+        {
+            Ok(out) if out.status.success() => return Ok(()),
+            Ok(out) => {
+                return Err(io::Error::other(
+                    String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                ));
+            }
+            Err(_) => continue,
+        }
+    }
+    Err(io::Error::other(
+        "fusermount3 not found (install the fuse3 package)",
+    ))
+}
+
+/// Runs `skillfs umount ROOT`: asks the daemon to finish and waits for it.
+pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
+    let root = absolute_root(root)?;
+    let Some(m) = mount_at(&root) else {
+        return Err(Failure::new(
+            Exit::BadRoot,
+            format!("'{}' is not mounted", root.display()),
+        ));
+    };
+    let Some(store) = m.skillfs_store() else {
+        return Err(Failure::new(
+            Exit::BadRoot,
+            format!("'{}' is a {} mount, not skillfs", root.display(), m.fstype),
+        ));
+    };
+    let layout = Layout::new(store);
+    match StoreLock::holder(&layout) {
+        Some(pid) => {
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + timeout;
+            while StoreLock::holder(&layout).is_some() {
+                if Instant::now() > deadline {
+                    return Err(Failure::new(
+                        Exit::Internal,
+                        format!(
+                            "the daemon (pid {pid}) of '{}' did not finish within {timeout:?}; files may still be open",
+                            root.display()
+                        ),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // The daemon detached the mount itself; a stacked mount left by
+            // a failure is detached here too.
+            if mount_at(&root).is_some_and(|m| m.skillfs_store().is_some()) {
+                let _ = lazy_unmount(&root);
+            }
+            Ok(format!("unmounted {}", root.display()))
+        }
+        None => {
+            lazy_unmount(&root).map_err(|e| {
+                Failure::new(
+                    Exit::Internal,
+                    format!("could not unmount '{}': {e}", root.display()),
+                )
+            })?;
+            Ok(format!(
+                "the daemon of {} was not running; detached its stale mount",
+                root.display()
+            ))
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Errors: `FsError` is what a filesystem request answers (an errno);
+//! `Failure` is what a command ends with (one line and an exit code).
+//!
+//! Exit codes (documented in the README; one place for them):
+//! 0 success, 1 unexpected internal failure, 2 usage error,
+//! 3 bad ROOT (missing, not a directory, already mounted, not mounted),
+//! 4 bad store (inside ROOT, another filesystem, unwritable, in use),
+//! 5 damaged journal, 6 the kernel refused the mount.
+
+use std::fmt;
+use std::io;
+
+/// An errno answered to the kernel.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FsError(pub i32);
+
+impl FsError {
+    pub const ENOENT: FsError = FsError(libc::ENOENT);
+    pub const EEXIST: FsError = FsError(libc::EEXIST);
+    pub const EINVAL: FsError = FsError(libc::EINVAL);
+    pub const EIO: FsError = FsError(libc::EIO);
+    pub const EPERM: FsError = FsError(libc::EPERM);
+    pub const EROFS: FsError = FsError(libc::EROFS);
+    pub const EBADF: FsError = FsError(libc::EBADF);
+    pub const EISDIR: FsError = FsError(libc::EISDIR);
+    pub const ENOTDIR: FsError = FsError(libc::ENOTDIR);
+    pub const ENOTEMPTY: FsError = FsError(libc::ENOTEMPTY);
+    pub const ENAMETOOLONG: FsError = FsError(libc::ENAMETOOLONG);
+    pub const ENOSYS: FsError = FsError(libc::ENOSYS);
+
+    pub fn errno(self) -> i32 {
+        self.0
+    }
+}
+
+impl fmt::Debug for FsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", io::Error::from_raw_os_error(self.0))
+    }
+}
+
+impl From<io::Error> for FsError {
+    /// An I/O error without an errno (it should not happen on the paths we
+    /// use) is answered as `EIO`, the one answer every caller understands.
+    fn from(e: io::Error) -> FsError {
+        FsError(e.raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
+pub type FsResult<T> = Result<T, FsError>;
+
+/// Exit codes of the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Internal = 1,
+    Usage = 2,
+    BadRoot = 3,
+    BadStore = 4,
+    DamagedJournal = 5,
+    MountRefused = 6,
+}
+
+/// The one line a failed command prints, and its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub exit: Exit,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(exit: Exit, message: impl Into<String>) -> Failure {
+        Failure {
+            exit,
+            message: message.into(),
+        }
+    }
+
+    /// "could not {what} '{path}': {err}" in the style of gitoxide.
+    pub fn io(exit: Exit, what: &str, path: &std::path::Path, err: &io::Error) -> Failure {
+        Failure::new(
+            exit,
+            format!("could not {what} '{}': {err}", path.display()),
+        )
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}

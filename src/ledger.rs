@@ -1,0 +1,188 @@
+//! `Catalog` and `Ledger`: the current state of every versioned path, as the
+//! journal says it is, and the one door through which changes are recorded.
+//!
+//! Invariants: the catalog is exactly the fold of the journal's records in
+//! sequence order ([`Catalog::apply`]); a record is applied to the catalog in
+//! the same critical section that appends it, so the two never disagree.
+//! Paths are kept in a `BTreeMap` in byte order, so the descendants of a
+//! directory are one range and renaming or removing a directory costs time
+//! in the size of that directory, not of the tree.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use crate::relpath::RelPath;
+use crate::store::blobs::BlobStore;
+use crate::store::journal::{Actor, Change, EntryState, Journal, Kind, Op, Record};
+
+#[derive(Default)]
+pub struct Catalog {
+    entries: BTreeMap<RelPath, EntryState>,
+}
+
+impl Catalog {
+    pub fn from_records<'a>(records: impl IntoIterator<Item = &'a Record>) -> Catalog {
+        let mut c = Catalog::default();
+        for r in records {
+            c.apply(r);
+        }
+        c
+    }
+
+    pub fn get(&self, path: &RelPath) -> Option<&EntryState> {
+        self.entries.get(path)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&RelPath, &EntryState)> {
+        self.entries.iter()
+    }
+
+    fn descendants(&self, path: &RelPath) -> Vec<RelPath> {
+        let (lo, hi) = path.descendants_range();
+        self.entries.range(lo..hi).map(|(k, _)| k.clone()).collect()
+    }
+
+    fn remove_tree(&mut self, path: &RelPath) -> Vec<(RelPath, EntryState)> {
+        let mut out = Vec::new();
+        if let Some(s) = self.entries.remove(path) {
+            out.push((path.clone(), s));
+        }
+        for d in self.descendants(path) {
+            if let Some(s) = self.entries.remove(&d) {
+                out.push((d, s));
+            }
+        }
+        out
+    }
+
+    pub fn apply(&mut self, r: &Record) {
+        match r.op {
+            Op::Unlink | Op::Rmdir | Op::ScanRemove => {
+                self.remove_tree(&r.path);
+            }
+            Op::Rename => {
+                let Some(to) = &r.to else { return };
+                let moved = self.remove_tree(&r.path);
+                self.remove_tree(to);
+                for (p, s) in moved {
+                    self.entries.insert(p.rebase(&r.path, to), s);
+                }
+            }
+            Op::Exchange => {
+                let Some(to) = &r.to else { return };
+                let a = self.remove_tree(&r.path);
+                let b = self.remove_tree(to);
+                for (p, s) in a {
+                    self.entries.insert(p.rebase(&r.path, to), s);
+                }
+                for (p, s) in b {
+                    self.entries.insert(p.rebase(to, &r.path), s);
+                }
+            }
+            _ => {
+                if let Some(state) = &r.state {
+                    if state.kind != Kind::Dir {
+                        for d in self.descendants(&r.path) {
+                            self.entries.remove(&d);
+                        }
+                    }
+                    self.entries.insert(r.path.clone(), state.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The journal and the catalog it implies, kept in step.
+pub struct Ledger {
+    journal: Journal,
+    catalog: Catalog,
+}
+
+impl Ledger {
+    pub fn new(journal: Journal, catalog: Catalog) -> Ledger {
+        Ledger { journal, catalog }
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.journal.next_seq()
+    }
+
+    /// Appends `change` and applies it. The caller has already made every
+    /// blob the change names exist (durably, if the record is to be).
+    pub fn record(&mut self, change: Change, actor: Actor) -> io::Result<Record> {
+        let rec = self.journal.append(change, actor, crate::time::now_ns())?;
+        self.catalog.apply(&rec);
+        Ok(rec)
+    }
+
+    /// Durability point: every blob stored so far, then every record.
+    pub fn sync(&mut self, blobs: &BlobStore) -> io::Result<()> {
+        blobs.sync_pending()?;
+        self.journal.sync()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(kind: Kind) -> EntryState {
+        EntryState {
+            kind,
+            blob: None,
+            size: 0,
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            target: None,
+        }
+    }
+
+    fn rec(op: Op, path: &str, to: Option<&str>, state: Option<EntryState>) -> Record {
+        Record {
+            seq: 0,
+            ts: 0,
+            op,
+            path: RelPath::parse(path.as_bytes()).unwrap(),
+            to: to.map(|t| RelPath::parse(t.as_bytes()).unwrap()),
+            noreplace: false,
+            state,
+            actor: Actor::daemon(),
+        }
+    }
+
+    fn paths(c: &Catalog) -> Vec<String> {
+        c.iter().map(|(p, _)| p.to_string()).collect()
+    }
+
+    #[test]
+    fn rename_moves_subtree_and_replaces_target() {
+        let mut c = Catalog::default();
+        c.apply(&rec(Op::Mkdir, "a", None, Some(st(Kind::Dir))));
+        c.apply(&rec(Op::Create, "a/x", None, Some(st(Kind::File))));
+        c.apply(&rec(Op::Mkdir, "a/s", None, Some(st(Kind::Dir))));
+        c.apply(&rec(Op::Create, "a/s/y", None, Some(st(Kind::File))));
+        c.apply(&rec(Op::Create, "ab", None, Some(st(Kind::File))));
+        c.apply(&rec(Op::Mkdir, "b", None, Some(st(Kind::Dir))));
+        c.apply(&rec(Op::Rename, "a", Some("b"), None));
+        assert_eq!(paths(&c), ["ab", "b", "b/s", "b/s/y", "b/x"]);
+        c.apply(&rec(Op::Exchange, "ab", Some("b"), None));
+        assert_eq!(paths(&c), ["ab", "ab/s", "ab/s/y", "ab/x", "b"]);
+        c.apply(&rec(Op::Rmdir, "ab", None, None));
+        assert_eq!(paths(&c), ["b"]);
+    }
+}

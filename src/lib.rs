@@ -1,0 +1,18 @@
+//! skillfs: a versioning FUSE filesystem mounted over an AI agent's skills
+//! directory. See DESIGN.md (shared with the team) and the README.
+//!
+//! Layers, from the kernel down: `fuse` (the only user of `fuser`) →
+//! `fs::SkillFs` (the core, testable without a kernel) → `ledger` (journal +
+//! catalog) and `store` (blobs, journal file, layout) → `sys` (`*at` calls).
+
+pub mod cli;
+pub mod daemon;
+pub mod error;
+pub mod fs;
+pub mod fuse;
+pub mod ledger;
+pub mod relpath;
+pub mod scan;
+pub mod store;
+pub mod sys;
+pub mod time;

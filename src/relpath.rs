@@ -1,0 +1,267 @@
+//! `RelPath`: a path relative to the skills root, as raw bytes.
+//!
+//! Invariants: no leading or trailing `/`, no empty, `.` or `..` component;
+//! the empty path is the root itself. Names that are not UTF-8 round-trip
+//! losslessly: in JSON a path is a string when it is valid UTF-8 and
+//! `{"hex": "..."}` otherwise.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RelPath(Vec<u8>);
+
+impl RelPath {
+    pub fn root() -> RelPath {
+        RelPath(Vec::new())
+    }
+
+    /// Parses a user-given relative path (`a/b`, `./a/b/`, `/a/b`).
+    /// `None` when a component is `..`.
+    pub fn parse(s: &[u8]) -> Option<RelPath> {
+        let mut out = RelPath::root();
+        for comp in s.split(|&b| b == b'/') {
+            match comp {
+                b"" | b"." => {}
+                b".." => return None,
+                c => out = out.join(c),
+            }
+        }
+        Some(out)
+    }
+
+    pub fn from_bytes_unchecked(b: Vec<u8>) -> RelPath {
+        RelPath(b)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn join(&self, name: &[u8]) -> RelPath {
+        let mut v = Vec::with_capacity(self.0.len() + 1 + name.len());
+        v.extend_from_slice(&self.0);
+        if !v.is_empty() {
+            v.push(b'/');
+        }
+        v.extend_from_slice(name);
+        RelPath(v)
+    }
+
+    pub fn parent(&self) -> Option<RelPath> {
+        if self.0.is_empty() {
+            return None;
+        }
+        Some(match self.0.iter().rposition(|&b| b == b'/') {
+            Some(i) => RelPath(self.0[..i].to_vec()),
+            None => RelPath::root(),
+        })
+    }
+
+    pub fn file_name(&self) -> &[u8] {
+        match self.0.iter().rposition(|&b| b == b'/') {
+            Some(i) => &self.0[i + 1..],
+            None => &self.0,
+        }
+    }
+
+    pub fn components(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.split(|&b| b == b'/').filter(|c| !c.is_empty())
+    }
+
+    /// True when `self` is `other` or lies below it.
+    pub fn starts_with(&self, other: &RelPath) -> bool {
+        if other.is_root() {
+            return true;
+        }
+        self.0.starts_with(&other.0)
+            && (self.0.len() == other.0.len() || self.0[other.0.len()] == b'/')
+    }
+
+    /// `self` with the prefix `from` replaced by `to` (`self` must start with `from`).
+    pub fn rebase(&self, from: &RelPath, to: &RelPath) -> RelPath {
+        let rest = &self.0[from.0.len()..];
+        let rest = rest.strip_prefix(b"/").unwrap_or(rest);
+        if rest.is_empty() {
+            to.clone()
+        } else {
+            to.join(rest)
+        }
+    }
+
+    /// The smallest key greater than every descendant of `self` in byte order
+    /// (`a/b/` .. `a/b0`): descendants are exactly the range (self + "/", this).
+    pub fn descendants_range(&self) -> (RelPath, RelPath) {
+        if self.is_root() {
+            return (RelPath(Vec::new()), RelPath(vec![0xff; 4097]));
+        }
+        let mut lo = self.0.clone();
+        lo.push(b'/');
+        let mut hi = self.0.clone();
+        hi.push(b'/' + 1);
+        (RelPath(lo), RelPath(hi))
+    }
+
+    pub fn to_os_string(&self) -> OsString {
+        OsString::from_vec(self.0.clone())
+    }
+
+    pub fn as_os_str(&self) -> &OsStr {
+        OsStr::from_bytes(&self.0)
+    }
+}
+
+/// Shows the path as text, escaping bytes that are not UTF-8 as `\xNN`.
+impl fmt::Display for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str(".");
+        }
+        for chunk in self.0.utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{self}\"")
+    }
+}
+
+impl Serialize for RelPath {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        bytes_serialize(&self.0, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RelPath {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bytes_deserialize(d).map(RelPath)
+    }
+}
+
+/// Serializes bytes as a JSON string when UTF-8, else as `{"hex": ".."}`.
+pub fn bytes_serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    match std::str::from_utf8(b) {
+        Ok(text) => s.serialize_str(text),
+        Err(_) => {
+            use serde::ser::SerializeMap;
+            let mut m = s.serialize_map(Some(1))?;
+            m.serialize_entry("hex", &hex(b))?;
+            m.end()
+        }
+    }
+}
+
+pub fn bytes_deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Hex { hex: String },
+    }
+    match Repr::deserialize(d)? {
+        Repr::Text(t) => Ok(t.into_bytes()),
+        Repr::Hex { hex: h } => unhex(&h).ok_or_else(|| serde::de::Error::custom("bad hex path")),
+    }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for &x in b {
+        s.push(DIGITS[(x >> 4) as usize] as char);
+        s.push(DIGITS[(x & 15) as usize] as char);
+    }
+    s
+}
+
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_parent_name() {
+        let p = RelPath::root().join(b"a").join(b"b");
+        assert_eq!(p.as_bytes(), b"a/b");
+        assert_eq!(p.parent().unwrap().as_bytes(), b"a");
+        assert_eq!(p.file_name(), b"b");
+        assert!(p.parent().unwrap().parent().unwrap().is_root());
+    }
+
+    #[test]
+    fn starts_with_respects_components() {
+        let ab = RelPath::parse(b"a/b").unwrap();
+        assert!(RelPath::parse(b"a/b/c").unwrap().starts_with(&ab));
+        assert!(ab.starts_with(&ab));
+        assert!(!RelPath::parse(b"a/bc").unwrap().starts_with(&ab));
+        assert_eq!(
+            RelPath::parse(b"a/b/c")
+                .unwrap()
+                .rebase(&ab, &RelPath::parse(b"x").unwrap()),
+            RelPath::parse(b"x/c").unwrap()
+        );
+    }
+
+    #[test]
+    fn non_utf8_round_trips_through_json() {
+        let p = RelPath::parse(b"cat/\xff\xfename").unwrap();
+        let j = serde_json::to_string(&p).unwrap();
+        assert_eq!(j, r#"{"hex":"6361742ffffe6e616d65"}"#);
+        let back: RelPath = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, p);
+        let q = RelPath::parse("cat/naïve".as_bytes()).unwrap();
+        let back: RelPath = serde_json::from_str(&serde_json::to_string(&q).unwrap()).unwrap();
+        assert_eq!(back, q);
+    }
+
+    #[test]
+    fn parse_rejects_dotdot() {
+        assert!(RelPath::parse(b"a/../b").is_none());
+        assert_eq!(RelPath::parse(b"/a//b/").unwrap().as_bytes(), b"a/b");
+    }
+}
+
+/// Arbitrary bytes (a symlink target) with the same JSON form as [`RelPath`].
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct ByteString(pub Vec<u8>);
+
+impl fmt::Debug for ByteString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", RelPath(self.0.clone()))
+    }
+}
+
+impl Serialize for ByteString {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        bytes_serialize(&self.0, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bytes_deserialize(d).map(ByteString)
+    }
+}

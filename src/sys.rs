@@ -1,0 +1,281 @@
+//! Thin, safe wrappers over the `*at()` system calls the daemon uses.
+//!
+//! Invariant: every live-tree access goes through a directory fd opened
+//! *before* the mount, plus a relative path with no leading `/`. Nothing here
+//! ever takes an absolute path of the mounted root, because a path through the
+//! mount point would send a request to our own daemon and deadlock it.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// A relative path as the C string the kernel wants; the empty path is `.`.
+pub fn cpath(rel: &[u8]) -> io::Result<CString> {
+    if rel.is_empty() {
+        return Ok(CString::new(".").expect("no NUL"));
+    }
+    CString::new(rel).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+pub fn openat(dir: RawFd, rel: &[u8], flags: libc::c_int, mode: u32) -> io::Result<File> {
+    let c = cpath(rel)?;
+    let fd = check(unsafe {
+        libc::openat(
+            dir,
+            c.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    })?;
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+pub fn open_dir(dir: RawFd, rel: &[u8]) -> io::Result<OwnedFd> {
+    let f = openat(
+        dir,
+        rel,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        0,
+    )?;
+    Ok(OwnedFd::from(f))
+}
+
+pub fn empty_stat() -> libc::stat {
+    unsafe { std::mem::zeroed() }
+}
+
+/// `lstat` relative to `dir` (never follows a final symlink).
+pub fn lstatat(dir: RawFd, rel: &[u8]) -> io::Result<libc::stat> {
+    let c = cpath(rel)?;
+    let mut st = empty_stat();
+    check(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
+    Ok(st)
+}
+
+pub fn fstat(fd: &impl AsRawFd) -> io::Result<libc::stat> {
+    let mut st = empty_stat();
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+pub fn mkdirat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
+    let c = cpath(rel)?;
+    check(unsafe { libc::mkdirat(dir, c.as_ptr(), mode as libc::mode_t) }).map(drop)
+}
+
+pub fn unlinkat(dir: RawFd, rel: &[u8], remove_dir: bool) -> io::Result<()> {
+    let c = cpath(rel)?;
+    let flags = if remove_dir { libc::AT_REMOVEDIR } else { 0 };
+    check(unsafe { libc::unlinkat(dir, c.as_ptr(), flags) }).map(drop)
+}
+
+pub fn renameat2(
+    olddir: RawFd,
+    old: &[u8],
+    newdir: RawFd,
+    new: &[u8],
+    flags: u32,
+) -> io::Result<()> {
+    let o = cpath(old)?;
+    let n = cpath(new)?;
+    check(unsafe { libc::renameat2(olddir, o.as_ptr(), newdir, n.as_ptr(), flags) }).map(drop)
+}
+
+pub fn symlinkat(target: &[u8], dir: RawFd, rel: &[u8]) -> io::Result<()> {
+    let t = CString::new(target).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = cpath(rel)?;
+    check(unsafe { libc::symlinkat(t.as_ptr(), dir, c.as_ptr()) }).map(drop)
+}
+
+pub fn readlinkat(dir: RawFd, rel: &[u8]) -> io::Result<Vec<u8>> {
+    let c = cpath(rel)?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let n = unsafe {
+            libc::readlinkat(
+                dir,
+                c.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len() as libc::size_t,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        if n < buf.len() {
+            buf.truncate(n);
+            return Ok(buf);
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+}
+
+pub fn fchmodat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
+    let c = cpath(rel)?;
+    check(unsafe { libc::fchmodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
+}
+
+pub fn fchmod(fd: &impl AsRawFd, mode: u32) -> io::Result<()> {
+    check(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }).map(drop)
+}
+
+/// `lchown` relative to `dir`; `u32::MAX` leaves an id unchanged.
+pub fn lchownat(dir: RawFd, rel: &[u8], uid: u32, gid: u32) -> io::Result<()> {
+    let c = cpath(rel)?;
+    check(unsafe { libc::fchownat(dir, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+}
+
+pub fn fchown(fd: &impl AsRawFd, uid: u32, gid: u32) -> io::Result<()> {
+    check(unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) }).map(drop)
+}
+
+/// A timestamp argument for [`utimensat`].
+#[derive(Clone, Copy, Debug)]
+pub enum Time {
+    Keep,
+    Now,
+    At(i64, i64),
+}
+
+fn timespec(t: Time) -> libc::timespec {
+    match t {
+        Time::Keep => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Time::Now => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Time::At(s, ns) => libc::timespec {
+            tv_sec: s,
+            tv_nsec: ns,
+        },
+    }
+}
+
+pub fn lutimensat(dir: RawFd, rel: &[u8], atime: Time, mtime: Time) -> io::Result<()> {
+    let c = cpath(rel)?;
+    let ts = [timespec(atime), timespec(mtime)];
+    check(unsafe { libc::utimensat(dir, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
+        .map(drop)
+}
+
+pub fn futimens(fd: &impl AsRawFd, atime: Time, mtime: Time) -> io::Result<()> {
+    let ts = [timespec(atime), timespec(mtime)];
+    check(unsafe { libc::futimens(fd.as_raw_fd(), ts.as_ptr()) }).map(drop)
+}
+
+pub fn fstatvfs(fd: &impl AsRawFd) -> io::Result<libc::statvfs> {
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+pub fn fsync(fd: &impl AsRawFd) -> io::Result<()> {
+    check(unsafe { libc::fsync(fd.as_raw_fd()) }).map(drop)
+}
+
+pub fn fdatasync(fd: &impl AsRawFd) -> io::Result<()> {
+    check(unsafe { libc::fdatasync(fd.as_raw_fd()) }).map(drop)
+}
+
+pub fn ftruncate(fd: &impl AsRawFd, size: u64) -> io::Result<()> {
+    check(unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) }).map(drop)
+}
+
+/// `flock(LOCK_EX | LOCK_NB)`: `Ok(false)` when another holder has it.
+pub fn try_lock_exclusive(fd: &impl AsRawFd) -> io::Result<bool> {
+    let r = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// One entry of a directory listing: name and `d_type`.
+pub struct RawDirEntry {
+    pub name: Vec<u8>,
+    pub d_type: u8,
+    pub d_ino: u64,
+}
+
+/// Lists the directory at `rel` under `dir` (without `.` and `..`).
+pub fn read_dir_at(dir: RawFd, rel: &[u8]) -> io::Result<Vec<RawDirEntry>> {
+    let fd = open_dir(dir, rel)?;
+    read_dir_fd(fd)
+}
+
+/// Lists an open directory, consuming the fd.
+pub fn read_dir_fd(fd: OwnedFd) -> io::Result<Vec<RawDirEntry>> {
+    use std::os::fd::IntoRawFd;
+    let raw = fd.into_raw_fd();
+    let dirp = unsafe { libc::fdopendir(raw) };
+    if dirp.is_null() {
+        let e = io::Error::last_os_error();
+        unsafe { libc::close(raw) };
+        return Err(e);
+    }
+    let mut out = Vec::new();
+    let result = loop {
+        // readdir signals errors only through errno, so clear it first.
+        unsafe { *libc::__errno_location() = 0 };
+        let ent = unsafe { libc::readdir64(dirp) };
+        if ent.is_null() {
+            let errno = unsafe { *libc::__errno_location() };
+            break if errno == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::from_raw_os_error(errno))
+            };
+        }
+        let ent = unsafe { &*ent };
+        let name = unsafe { std::ffi::CStr::from_ptr(ent.d_name.as_ptr()) }.to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        out.push(RawDirEntry {
+            name: name.to_vec(),
+            d_type: ent.d_type,
+            d_ino: ent.d_ino,
+        });
+    };
+    unsafe { libc::closedir(dirp) };
+    result.map(|()| out)
+}
+
+/// The process name of `pid` (from `/proc/<pid>/comm`), or `?`.
+pub fn process_name(pid: u32) -> String {
+    match std::fs::read(format!("/proc/{pid}/comm")) {
+        Ok(mut b) => {
+            while b.last() == Some(&b'\n') {
+                b.pop();
+            }
+            String::from_utf8_lossy(&b).into_owned()
+        }
+        Err(_) => "?".to_string(),
+    }
+}
+
+pub fn mtime_ns(st: &libc::stat) -> i64 {
+    st.st_mtime * 1_000_000_000 + st.st_mtime_nsec
+}
+
+pub fn geteuid() -> u32 {
+    unsafe { libc::geteuid() }
+}

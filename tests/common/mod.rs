@@ -1,0 +1,259 @@
+//! Test harness: real mounts in temporary directories, each with a deadline.
+//!
+//! Rules it enforces: a mount that fails fails the test (never a skip);
+//! every mount is detached and its daemon killed when the test ends, even by
+//! panic; a watchdog kills the daemon and detaches the mount if the test
+//! outlives its deadline, so a hung request turns into an error, not a hung
+//! test run. The harness never touches a mount point except through the
+//! test's own file operations.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_skillfs");
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+pub fn skillfs(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("HERMES_HOME")
+        .output()
+        .expect("run skillfs")
+}
+
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A scratch directory `<tmp>/skillfs-<tag>-<pid>-<n>/` with `skills/` in it.
+pub struct Scratch {
+    pub dir: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("skillfs-{tag}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("skills")).unwrap();
+        Scratch { dir }
+    }
+    pub fn root(&self) -> PathBuf {
+        self.dir.join("skills")
+    }
+    pub fn store(&self) -> PathBuf {
+        self.dir.join(".skillfs").join("skills")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Only when nothing is mounted below it any more.
+        let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        if !mounts.contains(self.dir.to_str().unwrap_or("\0")) {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub fn lazy_unmount(root: &Path) {
+    let _ = Command::new("umount").arg("-l").arg(root).output();
+    let _ = Command::new("fusermount3")
+        .args(["-u", "-z"])
+        .arg(root)
+        .output();
+}
+
+pub fn is_mounted(root: &Path) -> bool {
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let needle = format!(" {} ", root.display());
+    mounts
+        .lines()
+        .any(|l| l.contains(&needle) && l.contains("skillfs:"))
+}
+
+fn daemon_pid(store: &Path) -> Option<u32> {
+    fs::read_to_string(store.join("LOCK"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// A mounted skillfs over `scratch.root()`.
+pub struct Mount {
+    pub scratch: Scratch,
+    pub pid: u32,
+    pub extra_args: Vec<String>,
+    done: Arc<AtomicBool>,
+}
+
+impl Mount {
+    /// Mounts over an empty `skills/`.
+    pub fn new(tag: &str) -> Mount {
+        Mount::with_tree(tag, |_| {})
+    }
+
+    /// Fills `skills/` with `setup` first (an "offline" tree), then mounts.
+    pub fn with_tree(tag: &str, setup: impl FnOnce(&Path)) -> Mount {
+        let scratch = Scratch::new(tag);
+        setup(&scratch.root());
+        Mount::over(scratch, Vec::new())
+    }
+
+    pub fn over(scratch: Scratch, extra_args: Vec<String>) -> Mount {
+        let mut m = Mount {
+            scratch,
+            pid: 0,
+            extra_args,
+            done: Arc::new(AtomicBool::new(false)),
+        };
+        m.mount();
+        m.start_watchdog(Duration::from_secs(240));
+        m
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.scratch.root()
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.scratch.store()
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root().join(rel)
+    }
+
+    fn mount(&mut self) {
+        let root = self.root();
+        let mut args: Vec<String> = vec!["mount".into(), root.display().to_string()];
+        args.extend(self.extra_args.iter().cloned());
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = skillfs(&argv);
+        assert!(
+            out.status.success(),
+            "mount of {} failed (a mount that fails is a test failure):\n{}",
+            root.display(),
+            describe(&out)
+        );
+        assert!(
+            is_mounted(&root),
+            "mount reported ready but {} is not mounted",
+            root.display()
+        );
+        self.pid = daemon_pid(&self.store()).expect("daemon pid in LOCK");
+    }
+
+    fn start_watchdog(&self, deadline: Duration) {
+        let done = Arc::clone(&self.done);
+        let root = self.root();
+        let store = self.store();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while start.elapsed() < deadline {
+                if done.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!(
+                "deadline of {deadline:?} passed: killing the daemon of {}",
+                root.display()
+            );
+            if let Some(pid) = daemon_pid(&store) {
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            lazy_unmount(&root);
+        });
+    }
+
+    /// `skillfs umount`, asserting it succeeds and the daemon is gone.
+    pub fn umount(&mut self) {
+        let root = self.root().display().to_string();
+        let out = skillfs(&["umount", &root]);
+        assert!(out.status.success(), "umount failed:\n{}", describe(&out));
+        assert!(!is_mounted(&self.root()));
+        let t = Instant::now();
+        while pid_alive(self.pid) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            !pid_alive(self.pid),
+            "daemon {} still running after umount",
+            self.pid
+        );
+    }
+
+    pub fn remount(&mut self) {
+        self.mount();
+    }
+
+    /// SIGKILL the daemon and detach its dead mount.
+    pub fn kill9(&mut self) {
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        let t = Instant::now();
+        while pid_alive(self.pid) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        lazy_unmount(&self.root());
+    }
+
+    /// The journal as `skillfs log --json` prints it.
+    pub fn log(&self) -> Vec<serde_json::Value> {
+        let root = self.root().display().to_string();
+        let out = skillfs(&["log", "--json", "--root", &root]);
+        assert!(out.status.success(), "log failed:\n{}", describe(&out));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("log line is JSON"))
+            .collect()
+    }
+
+    pub fn ops_for(&self, path: &str) -> Vec<String> {
+        self.log()
+            .into_iter()
+            .filter(|r| r["path"] == path || r["to"] == path)
+            .map(|r| r["op"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Bytes of a blob in the store.
+    pub fn blob(&self, id: &str) -> Vec<u8> {
+        fs::read(self.store().join("blobs").join(&id[..2]).join(id)).expect("blob exists")
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+        if is_mounted(&self.root()) {
+            unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+            lazy_unmount(&self.root());
+        }
+    }
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -1,0 +1,556 @@
+//! POSIX behaviour through a real mount (contract G5), driven with `std::fs`
+//! and `libc` the way unmodified programs call them. One test a behaviour.
+
+mod common;
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::path::Path;
+use std::process::Command;
+
+use common::Mount;
+
+fn errno_of(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+fn c(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+#[test]
+fn create_write_read_append() {
+    let m = Mount::new("rw");
+    let p = m.path("a.txt");
+    fs::write(&p, b"hello").unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"hello");
+    let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+    f.write_all(b" world").unwrap();
+    drop(f);
+    assert_eq!(fs::read(&p).unwrap(), b"hello world");
+    // Overwrite in the middle without truncation.
+    let mut f = OpenOptions::new().write(true).open(&p).unwrap();
+    f.seek(SeekFrom::Start(6)).unwrap();
+    f.write_all(b"WORLD").unwrap();
+    drop(f);
+    assert_eq!(fs::read(&p).unwrap(), b"hello WORLD");
+    assert_eq!(fs::metadata(&p).unwrap().len(), 11);
+    // A larger file, past one FUSE request.
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(m.path("big.bin"), &big).unwrap();
+    assert_eq!(fs::read(m.path("big.bin")).unwrap(), big);
+}
+
+#[test]
+fn truncate_by_path_handle_and_o_trunc() {
+    let m = Mount::new("trunc");
+    let p = m.path("t.txt");
+    fs::write(&p, b"0123456789").unwrap();
+    // truncate(2) with no handle open.
+    let r = unsafe { libc::truncate(c(&p).as_ptr(), 4) };
+    assert_eq!(r, 0);
+    assert_eq!(fs::read(&p).unwrap(), b"0123");
+    // ftruncate on a write handle, extending with zeros.
+    let f = OpenOptions::new().write(true).open(&p).unwrap();
+    f.set_len(6).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 6);
+    drop(f);
+    assert_eq!(fs::read(&p).unwrap(), b"0123\0\0");
+    // O_TRUNC empties at open, visible at once to another reader.
+    let mut w = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"");
+    w.write_all(b"new").unwrap();
+    drop(w);
+    assert_eq!(fs::read(&p).unwrap(), b"new");
+    let ops = m.ops_for("t.txt");
+    assert!(ops.contains(&"truncate".to_string()), "{ops:?}");
+}
+
+#[test]
+fn o_excl_create() {
+    let m = Mount::new("excl");
+    let p = m.path("x");
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    let e = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists);
+    // O_CREAT without O_EXCL opens the existing file.
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&p)
+        .unwrap();
+}
+
+#[test]
+fn rename_over_existing_keeps_readers_bytes() {
+    let m = Mount::new("renover");
+    fs::write(m.path("old"), b"old bytes").unwrap();
+    fs::write(m.path("new"), b"new bytes").unwrap();
+    let mut reader = File::open(m.path("old")).unwrap();
+    fs::rename(m.path("new"), m.path("old")).unwrap();
+    let mut got = Vec::new();
+    reader.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"old bytes");
+    assert_eq!(fs::read(m.path("old")).unwrap(), b"new bytes");
+    assert_eq!(
+        fs::metadata(m.path("new")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+}
+
+fn renameat2(a: &Path, b: &Path, flags: u32) -> std::io::Result<()> {
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            c(a).as_ptr(),
+            libc::AT_FDCWD,
+            c(b).as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[test]
+fn rename_noreplace_and_exchange() {
+    let m = Mount::new("ren2");
+    fs::write(m.path("a"), b"A").unwrap();
+    fs::write(m.path("b"), b"B").unwrap();
+    let e = renameat2(&m.path("a"), &m.path("b"), libc::RENAME_NOREPLACE).unwrap_err();
+    assert_eq!(errno_of(&e), libc::EEXIST);
+    renameat2(&m.path("a"), &m.path("b"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(fs::read(m.path("a")).unwrap(), b"B");
+    assert_eq!(fs::read(m.path("b")).unwrap(), b"A");
+    renameat2(&m.path("a"), &m.path("c"), libc::RENAME_NOREPLACE).unwrap();
+    assert_eq!(fs::read(m.path("c")).unwrap(), b"B");
+    let log = m.log();
+    assert!(
+        log.iter()
+            .any(|r| r["op"] == "exchange" && r["path"] == "a" && r["to"] == "b")
+    );
+    assert!(
+        log.iter()
+            .any(|r| r["op"] == "rename" && r["noreplace"] == true)
+    );
+}
+
+#[test]
+fn rename_directories() {
+    let m = Mount::new("rendir");
+    fs::create_dir_all(m.path("cat/foo/references")).unwrap();
+    fs::write(m.path("cat/foo/SKILL.md"), b"skill").unwrap();
+    fs::write(m.path("cat/foo/references/r.md"), b"ref").unwrap();
+    fs::rename(m.path("cat/foo"), m.path("cat/bar")).unwrap();
+    assert_eq!(fs::read(m.path("cat/bar/references/r.md")).unwrap(), b"ref");
+    assert!(!m.path("cat/foo").exists());
+    // Over an empty directory: allowed; over a non-empty one: ENOTEMPTY.
+    fs::create_dir(m.path("empty")).unwrap();
+    fs::rename(m.path("cat/bar"), m.path("empty")).unwrap();
+    assert_eq!(fs::read(m.path("empty/SKILL.md")).unwrap(), b"skill");
+    fs::create_dir_all(m.path("full/x")).unwrap();
+    let e = fs::rename(m.path("empty"), m.path("full")).unwrap_err();
+    assert_eq!(errno_of(&e), libc::ENOTEMPTY);
+    // Into its own subtree: EINVAL.
+    let e = fs::rename(m.path("full"), m.path("full/x/y")).unwrap_err();
+    assert_eq!(errno_of(&e), libc::EINVAL);
+}
+
+#[test]
+fn error_codes_match_ext4() {
+    let m = Mount::new("errno");
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/f"), b"x").unwrap();
+    fs::write(m.path("f"), b"x").unwrap();
+    let cases: Vec<(std::io::Error, i32)> = vec![
+        (fs::read(m.path("missing")).unwrap_err(), libc::ENOENT),
+        (fs::create_dir(m.path("d")).unwrap_err(), libc::EEXIST),
+        (fs::remove_dir(m.path("d")).unwrap_err(), libc::ENOTEMPTY),
+        (fs::remove_file(m.path("d")).unwrap_err(), libc::EISDIR),
+        (fs::remove_dir(m.path("f")).unwrap_err(), libc::ENOTDIR),
+        (fs::read(m.path("f/x")).unwrap_err(), libc::ENOTDIR),
+        (
+            fs::rename(m.path("d"), m.path("f")).unwrap_err(),
+            libc::ENOTDIR,
+        ),
+        (
+            fs::rename(m.path("f"), m.path("d")).unwrap_err(),
+            libc::EISDIR,
+        ),
+        (
+            File::open(m.path("d"))
+                .and_then(|mut f| f.read(&mut [0u8; 4]))
+                .unwrap_err(),
+            libc::EISDIR,
+        ),
+        (
+            fs::write(m.path(&"n".repeat(256)), b"").unwrap_err(),
+            libc::ENAMETOOLONG,
+        ),
+    ];
+    for (i, (e, want)) in cases.iter().enumerate() {
+        assert_eq!(errno_of(e), *want, "case {i}: {e}");
+    }
+    fs::remove_file(m.path("d/f")).unwrap();
+    fs::remove_dir(m.path("d")).unwrap();
+    assert!(!m.path("d").exists());
+}
+
+#[test]
+fn symlinks_are_followed_and_read() {
+    let m = Mount::new("symlink");
+    fs::create_dir_all(m.path("real/skill")).unwrap();
+    fs::write(m.path("real/skill/SKILL.md"), b"name: s").unwrap();
+    symlink("real", m.path("link")).unwrap();
+    symlink("/nonexistent/target", m.path("dangling")).unwrap();
+    assert_eq!(fs::read_link(m.path("link")).unwrap(), Path::new("real"));
+    assert_eq!(fs::read(m.path("link/skill/SKILL.md")).unwrap(), b"name: s");
+    assert!(
+        fs::symlink_metadata(m.path("dangling"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        fs::metadata(m.path("dangling")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    let rec = m
+        .log()
+        .into_iter()
+        .find(|r| r["op"] == "symlink" && r["path"] == "link")
+        .unwrap();
+    assert_eq!(rec["state"]["target"], "real");
+}
+
+#[test]
+fn hard_links_are_refused_with_eperm() {
+    let m = Mount::new("link");
+    fs::write(m.path("a"), b"x").unwrap();
+    let e = fs::hard_link(m.path("a"), m.path("b")).unwrap_err();
+    assert_eq!(errno_of(&e), libc::EPERM);
+}
+
+#[test]
+fn chmod_chown_utimens() {
+    let m = Mount::new("attrs");
+    let p = m.path("f");
+    fs::write(&p, b"x").unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o600);
+    std::os::unix::fs::chown(&p, Some(1234), Some(5678)).unwrap();
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    let ts = [
+        libc::timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 123_456_789,
+        },
+        libc::timespec {
+            tv_sec: 1_500_000_000,
+            tv_nsec: 987_654_321,
+        },
+    ];
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c(&p).as_ptr(), ts.as_ptr(), 0) },
+        0
+    );
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!((md.mtime(), md.mtime_nsec()), (1_500_000_000, 987_654_321));
+    assert_eq!((md.atime(), md.atime_nsec()), (1_000_000_000, 123_456_789));
+    let ops = m.ops_for("f");
+    for want in ["chmod", "chown", "utimes"] {
+        assert!(ops.iter().any(|o| o == want), "{want} missing from {ops:?}");
+    }
+    let last = m
+        .log()
+        .into_iter()
+        .rev()
+        .find(|r| r["path"] == "f")
+        .unwrap();
+    assert_eq!(last["state"]["mtime_ns"], 1_500_000_000_987_654_321i64);
+    assert_eq!(last["state"]["mode"], 0o600);
+}
+
+#[test]
+fn statfs_reports_the_underlying_filesystem() {
+    let m = Mount::new("statfs");
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c(&m.root()).as_ptr(), &mut st) }, 0);
+    assert!(st.f_blocks > 0 && st.f_bsize > 0 && st.f_namemax >= 255);
+}
+
+#[test]
+fn fsync_and_fdatasync_publish_durably() {
+    let m = Mount::new("fsync");
+    let mut f = File::create(m.path("s.bin")).unwrap();
+    f.write_all(b"first").unwrap();
+    f.sync_all().unwrap();
+    // The version is in the journal before close.
+    assert!(
+        m.log()
+            .iter()
+            .any(|r| r["path"] == "s.bin" && r["op"] == "write" && r["state"]["size"] == 5)
+    );
+    f.write_all(b" second").unwrap();
+    f.sync_data().unwrap();
+    assert!(
+        m.log()
+            .iter()
+            .any(|r| r["path"] == "s.bin" && r["state"]["size"] == 12)
+    );
+    drop(f);
+    let dir = File::open(m.root()).unwrap();
+    dir.sync_all().unwrap();
+}
+
+#[test]
+fn flock_and_fcntl_locks_between_processes() {
+    let m = Mount::new("locks");
+    let p = m.path("lockfile");
+    fs::write(&p, b"").unwrap();
+    let a = File::open(&p).unwrap();
+    assert_eq!(
+        unsafe { libc::flock(a.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    let script = r#"
+import fcntl, sys
+f = open(sys.argv[1], 'r+')
+try:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('flock-acquired')
+except BlockingIOError:
+    print('flock-busy')
+try:
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('lockf-acquired')
+except (BlockingIOError, PermissionError):
+    print('lockf-busy')
+"#;
+    // Hold a POSIX record lock too.
+    let b = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    assert_eq!(unsafe { libc::fcntl(b.as_raw_fd(), libc::F_SETLK, &fl) }, 0);
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "flock-busy\nlockf-busy\n",
+        "{out:?}"
+    );
+    drop(a);
+    drop(b);
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "flock-acquired\nlockf-acquired\n",
+        "{out:?}"
+    );
+}
+
+#[test]
+fn xattrs_answer_enotsup_never_eio() {
+    let m = Mount::new("xattr");
+    let p = m.path("f");
+    fs::write(&p, b"x").unwrap();
+    let name = CString::new("user.test").unwrap();
+    let r = unsafe { libc::setxattr(c(&p).as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOTSUP)
+    );
+    let mut buf = [0u8; 64];
+    let r = unsafe { libc::getxattr(c(&p).as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOTSUP)
+    );
+    let r = unsafe { libc::listxattr(c(&p).as_ptr(), buf.as_mut_ptr().cast(), 64) };
+    assert!(r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTSUP));
+    // shutil.copy2 / copystat treat this as "no xattrs".
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg("import shutil,sys; shutil.copy2(sys.argv[1], sys.argv[2]); shutil.copystat(sys.argv[1], sys.argv[2])")
+        .arg(&p)
+        .arg(m.path("g"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn unlinked_while_open_still_reads_and_writes() {
+    let m = Mount::new("unlinked");
+    let p = m.path("f");
+    fs::write(&p, b"content").unwrap();
+    let mut f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    fs::remove_file(&p).unwrap();
+    assert!(!p.exists());
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "content");
+    f.write_all(b" more").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "content more");
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    drop(f);
+    assert!(!p.exists());
+    // The deleted content stays in history.
+    let rec = m
+        .log()
+        .into_iter()
+        .rev()
+        .find(|r| r["path"] == "f" && r["op"] == "write")
+        .unwrap();
+    assert_eq!(m.blob(rec["state"]["blob"].as_str().unwrap()), b"content");
+}
+
+#[test]
+fn mmap_reads_see_the_file() {
+    let m = Mount::new("mmap");
+    let p = m.path("f");
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 256) as u8).collect();
+    fs::write(&p, &data).unwrap();
+    let f = File::open(&p).unwrap();
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            data.len(),
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(ptr, libc::MAP_FAILED);
+    let got = unsafe { std::slice::from_raw_parts(ptr as *const u8, data.len()) };
+    assert_eq!(got, &data[..]);
+    unsafe { libc::munmap(ptr, data.len()) };
+}
+
+#[test]
+fn readers_see_a_writers_bytes_before_close() {
+    let m = Mount::new("coherent");
+    let p = m.path("f");
+    fs::write(&p, b"old").unwrap();
+    let mut w = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    w.write_all(b"staged!").unwrap();
+    // Another process reads the staged bytes and size before the close.
+    let out = Command::new("cat").arg(&p).output().unwrap();
+    assert_eq!(out.stdout, b"staged!");
+    assert_eq!(fs::metadata(&p).unwrap().len(), 7);
+    drop(w);
+    assert_eq!(fs::read(&p).unwrap(), b"staged!");
+}
+
+#[test]
+fn mknod_regular_and_o_tmpfile_like_sequences() {
+    let m = Mount::new("mknod");
+    let p = m.path("node");
+    let r = unsafe { libc::mknod(c(&p).as_ptr(), libc::S_IFREG | 0o640, 0) };
+    assert_eq!(r, 0);
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o640);
+    let fifo = m.path("fifo");
+    let r = unsafe { libc::mkfifo(c(&fifo).as_ptr(), 0o644) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EPERM)
+    );
+}
+
+#[test]
+fn create_mode_respects_umask_and_exact_modes() {
+    let m = Mount::new("modes");
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o751)
+        .open(m.path("x"))
+        .unwrap();
+    drop(f);
+    let mode = fs::metadata(m.path("x")).unwrap().mode() & 0o777;
+    let mask = unsafe {
+        let old = libc::umask(0);
+        libc::umask(old);
+        old
+    };
+    assert_eq!(mode, 0o751 & !mask);
+    fs::create_dir(m.path("d")).unwrap();
+    fs::set_permissions(m.path("d"), fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(fs::metadata(m.path("d")).unwrap().mode() & 0o7777, 0o700);
+}
+
+#[test]
+fn directory_listing_and_dir_mtime() {
+    let m = Mount::new("readdir");
+    for i in 0..300 {
+        fs::write(m.path(&format!("f{i:03}")), b"x").unwrap();
+    }
+    let mut names: Vec<String> = fs::read_dir(m.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 300);
+    assert_eq!(names[0], "f000");
+    // A directory's mtime changes when entries are added, removed or renamed.
+    let before = fs::metadata(m.root()).unwrap().mtime_nsec()
+        + fs::metadata(m.root()).unwrap().mtime() * 1_000_000_000;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::remove_file(m.path("f000")).unwrap();
+    let md = fs::metadata(m.root()).unwrap();
+    assert!(md.mtime() * 1_000_000_000 + md.mtime_nsec() > before);
+    // A file's mtime does not change when it is only read or renamed.
+    let md1 = fs::metadata(m.path("f001")).unwrap();
+    let _ = fs::read(m.path("f001")).unwrap();
+    fs::rename(m.path("f001"), m.path("g001")).unwrap();
+    let md2 = fs::metadata(m.path("g001")).unwrap();
+    assert_eq!(
+        (md1.mtime(), md1.mtime_nsec(), md1.size()),
+        (md2.mtime(), md2.mtime_nsec(), md2.size())
+    );
+}
