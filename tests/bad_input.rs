@@ -1,0 +1,256 @@
+//! Bad input: each ends with one clear line naming the thing and the reason,
+//! a documented exit code, and nothing changed.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{Mount, Scratch, describe, skillfs};
+
+/// Every file and directory under `dir` with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    if !dir.exists() {
+        return out;
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p.clone());
+                out.insert(p, Vec::new());
+            } else {
+                out.insert(p.clone(), fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+fn assert_refused(out: &Output, code: i32, words: &[&str]) {
+    assert_eq!(out.status.code(), Some(code), "{}", describe(out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected: {err}");
+    assert!(lines[0].starts_with("skillfs: "), "{err}");
+    for w in words {
+        assert!(lines[0].contains(w), "'{w}' missing from: {err}");
+    }
+}
+
+#[test]
+fn missing_root() {
+    let s = Scratch::new("missing");
+    let root = s.dir.join("nope");
+    let out = skillfs(&["mount", root.to_str().unwrap()]);
+    assert_refused(&out, 3, &["nope", "does not exist"]);
+    assert!(!s.dir.join(".skillfs").exists(), "no store may be created");
+}
+
+#[test]
+fn root_is_a_regular_file() {
+    let s = Scratch::new("regular");
+    let f = s.dir.join("file");
+    fs::write(&f, "x").unwrap();
+    let out = skillfs(&["mount", f.to_str().unwrap()]);
+    assert_refused(&out, 3, &["file", "not a directory"]);
+    assert_eq!(fs::read(&f).unwrap(), b"x");
+}
+
+#[test]
+fn already_mounted_root() {
+    let m = Mount::new("twice");
+    fs::write(m.path("a"), "a").unwrap();
+    let out = skillfs(&["mount", m.root().to_str().unwrap()]);
+    assert_refused(&out, 3, &["already mounted"]);
+    // The first mount is untouched and still serves.
+    assert_eq!(fs::read(m.path("a")).unwrap(), b"a");
+    fs::write(m.path("b"), "b").unwrap();
+}
+
+#[test]
+fn store_inside_root() {
+    let s = Scratch::new("inside");
+    fs::write(s.root().join("keep"), "k").unwrap();
+    let before = snapshot(&s.dir);
+    let store = s.root().join(".store");
+    let out = skillfs(&[
+        "mount",
+        s.root().to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert_refused(&out, 4, &[".store", "inside ROOT"]);
+    assert_eq!(snapshot(&s.dir), before);
+}
+
+#[test]
+fn store_on_another_filesystem() {
+    let s = Scratch::new("otherfs");
+    let shm = Path::new("/dev/shm");
+    assert_ne!(
+        fs::metadata(shm)
+            .expect("/dev/shm is needed for this test")
+            .dev(),
+        fs::metadata(&s.dir).unwrap().dev(),
+        "the temp dir must not be on /dev/shm's filesystem for this test"
+    );
+    let store = shm.join(format!("skillfs-otherfs-{}", std::process::id()));
+    let out = skillfs(&[
+        "mount",
+        s.root().to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert_refused(&out, 4, &["another filesystem", "rename"]);
+    assert!(
+        !store.exists(),
+        "nothing may be created on the other filesystem"
+    );
+}
+
+#[test]
+fn second_mount_of_the_same_store() {
+    let m = Mount::new("samestore");
+    let other = Scratch::new("samestore-b");
+    let out = skillfs(&[
+        "mount",
+        other.root().to_str().unwrap(),
+        "--store",
+        m.store().to_str().unwrap(),
+    ]);
+    assert_refused(&out, 4, &["in use", "one mount per store"]);
+    fs::write(m.path("still"), "works").unwrap();
+}
+
+#[test]
+fn damaged_journal_refuses_and_changes_nothing() {
+    let mut m = Mount::new("damaged");
+    for i in 0..5 {
+        fs::write(m.path(&format!("f{i}")), format!("v{i}")).unwrap();
+    }
+    m.umount();
+    let seg = fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut data = fs::read(&seg).unwrap();
+    let third_line = data
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .unwrap()
+        .0
+        + 1;
+    data[third_line + 10] ^= 0x20;
+    fs::write(&seg, &data).unwrap();
+    // Offline edit that must not be recorded (or touched) by a refused mount.
+    fs::write(m.path("f0"), "edited offline").unwrap();
+    let before = snapshot(&m.scratch.dir);
+    let out = skillfs(&["mount", m.root().to_str().unwrap()]);
+    assert_refused(&out, 5, &["journal", "damaged at line 3"]);
+    assert_eq!(snapshot(&m.scratch.dir), before);
+    // Read-only commands refuse the same way.
+    let out = skillfs(&["log", "--root", m.root().to_str().unwrap()]);
+    assert_refused(&out, 5, &["line 3"]);
+}
+
+#[test]
+fn torn_last_record_is_dropped_at_mount() {
+    let mut m = Mount::new("torn");
+    fs::write(m.path("a"), "a").unwrap();
+    m.umount();
+    let n = m.log().len();
+    let seg = fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut f = fs::OpenOptions::new().append(true).open(&seg).unwrap();
+    use std::io::Write;
+    f.write_all(br#"{"seq":99,"ts":1,"op":"wri"#).unwrap();
+    drop(f);
+    m.remount();
+    assert_eq!(m.log().len(), n);
+    fs::write(m.path("b"), "b").unwrap();
+    let log = m.log();
+    assert_eq!(log.last().unwrap()["seq"], (n + 2) as u64);
+}
+
+#[test]
+fn unwritable_store() {
+    let s = Scratch::new("rostore");
+    let ro = s.dir.join("ro");
+    fs::create_dir(&ro).unwrap();
+    let as_root = unsafe { libc::geteuid() } == 0;
+    if as_root {
+        // Root ignores modes: make the directory a read-only bind mount.
+        let ok = Command::new("mount")
+            .args(["--bind"])
+            .arg(&ro)
+            .arg(&ro)
+            .status()
+            .unwrap()
+            .success()
+            && Command::new("mount")
+                .args(["-o", "remount,bind,ro"])
+                .arg(&ro)
+                .status()
+                .unwrap()
+                .success();
+        assert!(ok, "could not make a read-only bind mount");
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let store = ro.join("store");
+    let out = skillfs(&[
+        "mount",
+        s.root().to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    if as_root {
+        let _ = Command::new("umount").arg(&ro).status();
+    }
+    assert_refused(&out, 4, &["ro", "store"]);
+    assert!(!store.exists());
+    assert!(!common::is_mounted(&s.root()));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = skillfs(&["mount"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let out = skillfs(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+}
+
+#[test]
+fn umount_of_something_not_mounted() {
+    let s = Scratch::new("notmounted");
+    let out = skillfs(&["umount", s.root().to_str().unwrap()]);
+    assert_refused(&out, 3, &["not mounted"]);
+}
+
+#[test]
+fn umount_after_daemon_death_detaches_the_stale_mount() {
+    let mut m = Mount::new("stale");
+    unsafe { libc::kill(m.pid as i32, libc::SIGKILL) };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let out = skillfs(&["mount", m.root().to_str().unwrap()]);
+    assert_refused(&out, 3, &["daemon died", "umount"]);
+    let out = skillfs(&["umount", m.root().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(!common::is_mounted(&m.root()));
+    m.remount();
+}
