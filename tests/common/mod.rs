@@ -91,8 +91,15 @@ fn daemon_pid(store: &Path) -> Option<u32> {
         .ok()
 }
 
-fn pid_alive(pid: u32) -> bool {
-    unsafe { libc::kill(pid as i32, 0) == 0 }
+/// Running, not a zombie (our daemons are reparented to a PID 1 that may
+/// reap them late).
+pub fn pid_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
+        Err(_) => false,
+    }
 }
 
 /// A mounted skillfs over `scratch.root()`.
@@ -206,11 +213,36 @@ impl Mount {
 
     /// SIGKILL the daemon and detach its dead mount.
     pub fn kill9(&mut self) {
+        self.kill_daemon();
+        self.detach();
+    }
+
+    /// SIGKILL the daemon and wait until its files are closed (so the
+    /// kernel has aborted the connection: every access to the mount now
+    /// fails with ENOTCONN). The dead mount stays attached.
+    pub fn kill_daemon(&mut self) {
         unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        let lock = fs::File::open(self.store().join("LOCK")).unwrap();
         let t = Instant::now();
-        while pid_alive(self.pid) && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(5));
+        // The flock on LOCK is released when the dying daemon's files are.
+        while unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&lock),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } != 0
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "daemon {} did not die",
+                self.pid
+            );
+            std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Lazily detach the (dead) mount.
+    pub fn detach(&mut self) {
         lazy_unmount(&self.root());
     }
 
