@@ -409,8 +409,9 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     block_signals();
 
     let mut config = fuser::Config::default();
+    let fsname = format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display());
     config.mount_options = vec![
-        fuser::MountOption::FSName(format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display())),
+        fuser::MountOption::FSName(fsname.clone()),
         fuser::MountOption::Subtype("skillfs".to_string()),
         fuser::MountOption::DefaultPermissions,
         fuser::MountOption::NoDev,
@@ -421,20 +422,20 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     let adapter = crate::fuse::FuseAdapter {
         fs: Arc::clone(&prepared.fs),
     };
-    let session = match fuser::Session::new(adapter, &prepared.root, &config) {
+    let session = if crate::sys::geteuid() == 0 {
+        fuser::Session::new(adapter, &prepared.root, &config)
+    } else {
+        let opts = format!("fsname={fsname},subtype=skillfs,default_permissions,nodev,nosuid");
+        crate::fusermount::mount(&prepared.root, &opts).and_then(|fd| {
+            fuser::Session::from_fd(adapter, fd, fuser::SessionACL::Owner, config.clone())
+        })
+    };
+    let session = match session {
         Ok(s) => s,
         Err(e) => {
             let f = Failure::new(
                 Exit::MountRefused,
-                format!(
-                    "could not mount on '{}': {e}{}",
-                    prepared.root.display(),
-                    if crate::sys::geteuid() != 0 {
-                        " (an unprivileged mount needs fusermount3 from the fuse3 package)"
-                    } else {
-                        ""
-                    }
-                ),
+                format!("could not mount on '{}': {e}", prepared.root.display()),
             );
             report_ready(
                 &mut ready,

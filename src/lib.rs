@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod error;
 pub mod fs;
 pub mod fuse;
+pub mod fusermount;
 pub mod ledger;
 pub mod relpath;
 pub mod scan;

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Sets skillfs up on this machine and mounts it over the skills directory.
+#
+#   ./scripts/setup-and-mount.sh [ROOT]
+#
+# ROOT defaults to $HERMES_HOME/skills, else ~/.hermes/skills (created if
+# missing). Builds the release binary, installs it as $PREFIX/bin/skillfs
+# (PREFIX defaults to ~/.local), installs fuse3 (fusermount3) when an
+# unprivileged user needs it, then mounts. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PREFIX="${PREFIX:-$HOME/.local}"
+
+if [ ! -e /dev/fuse ]; then
+    echo "setup: /dev/fuse is missing: this kernel or container has no FUSE (try 'modprobe fuse')" >&2
+    exit 1
+fi
+
+if [ "$(id -u)" != 0 ] && ! command -v fusermount3 >/dev/null 2>&1; then
+    echo "setup: an unprivileged mount needs fusermount3; installing the fuse3 package" >&2
+    if command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+        sudo apt-get update -qq && sudo apt-get install -y -qq fuse3
+    else
+        echo "setup: cannot install fuse3 here (no sudo/apt-get); install it as root, then rerun" >&2
+        exit 1
+    fi
+fi
+
+if [ "$(id -u)" != 0 ] && [ ! -r /dev/fuse -o ! -w /dev/fuse ]; then
+    echo "setup: /dev/fuse is not usable by users here (mode $(stat -c %a /dev/fuse)); setting 0666 as distributions do" >&2
+    sudo chmod 0666 /dev/fuse
+fi
+
+cargo build --release --locked
+mkdir -p "$PREFIX/bin"
+install -m 0755 target/release/skillfs "$PREFIX/bin/skillfs"
+echo "setup: installed $PREFIX/bin/skillfs"
+
+SKILLFS_BIN="$PREFIX/bin/skillfs" exec ./mount-scripts/skillfs-mount "$@"

@@ -1,0 +1,92 @@
+//! An unprivileged user who owns ROOT mounts, writes and unmounts (through
+//! fusermount3). Run as root, the test drops to uid/gid 65534 with
+//! `setpriv`; scripts/test.sh installs fuse3 and makes /dev/fuse usable by
+//! users (mode 0666, as distributions configure it) first.
+
+mod common;
+
+use std::os::unix::fs::chown;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use common::{Scratch, describe, is_mounted, lazy_unmount};
+
+const NOBODY: u32 = 65534;
+
+struct Detach(PathBuf);
+impl Drop for Detach {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            lazy_unmount(&self.0);
+        }
+    }
+}
+
+fn as_user(args: &[&str]) -> Output {
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        c
+    } else {
+        Command::new("env")
+    };
+    cmd.args(args)
+        .output()
+        .expect("run as the unprivileged user")
+}
+
+#[test]
+fn an_unprivileged_owner_mounts_writes_and_unmounts() {
+    assert!(
+        common_fusermount(),
+        "fusermount3 is required for an unprivileged mount: run scripts/test.sh (it installs fuse3)"
+    );
+    let s = Scratch::new("unpriv");
+    let root = s.root();
+    if unsafe { libc::geteuid() } == 0 {
+        chown(&s.dir, Some(NOBODY), Some(NOBODY)).unwrap();
+        chown(&root, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let _guard = Detach(root.clone());
+    // A copy the user can surely execute (the build tree may sit in a
+    // directory only root can enter).
+    let bin = s.dir.join("skillfs");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    let bin = bin.to_str().unwrap();
+    let r = root.to_str().unwrap();
+    let out = as_user(&[bin, "mount", r]);
+    assert!(
+        out.status.success(),
+        "unprivileged mount failed:\n{}",
+        describe(&out)
+    );
+    assert!(is_mounted(&root));
+    let file = root.join("SKILL.md");
+    let f = file.to_str().unwrap();
+    let out = as_user(&[
+        "sh",
+        "-c",
+        &format!("printf 'name: mine' > '{f}' && cat '{f}'"),
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(out.stdout, b"name: mine");
+    let out = as_user(&[bin, "log", "--root", r]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("write       SKILL.md"),
+        "{}",
+        describe(&out)
+    );
+    let out = as_user(&[bin, "umount", r]);
+    assert!(
+        out.status.success(),
+        "unprivileged umount failed:\n{}",
+        describe(&out)
+    );
+    assert!(!is_mounted(&root));
+    assert_eq!(std::fs::read(&file).unwrap(), b"name: mine");
+}
+
+fn common_fusermount() -> bool {
+    Command::new("fusermount3").arg("-V").output().is_ok()
+}
