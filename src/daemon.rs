@@ -52,15 +52,37 @@ pub fn absolute_root(root: &Path) -> Result<PathBuf, Failure> {
             })?
             .join(root)
     };
-    let name = match abs.file_name() {
-        Some(n) => n.to_os_string(),
-        None => return Ok(abs), // `/`
-    };
-    let parent = abs.parent().unwrap_or(Path::new("/"));
-    let parent = parent
-        .canonicalize()
-        .map_err(|e| Failure::io(Exit::BadRoot, "resolve the parent of ROOT", parent, &e))?;
-    Ok(parent.join(name))
+    let mut cur = abs;
+    // Follow a symlinked ROOT by reading the link (in its parent), never by
+    // resolving ROOT itself.
+    for _ in 0..40 {
+        let Some(name) = cur.file_name().map(|n| n.to_os_string()) else {
+            // `/` or a path ending in `..`: nothing of it can be our mount.
+            return cur
+                .canonicalize()
+                .map_err(|e| Failure::io(Exit::BadRoot, "resolve ROOT", &cur, &e));
+        };
+        let parent = cur.parent().unwrap_or(Path::new("/"));
+        let parent = parent
+            .canonicalize()
+            .map_err(|e| Failure::io(Exit::BadRoot, "resolve the parent of ROOT", parent, &e))?;
+        let joined = parent.join(&name);
+        match fs::symlink_metadata(&joined) {
+            Ok(md) if md.file_type().is_symlink() => {
+                let target = fs::read_link(&joined)
+                    .map_err(|e| Failure::io(Exit::BadRoot, "read the link", &joined, &e))?;
+                cur = parent.join(target);
+            }
+            _ => return Ok(joined),
+        }
+    }
+    Err(Failure::new(
+        Exit::BadRoot,
+        format!(
+            "ROOT '{}': too many levels of symbolic links",
+            root.display()
+        ),
+    ))
 }
 
 /// One line of `/proc/self/mountinfo`: mount point, fs type, source.
