@@ -38,6 +38,15 @@ enum Cmd {
         /// Threads serving requests.
         #[arg(long, default_value_t = 4)]
         threads: usize,
+        /// Also hide names matching this rule: `[/]GLOB[:dir|file|root|outside-skills|keep,…]`.
+        #[arg(long, value_name = "RULE")]
+        hide: Vec<String>,
+        /// Stop hiding what a default rule hides (give its text or pattern).
+        #[arg(long, value_name = "RULE")]
+        show: Vec<String>,
+        /// Parks untouched for longer than this are swept at mount (e.g. 12h, 7d) [default: 7d].
+        #[arg(long, value_name = "AGE")]
+        park_max_age: Option<String>,
     },
     /// Publish what is open, then unmount ROOT.
     Umount {
@@ -111,11 +120,17 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             store,
             foreground,
             threads,
+            hide,
+            show,
+            park_max_age,
         } => daemon::mount(MountArgs {
             root,
             store,
             foreground,
             threads,
+            hide,
+            show,
+            park_max_age,
         }),
         Cmd::Umount { root, timeout } => {
             let msg = daemon::umount(&root, Duration::from_secs(timeout))?;
@@ -201,6 +216,14 @@ fn status(root: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), Failure> 
     let _ = writeln!(out, "state:    {state}");
     let size = store::disk_usage(&layout.dir).unwrap_or(0);
     let _ = writeln!(out, "store:    {} ({} bytes)", layout.dir.display(), size);
+    let rules = match (&mounted, std::fs::read_to_string(layout.rules())) {
+        (Some(_), Ok(text)) => text.lines().map(str::to_string).collect(),
+        _ => {
+            crate::hide::HideRules::build(&crate::hide::Config::load(&layout.dir)?, &[], &[], None)?
+                .describe()
+        }
+    };
+    let _ = writeln!(out, "hidden:   {}", rules.join("  "));
     match (records.first(), records.last()) {
         (Some(first), Some(last)) => {
             let _ = writeln!(

@@ -19,10 +19,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Exit, Failure};
-use crate::fs::SkillFs;
+use crate::fs::{SkillFs, StoreDirs};
+use crate::hide::{Config, HideRules};
 use crate::ledger::{Catalog, Ledger};
+use crate::relpath::RelPath;
+use crate::scan::{Areas, Settler, tend_parked};
 use crate::store::blobs::BlobStore;
 use crate::store::journal::{self, Journal};
+use crate::store::journal::{Actor, Op};
 use crate::store::{self, Layout, StoreLock};
 
 const READY_FD_ENV: &str = "SKILLFS_READY_FD";
@@ -35,6 +39,9 @@ pub struct MountArgs {
     pub store: Option<PathBuf>,
     pub foreground: bool,
     pub threads: usize,
+    pub hide: Vec<String>,
+    pub show: Vec<String>,
+    pub park_max_age: Option<String>,
 }
 
 /// `ROOT` made absolute without touching ROOT itself (a dead mount answers
@@ -192,6 +199,15 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     if let Some(s) = &args.store {
         cmd.arg("--store").arg(s);
     }
+    for h in &args.hide {
+        cmd.arg(format!("--hide={h}"));
+    }
+    for h in &args.show {
+        cmd.arg(format!("--show={h}"));
+    }
+    if let Some(a) = &args.park_max_age {
+        cmd.arg("--park-max-age").arg(a);
+    }
     cmd.env(READY_FD_ENV, wr.as_raw_fd().to_string());
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -224,6 +240,7 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
             "4" => Exit::BadStore,
             "5" => Exit::DamagedJournal,
             "6" => Exit::MountRefused,
+            "7" => Exit::BadRules,
             _ => Exit::Internal,
         };
         return Err(Failure::new(exit, text));
@@ -358,7 +375,15 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         ));
     }
     let layout = Layout::new(store_path.clone());
-    // A damaged journal is refused before anything is created or locked.
+    // Bad rules and a damaged journal are refused before anything is
+    // created or locked.
+    let config = Config::load(&layout.dir)?;
+    let rules = HideRules::build(
+        &config,
+        &args.hide,
+        &args.show,
+        args.park_max_age.as_deref(),
+    )?;
     if layout.journal().is_dir() {
         journal::read_dir(&layout.journal())?;
     }
@@ -372,35 +397,58 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let mut ledger = Ledger::new(journal, catalog);
     let blobs = BlobStore::new(layout.blobs(), layout.tmp());
 
-    let root_file = crate::sys::openat(
-        libc::AT_FDCWD,
-        root.as_os_str().as_bytes(),
-        libc::O_RDONLY | libc::O_DIRECTORY,
-        0,
-    )
-    .map_err(|e| Failure::io(Exit::BadRoot, "open ROOT", &root, &e))?;
-    let root_fd = OwnedFd::from(root_file);
+    let open_dir = |p: &Path, exit: Exit| {
+        crate::sys::openat(
+            libc::AT_FDCWD,
+            p.as_os_str().as_bytes(),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        )
+        .map(OwnedFd::from)
+        .map_err(|e| Failure::io(exit, "open", p, &e))
+    };
+    let root_fd = open_dir(&root, Exit::BadRoot)?;
+    let parked_fd = open_dir(&layout.parked(), Exit::BadStore)?;
+    let orphans_fd = open_dir(&layout.orphans(), Exit::BadStore)?;
 
     let started = Instant::now();
-    let report = crate::scan::scan(root_fd.as_raw_fd(), &mut ledger, &blobs, &|_, _| false)?;
+    let areas = Areas {
+        root_fd: root_fd.as_raw_fd(),
+        parked_fd: parked_fd.as_raw_fd(),
+        orphans_fd: orphans_fd.as_raw_fd(),
+    };
+    let report = {
+        let mut settler = Settler::new(areas, &rules, &mut ledger, &blobs, Actor::daemon());
+        let scanned = settler
+            .settle(&RelPath::root(), Op::Scan, false, false, None)
+            .and_then(|()| settler.record_removals())
+            .and_then(|()| tend_parked(&mut settler, crate::time::now_ns()));
+        scanned.map_err(|e| Failure::new(Exit::BadRoot, format!("scan of ROOT failed: {e}")))?;
+        settler.report
+    };
     ledger
         .sync(&blobs)
         .map_err(|e| Failure::new(Exit::BadStore, format!("could not sync the journal: {e}")))?;
     tracing::info!(
-        "scan of {}: {} entries, {} hashed, {} recorded, {} removed, in {:?}",
+        "scan of {}: {report:?} in {:?}",
         root.display(),
-        report.entries,
-        report.hashed,
-        report.recorded,
-        report.removed,
         started.elapsed()
     );
-    let fs = Arc::new(SkillFs::new(root_fd, layout.staging(), blobs, ledger));
+    let rules_text = rules.describe().join("\n") + "\n";
+    fs::write(layout.rules(), rules_text)
+        .map_err(|e| Failure::io(Exit::BadStore, "write", &layout.rules(), &e))?;
+    let dirs = StoreDirs {
+        staging: layout.staging(),
+        parked_fd,
+        orphans_fd,
+    };
+    let fs = SkillFs::new(root_fd, dirs, rules, blobs, ledger)
+        .map_err(|e| Failure::new(Exit::BadRoot, format!("could not stat ROOT: {e:?}")))?;
     Ok(Prepared {
         root,
         layout,
         _lock: lock,
-        fs,
+        fs: Arc::new(fs),
     })
 }
 

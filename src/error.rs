@@ -5,7 +5,8 @@
 //! 0 success, 1 unexpected internal failure, 2 usage error,
 //! 3 bad ROOT (missing, not a directory, already mounted, not mounted),
 //! 4 bad store (inside ROOT, another filesystem, unwritable, in use),
-//! 5 damaged journal, 6 the kernel refused the mount.
+//! 5 damaged journal, 6 the kernel refused the mount, 7 bad hide rules or
+//! config file.
 
 use std::fmt;
 use std::io;
@@ -58,6 +59,7 @@ pub enum Exit {
     BadStore = 4,
     DamagedJournal = 5,
     MountRefused = 6,
+    BadRules = 7,
 }
 
 /// The one line a failed command prints, and its exit code.

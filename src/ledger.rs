@@ -65,9 +65,11 @@ impl Catalog {
 
     pub fn apply(&mut self, r: &Record) {
         match r.op {
-            Op::Unlink | Op::Rmdir | Op::ScanRemove => {
+            Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park => {
                 self.remove_tree(&r.path);
             }
+            // Store-side housekeeping of hidden entries: not in the visible tree.
+            Op::Orphan | Op::Sweep => {}
             Op::Rename => {
                 let Some(to) = &r.to else { return };
                 let moved = self.remove_tree(&r.path);
@@ -160,6 +162,7 @@ mod tests {
             path: RelPath::parse(path.as_bytes()).unwrap(),
             to: to.map(|t| RelPath::parse(t.as_bytes()).unwrap()),
             noreplace: false,
+            hidden: None,
             state,
             actor: Actor::daemon(),
         }

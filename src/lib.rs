@@ -11,6 +11,7 @@ pub mod error;
 pub mod fs;
 pub mod fuse;
 pub mod fusermount;
+pub mod hide;
 pub mod ledger;
 pub mod relpath;
 pub mod scan;

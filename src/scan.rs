@@ -1,15 +1,26 @@
-//! The mount-time scan: records what changed in the root while it was not
-//! mounted (on the first mount, the whole tree as the baseline).
+//! Settling a visible subtree with the journal and the hide rules: the
+//! mount-time scan (offline edits, the first baseline, parks left in the
+//! root while unmounted, orphaned and old parks), and the recording of a
+//! subtree that becomes visible again (unpark).
 //!
-//! Invariants: a file whose size, mtime, mode and owner match the catalog is
-//! not read (remounting an unchanged tree costs one `lstat` per entry);
-//! parents are recorded before their children; a removed directory is
-//! recorded once, at its top. Runs before the mount, through the root fd.
+//! Invariants:
+//! - a file whose size, mtime, mode and owner match the catalog is not read
+//!   (remounting an unchanged tree costs one `lstat` per entry);
+//! - parents are recorded before their children; a removed directory is
+//!   recorded once, at its top;
+//! - after settling, no entry a rule hides is left in a visible directory:
+//!   it is moved (one rename, same filesystem) to the attached area of its
+//!   directory, `parked/<key of the directory>/<name>`;
+//! - hidden entries whose directory no longer exists are moved whole to
+//!   `orphans/<key>.<time>` and swept, like parks, after the park age.
+//!
+//! The mount-time scan runs before the mount, through the root fd.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::io;
 use std::os::fd::RawFd;
 
-use crate::error::{Exit, Failure};
+use crate::hide::HideRules;
 use crate::ledger::Ledger;
 use crate::relpath::{ByteString, RelPath};
 use crate::store::blobs::BlobStore;
@@ -22,6 +33,10 @@ pub struct ScanReport {
     pub hashed: u64,
     pub recorded: u64,
     pub removed: u64,
+    pub parked: u64,
+    pub unparked: u64,
+    pub orphaned: u64,
+    pub swept: u64,
 }
 
 pub fn kind_of(st: &libc::stat) -> Option<Kind> {
@@ -57,115 +72,379 @@ fn unchanged(old: &EntryState, now: &EntryState) -> bool {
         return false;
     }
     match now.kind {
-        // A directory's own content is its entries, scanned one by one.
+        // A directory's own content is its entries, settled one by one.
         Kind::Dir => true,
         Kind::File | Kind::Symlink => old.size == now.size && old.mtime_ns == now.mtime_ns,
     }
 }
 
-pub fn scan(
-    root_fd: RawFd,
-    ledger: &mut Ledger,
-    blobs: &BlobStore,
-    is_hidden: &dyn Fn(&RelPath, Kind) -> bool,
-) -> Result<ScanReport, Failure> {
-    let mut report = ScanReport::default();
-    let mut seen: HashSet<RelPath> = HashSet::new();
-    let mut stack = vec![RelPath::root()];
-    let fail = |what: &str, p: &RelPath, e: std::io::Error| {
-        Failure::new(
-            Exit::BadRoot,
-            format!("could not {what} '{p}' in ROOT while scanning for offline edits: {e}"),
-        )
-    };
-    while let Some(dir) = stack.pop() {
-        let mut names =
-            sys::read_dir_at(root_fd, dir.as_bytes()).map_err(|e| fail("list", &dir, e))?;
-        names.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut subdirs = Vec::new();
-        for ent in names {
-            let path = dir.join(&ent.name);
-            let st = match sys::lstatat(root_fd, path.as_bytes()) {
-                Ok(st) => st,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                Err(e) => return Err(fail("stat", &path, e)),
-            };
-            let Some(kind) = kind_of(&st) else {
-                tracing::warn!("not versioned (not a file, directory or symlink): {path}");
-                continue;
-            };
-            if is_hidden(&path, kind) {
-                continue;
-            }
-            report.entries += 1;
-            seen.insert(path.clone());
-            if kind == Kind::Dir {
-                subdirs.push(path.clone());
-            }
-            let mut now = state_from_stat(&st, kind);
-            if let Some(old) = ledger.catalog().get(&path)
-                && unchanged(old, &now)
-            {
-                continue;
-            }
-            match kind {
-                Kind::File => {
-                    let f = sys::openat(
-                        root_fd,
-                        path.as_bytes(),
-                        libc::O_RDONLY | libc::O_NOFOLLOW,
-                        0,
-                    )
-                    .map_err(|e| fail("open", &path, e))?;
-                    let (id, size) = blobs.put_reader(&f).map_err(|e| fail("store", &path, e))?;
-                    report.hashed += 1;
-                    now.blob = Some(id);
-                    now.size = size;
-                }
-                Kind::Symlink => {
-                    let t = sys::readlinkat(root_fd, path.as_bytes())
-                        .map_err(|e| fail("read link", &path, e))?;
-                    now.target = Some(ByteString(t));
-                }
-                Kind::Dir => {}
-            }
-            if ledger.catalog().get(&path) == Some(&now) {
-                continue;
-            }
-            ledger
-                .record(Change::new(Op::Scan, path, Some(now)), Actor::daemon())
-                .map_err(|e| {
-                    Failure::new(
-                        Exit::BadStore,
-                        format!("could not append to the journal: {e}"),
-                    )
-                })?;
-            report.recorded += 1;
+fn ctx(what: &str, p: &RelPath, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("could not {what} '{p}': {e}"))
+}
+
+fn join_bytes(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let mut v = a.to_vec();
+    if !v.is_empty() {
+        v.push(b'/');
+    }
+    v.extend_from_slice(b);
+    v
+}
+
+/// The store areas for hidden entries.
+#[derive(Clone, Copy)]
+pub struct Areas {
+    pub root_fd: RawFd,
+    pub parked_fd: RawFd,
+    pub orphans_fd: RawFd,
+}
+
+impl Areas {
+    /// Moves the attached area `parked/<key>` (if any) to the orphan area
+    /// and journals it. Returns whether there was one.
+    pub fn orphan_key(
+        &self,
+        key: &str,
+        logical: &RelPath,
+        ledger: &mut Ledger,
+        actor: &Actor,
+    ) -> io::Result<bool> {
+        match sys::lstatat(self.parked_fd, key.as_bytes()) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+            Err(e) => return Err(e),
         }
-        // Depth-first in name order: push in reverse so the first name pops first.
-        stack.extend(subdirs.into_iter().rev());
+        let dest = format!("{key}.{}", crate::time::now_ns());
+        sys::renameat2(
+            self.parked_fd,
+            key.as_bytes(),
+            self.orphans_fd,
+            dest.as_bytes(),
+            0,
+        )?;
+        let mut c = Change::new(
+            Op::Orphan,
+            RelPath::parse(format!("orphans/{dest}").as_bytes()).unwrap_or_default(),
+            None,
+        );
+        c.hidden = Some(logical.clone());
+        ledger.record(c, actor.clone())?;
+        Ok(true)
     }
-    let gone: Vec<RelPath> = ledger
-        .catalog()
-        .iter()
-        .map(|(p, _)| p)
-        .filter(|p| !seen.contains(*p))
-        .filter(|p| {
-            p.parent()
-                .is_none_or(|par| par.is_root() || seen.contains(&par))
-        })
-        .cloned()
-        .collect();
-    for p in gone {
-        ledger
-            .record(Change::new(Op::ScanRemove, p, None), Actor::daemon())
-            .map_err(|e| {
-                Failure::new(
-                    Exit::BadStore,
-                    format!("could not append to the journal: {e}"),
-                )
-            })?;
-        report.removed += 1;
+}
+
+/// Walks visible subtrees, hiding what the rules hide and recording what
+/// differs from the catalog.
+pub struct Settler<'a> {
+    pub areas: Areas,
+    pub rules: &'a HideRules,
+    pub ledger: &'a mut Ledger,
+    pub blobs: &'a BlobStore,
+    pub actor: Actor,
+    pub report: ScanReport,
+    /// Visible paths of the entries moved to an attached area.
+    pub moved_to_hidden: Vec<RelPath>,
+    /// Keys of every visible directory walked, with its path and whether it
+    /// is inside a skill package.
+    pub keys: HashMap<String, (RelPath, bool)>,
+    /// Visible paths walked (for the removals of the full scan).
+    seen: HashSet<RelPath>,
+}
+
+impl<'a> Settler<'a> {
+    pub fn new(
+        areas: Areas,
+        rules: &'a HideRules,
+        ledger: &'a mut Ledger,
+        blobs: &'a BlobStore,
+        actor: Actor,
+    ) -> Self {
+        Settler {
+            areas,
+            rules,
+            ledger,
+            blobs,
+            actor,
+            report: ScanReport::default(),
+            moved_to_hidden: Vec::new(),
+            keys: HashMap::new(),
+            seen: HashSet::new(),
+        }
     }
-    Ok(report)
+
+    fn record(&mut self, c: Change) -> io::Result<()> {
+        self.ledger.record(c, self.actor.clone())?;
+        self.report.recorded += 1;
+        Ok(())
+    }
+
+    /// The state of a visible entry, reading its content unless the catalog
+    /// already has this exact state. `None` when unchanged.
+    fn changed_state(
+        &mut self,
+        path: &RelPath,
+        st: &libc::stat,
+        kind: Kind,
+    ) -> io::Result<Option<EntryState>> {
+        let root = self.areas.root_fd;
+        let mut now = state_from_stat(st, kind);
+        if let Some(old) = self.ledger.catalog().get(path)
+            && unchanged(old, &now)
+        {
+            return Ok(None);
+        }
+        match kind {
+            Kind::File => {
+                let f = sys::openat(root, path.as_bytes(), libc::O_RDONLY | libc::O_NOFOLLOW, 0)
+                    .map_err(|e| ctx("open", path, e))?;
+                let (id, size) = self
+                    .blobs
+                    .put_reader(&f)
+                    .map_err(|e| ctx("store", path, e))?;
+                self.report.hashed += 1;
+                now.blob = Some(id);
+                now.size = size;
+            }
+            Kind::Symlink => {
+                let t = sys::readlinkat(root, path.as_bytes())
+                    .map_err(|e| ctx("read link", path, e))?;
+                now.target = Some(ByteString(t));
+            }
+            Kind::Dir => {}
+        }
+        if self.ledger.catalog().get(path) == Some(&now) {
+            return Ok(None);
+        }
+        Ok(Some(now))
+    }
+
+    /// Moves the visible entry `dir/name` to the attached area of `dir`.
+    fn hide(&mut self, dir: &RelPath, name: &[u8]) -> io::Result<()> {
+        let path = dir.join(name);
+        let key =
+            sys::dir_key(self.areas.root_fd, dir.as_bytes()).map_err(|e| ctx("stat", dir, e))?;
+        sys::ensure_dir_at(self.areas.parked_fd, key.as_bytes(), 0o700)?;
+        let target = join_bytes(key.as_bytes(), name);
+        if sys::lstatat(self.areas.parked_fd, &target).is_ok() {
+            // An older park of the same name: keep it, as an orphan.
+            let aside = format!("{key}.{}", crate::time::now_ns());
+            sys::ensure_dir_at(self.areas.orphans_fd, aside.as_bytes(), 0o700)?;
+            sys::renameat2(
+                self.areas.parked_fd,
+                &target,
+                self.areas.orphans_fd,
+                &join_bytes(aside.as_bytes(), name),
+                0,
+            )?;
+            let mut c = Change::new(
+                Op::Orphan,
+                RelPath::parse(format!("orphans/{aside}").as_bytes()).unwrap_or_default(),
+                None,
+            );
+            c.hidden = Some(path.clone());
+            self.record(c)?;
+            self.report.orphaned += 1;
+        }
+        sys::renameat2(
+            self.areas.root_fd,
+            path.as_bytes(),
+            self.areas.parked_fd,
+            &target,
+            0,
+        )
+        .map_err(|e| ctx("park", &path, e))?;
+        if self.ledger.catalog().get(&path).is_some() {
+            let mut c = Change::new(Op::Park, path.clone(), None);
+            c.hidden = Some(path.clone());
+            self.record(c)?;
+        }
+        self.report.parked += 1;
+        self.moved_to_hidden.push(path);
+        Ok(())
+    }
+
+    /// Settles the visible subtree at `top`. `record_top`: record `top`
+    /// itself (an unparked entry) with `op`; the root never is. `in_pkg`:
+    /// an ancestor of `top` holds a `SKILL.md`.
+    pub fn settle(
+        &mut self,
+        top: &RelPath,
+        op: Op,
+        record_top: bool,
+        in_pkg: bool,
+        hidden_from: Option<RelPath>,
+    ) -> io::Result<()> {
+        let root = self.areas.root_fd;
+        let top_st = sys::lstatat(root, top.as_bytes()).map_err(|e| ctx("stat", top, e))?;
+        let top_kind = kind_of(&top_st);
+        if record_top && let Some(kind) = top_kind {
+            self.seen.insert(top.clone());
+            if let Some(state) = self.changed_state(top, &top_st, kind)? {
+                let mut c = Change::new(op, top.clone(), Some(state));
+                c.hidden = hidden_from;
+                self.record(c)?;
+            }
+        }
+        if top_kind != Some(Kind::Dir) {
+            return Ok(());
+        }
+        let mut stack = vec![(top.clone(), in_pkg)];
+        while let Some((dir, above_pkg)) = stack.pop() {
+            let mut names =
+                sys::read_dir_at(root, dir.as_bytes()).map_err(|e| ctx("list", &dir, e))?;
+            names.sort_by(|a, b| a.name.cmp(&b.name));
+            let in_pkg = above_pkg || names.iter().any(|n| n.name == b"SKILL.md");
+            if let Ok(key) = sys::dir_key(root, dir.as_bytes()) {
+                self.keys.insert(key, (dir.clone(), in_pkg));
+            }
+            let mut subdirs = Vec::new();
+            for ent in names {
+                let path = dir.join(&ent.name);
+                let st = match sys::lstatat(root, path.as_bytes()) {
+                    Ok(st) => st,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                    Err(e) => return Err(ctx("stat", &path, e)),
+                };
+                let Some(kind) = kind_of(&st) else {
+                    tracing::warn!("not versioned (not a file, directory or symlink): {path}");
+                    continue;
+                };
+                if self
+                    .rules
+                    .is_hidden(&ent.name, kind, dir.is_root(), &mut || in_pkg)
+                {
+                    self.hide(&dir, &ent.name)?;
+                    continue;
+                }
+                self.report.entries += 1;
+                self.seen.insert(path.clone());
+                if let Some(state) = self.changed_state(&path, &st, kind)? {
+                    self.record(Change::new(op, path.clone(), Some(state)))?;
+                }
+                if kind == Kind::Dir {
+                    subdirs.push((path, in_pkg));
+                }
+            }
+            // Depth-first in name order: push in reverse so the first pops first.
+            stack.extend(subdirs.into_iter().rev());
+        }
+        Ok(())
+    }
+
+    /// After settling the whole root: records what the catalog has that the
+    /// tree no longer does.
+    pub fn record_removals(&mut self) -> io::Result<()> {
+        let gone: Vec<RelPath> = self
+            .ledger
+            .catalog()
+            .iter()
+            .map(|(p, _)| p)
+            .filter(|p| !self.seen.contains(*p))
+            .filter(|p| {
+                p.parent()
+                    .is_none_or(|par| par.is_root() || self.seen.contains(&par))
+            })
+            .cloned()
+            .collect();
+        for p in gone {
+            self.record(Change::new(Op::ScanRemove, p, None))?;
+            self.report.removed += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Mount-time housekeeping of `parked/` and `orphans/` after the visible
+/// tree was settled: orphan attached areas whose directory is gone, give
+/// back entries no rule hides any more, sweep old parks and orphans.
+pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
+    let areas = settler.areas;
+    // Keys of hidden directories: their attached areas are alive too.
+    let mut hidden_keys: HashSet<String> = HashSet::new();
+    let mut stack: Vec<Vec<u8>> = Vec::new();
+    for e in sys::read_dir_at(areas.parked_fd, b"")? {
+        for c in sys::read_dir_at(areas.parked_fd, &e.name).unwrap_or_default() {
+            stack.push(join_bytes(&e.name, &c.name));
+        }
+    }
+    while let Some(p) = stack.pop() {
+        let Ok(st) = sys::lstatat(areas.parked_fd, &p) else {
+            continue;
+        };
+        if kind_of(&st) != Some(Kind::Dir) {
+            continue;
+        }
+        if let Ok(k) = sys::dir_key(areas.parked_fd, &p) {
+            hidden_keys.insert(k);
+        }
+        for c in sys::read_dir_at(areas.parked_fd, &p).unwrap_or_default() {
+            stack.push(join_bytes(&p, &c.name));
+        }
+    }
+    let max_age = settler.rules.park_max_age_ns;
+    for e in sys::read_dir_at(areas.parked_fd, b"")? {
+        let key = String::from_utf8_lossy(&e.name).into_owned();
+        if let Some((dir, in_pkg)) = settler.keys.get(&key).cloned() {
+            for c in sys::read_dir_at(areas.parked_fd, &e.name)? {
+                let hp = join_bytes(&e.name, &c.name);
+                let Ok(st) = sys::lstatat(areas.parked_fd, &hp) else {
+                    continue;
+                };
+                let Some(kind) = kind_of(&st) else { continue };
+                let logical = dir.join(&c.name);
+                if !settler
+                    .rules
+                    .is_hidden(&c.name, kind, dir.is_root(), &mut || in_pkg)
+                {
+                    // No rule hides it any more: give it back unless taken.
+                    if sys::lstatat(areas.root_fd, logical.as_bytes()).is_err() {
+                        sys::renameat2(areas.parked_fd, &hp, areas.root_fd, logical.as_bytes(), 0)?;
+                        settler.settle(
+                            &logical,
+                            Op::Unpark,
+                            true,
+                            in_pkg,
+                            Some(logical.clone()),
+                        )?;
+                        settler.report.unparked += 1;
+                    }
+                    continue;
+                }
+                if settler.rules.sweepable(&c.name, kind, dir.is_root())
+                    && sys::newest_mtime_at(areas.parked_fd, &hp)? < now_ns - max_age
+                {
+                    sys::remove_tree_at(areas.parked_fd, &hp)?;
+                    let mut ch = Change::new(Op::Sweep, logical.clone(), None);
+                    ch.hidden = Some(logical);
+                    settler.record(ch)?;
+                    settler.report.swept += 1;
+                }
+            }
+        } else if !hidden_keys.contains(&key) {
+            let _ =
+                settler
+                    .areas
+                    .orphan_key(&key, &RelPath::root(), settler.ledger, &settler.actor)?;
+            settler.report.orphaned += 1;
+        }
+    }
+    for e in sys::read_dir_at(areas.orphans_fd, b"")? {
+        let name = String::from_utf8_lossy(&e.name).into_owned();
+        let ts: i64 = name
+            .rsplit('.')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        if ts < now_ns - max_age {
+            sys::remove_tree_at(areas.orphans_fd, &e.name)?;
+            let c = Change::new(
+                Op::Sweep,
+                RelPath::parse(format!("orphans/{name}").as_bytes()).unwrap_or_default(),
+                None,
+            );
+            settler.record(c)?;
+            settler.report.swept += 1;
+        }
+    }
+    Ok(())
 }

@@ -279,3 +279,67 @@ pub fn mtime_ns(st: &libc::stat) -> i64 {
 pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
+
+/// An identity for the directory at `rel` that survives renames and is not
+/// reused when the inode number is: `<ino>-<birth time>` (just `<ino>-0`
+/// where the filesystem records no birth time).
+pub fn dir_key(dir: RawFd, rel: &[u8]) -> io::Result<String> {
+    let c = cpath(rel)?;
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    check(unsafe {
+        libc::statx(
+            dir,
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_INO | libc::STATX_BTIME,
+            &mut stx,
+        )
+    })?;
+    if stx.stx_mask & libc::STATX_BTIME != 0 {
+        Ok(format!(
+            "{:x}-{}.{:09}",
+            stx.stx_ino, stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec
+        ))
+    } else {
+        Ok(format!("{:x}-0", stx.stx_ino))
+    }
+}
+
+/// Removes `rel` under `dir` and everything below it.
+pub fn remove_tree_at(dir: RawFd, rel: &[u8]) -> io::Result<()> {
+    let st = lstatat(dir, rel)?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        for e in read_dir_at(dir, rel)? {
+            let mut child = rel.to_vec();
+            child.push(b'/');
+            child.extend_from_slice(&e.name);
+            remove_tree_at(dir, &child)?;
+        }
+        unlinkat(dir, rel, true)
+    } else {
+        unlinkat(dir, rel, false)
+    }
+}
+
+/// The newest mtime of `rel` and everything below it.
+pub fn newest_mtime_at(dir: RawFd, rel: &[u8]) -> io::Result<i64> {
+    let st = lstatat(dir, rel)?;
+    let mut newest = mtime_ns(&st);
+    if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        for e in read_dir_at(dir, rel)? {
+            let mut child = rel.to_vec();
+            child.push(b'/');
+            child.extend_from_slice(&e.name);
+            newest = newest.max(newest_mtime_at(dir, &child)?);
+        }
+    }
+    Ok(newest)
+}
+
+/// `mkdirat` that accepts an existing directory.
+pub fn ensure_dir_at(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
+    match mkdirat(dir, rel, mode) {
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+        r => r,
+    }
+}

@@ -53,6 +53,18 @@ pub enum Op {
     Scan,
     /// Found missing at mount: removed while unmounted.
     ScanRemove,
+    /// A visible entry renamed to a hidden name (`hidden`): it leaves the
+    /// visible tree, so history keeps it as removed.
+    Park,
+    /// A hidden entry (`hidden`) renamed to a visible `path`; one record for
+    /// it and one for each entry below it, each with its state.
+    Unpark,
+    /// Hidden entries whose visible directory was removed, moved to the
+    /// orphan area (`path` is where, in the store).
+    Orphan,
+    /// An old park or orphan removed for good (`path` is what, in the store
+    /// or by its hidden name).
+    Sweep,
 }
 
 impl Op {
@@ -73,6 +85,10 @@ impl Op {
             Op::Setattr => "setattr",
             Op::Scan => "scan",
             Op::ScanRemove => "scan-remove",
+            Op::Park => "park",
+            Op::Unpark => "unpark",
+            Op::Orphan => "orphan",
+            Op::Sweep => "sweep",
         }
     }
 }
@@ -131,6 +147,9 @@ pub struct Record {
     pub to: Option<RelPath>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub noreplace: bool,
+    /// The hidden name involved in a park or unpark.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<RelPath>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<EntryState>,
     pub actor: Actor,
@@ -147,6 +166,7 @@ pub struct Change {
     pub path: RelPath,
     pub to: Option<RelPath>,
     pub noreplace: bool,
+    pub hidden: Option<RelPath>,
     pub state: Option<EntryState>,
 }
 
@@ -157,6 +177,7 @@ impl Change {
             path,
             to: None,
             noreplace: false,
+            hidden: None,
             state,
         }
     }
@@ -357,6 +378,7 @@ impl Journal {
             path: change.path,
             to: change.to,
             noreplace: change.noreplace,
+            hidden: change.hidden,
             state: change.state,
             actor,
         };
@@ -397,6 +419,7 @@ mod tests {
             path: RelPath::parse(b"cat/foo/SKILL.md").unwrap(),
             to: None,
             noreplace: false,
+            hidden: None,
             state: Some(EntryState {
                 kind: Kind::File,
                 blob: Some("ab".repeat(32)),

@@ -8,7 +8,11 @@
 //! blobs/ab/<sha256> immutable file contents, content-addressed
 //! tmp/              blobs being written (renamed into blobs/ when complete)
 //! staging/          copy-on-write scratch files of open writers
-//! parked/           physical home of hidden entries (reserved)
+//! parked/<key>/     hidden entries of the directory whose identity is <key>
+//!                   (inode number and birth time: it survives renames)
+//! orphans/          hidden entries whose directory was removed, kept until swept
+//! config.json       hide rules and park age set for this store (optional)
+//! RULES             the hide rules in force while mounted (for `status`)
 //! daemon.log        the mounted daemon's log
 //! ```
 //!
@@ -34,6 +38,8 @@ pub const BLOBS: &str = "blobs";
 pub const TMP: &str = "tmp";
 pub const STAGING: &str = "staging";
 pub const PARKED: &str = "parked";
+pub const ORPHANS: &str = "orphans";
+pub const RULES: &str = "RULES";
 pub const LOG: &str = "daemon.log";
 
 /// Paths inside one store directory.
@@ -71,6 +77,12 @@ impl Layout {
     pub fn parked(&self) -> PathBuf {
         self.dir.join(PARKED)
     }
+    pub fn orphans(&self) -> PathBuf {
+        self.dir.join(ORPHANS)
+    }
+    pub fn rules(&self) -> PathBuf {
+        self.dir.join(RULES)
+    }
     pub fn log(&self) -> PathBuf {
         self.dir.join(LOG)
     }
@@ -84,6 +96,7 @@ impl Layout {
             self.tmp(),
             self.staging(),
             self.parked(),
+            self.orphans(),
         ] {
             fs::create_dir_all(&d)
                 .map_err(|e| Failure::io(Exit::BadStore, "create store directory", &d, &e))?;

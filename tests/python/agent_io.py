@@ -72,8 +72,10 @@ def scenario_atomic_replace():
     atomic_write(p, new, ".SKILL.md.tmp.")
     assert p.read_bytes() == new
     assert not [n for n in os.listdir(p.parent) if n.endswith(".tmp")], "temp file left behind"
-    recs = [r for r in log() if r["op"] == "rename" and r.get("to") == "cat/alpha/SKILL.md"]
+    # The temp file was hidden; replacing SKILL.md with it makes it visible.
+    recs = [r for r in log() if r["op"] == "unpark" and r.get("path") == "cat/alpha/SKILL.md"]
     assert recs, "the replace was not journaled"
+    assert recs[-1]["hidden"].startswith("cat/alpha/.SKILL.md.tmp."), recs[-1]
     assert sha(new) in {r["state"]["blob"] for r in log() if r.get("state", {}).get("blob")}
 
 

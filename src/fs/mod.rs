@@ -5,21 +5,26 @@
 //!
 //! Invariants:
 //! - Live files are ordinary files under the root, reached only through the
-//!   root fd opened before the mount, with relative paths; no fd is held per
-//!   inode, only per open file.
+//!   root fd opened before the mount, with relative paths; hidden entries
+//!   live in the store's `parked/` area (see `tree`), never under the root.
+//!   No fd is held per inode, only per open file.
 //! - A live file is never modified in place. A writer gets a staging file in
 //!   the store (empty for `O_TRUNC`, else a copy made at its first write);
 //!   reads through any handle of the inode see the staged bytes. Publishing
 //!   (on flush, release or fsync) stores the blob, appends the journal record
-//!   and only then renames the staging file over the live one.
-//! - Inode numbers are ours, never reused (generation 0), and stay stable
-//!   across the renames that publish new content.
-//! - Namespace changes (create, mkdir, unlink, rmdir, rename, symlink) hold
-//!   the namespace lock exclusively for the system call and the inode table
-//!   update, so a path resolved under the shared lock is valid until it is
-//!   released.
+//!   and only then renames the staging file over the live one. Hidden files
+//!   are published the same way (never torn) but not versioned.
+//! - The hide rules are consulted only where a name is placed (create,
+//!   mkdir, symlink, rename target); a visible directory's listing is its
+//!   physical content, so it never shows a hidden entry. A name exists in at
+//!   most one of a directory's two places (inside it, or attached to it).
+//! - Namespace changes hold the namespace lock exclusively for the system
+//!   call and the inode table update, so a location resolved under the shared
+//!   lock is valid until it is released.
 //!
 //! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`.
+
+mod tree;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -32,15 +37,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{FsError, FsResult};
+use crate::hide::HideRules;
 use crate::ledger::Ledger;
 use crate::relpath::{ByteString, RelPath};
-use crate::scan::{kind_of, state_from_stat};
+use crate::scan::{Areas, Settler, kind_of, state_from_stat};
 use crate::store::blobs::{BlobStore, copy_range};
 use crate::store::journal::{Actor, Change, EntryState, Kind, Op};
 use crate::sys::{self, Time};
 
-pub type Ino = u64;
-pub const ROOT_INO: Ino = 1;
+use tree::Tree;
+pub use tree::{Ino, Location, ROOT_INO};
+
 const NAME_MAX: usize = 255;
 
 /// Who is asking, from the FUSE request header.
@@ -98,151 +105,11 @@ pub struct OpenReply {
     pub no_flush: bool,
 }
 
-struct Node {
-    parent: Ino,
-    name: Vec<u8>,
-    kind: Kind,
-    nlookup: u64,
-    /// Removed from the namespace; kept while the kernel still knows it.
-    unlinked: bool,
-}
-
-#[derive(Default)]
-struct Tree {
-    nodes: HashMap<Ino, Node>,
-    by_name: HashMap<(Ino, Vec<u8>), Ino>,
-    next_ino: Ino,
-}
-
-impl Tree {
-    fn new() -> Tree {
-        let mut t = Tree {
-            next_ino: ROOT_INO + 1,
-            ..Tree::default()
-        };
-        t.nodes.insert(
-            ROOT_INO,
-            Node {
-                parent: ROOT_INO,
-                name: Vec::new(),
-                kind: Kind::Dir,
-                nlookup: 1,
-                unlinked: false,
-            },
-        );
-        t
-    }
-
-    fn path(&self, ino: Ino) -> FsResult<RelPath> {
-        let mut names: Vec<&[u8]> = Vec::new();
-        let mut cur = ino;
-        while cur != ROOT_INO {
-            let n = self.nodes.get(&cur).ok_or(FsError::ENOENT)?;
-            if n.unlinked {
-                return Err(FsError::ENOENT);
-            }
-            names.push(&n.name);
-            cur = n.parent;
-        }
-        let mut p = RelPath::root();
-        for n in names.iter().rev() {
-            p = p.join(n);
-        }
-        Ok(p)
-    }
-
-    /// The inode of `parent/name`, created if new; counts one lookup.
-    fn link(&mut self, parent: Ino, name: &[u8], kind: Kind) -> Ino {
-        let key = (parent, name.to_vec());
-        if let Some(&ino) = self.by_name.get(&key) {
-            let n = self.nodes.get_mut(&ino).expect("by_name points at a node");
-            if n.kind == kind {
-                n.nlookup += 1;
-                return ino;
-            }
-            // Replaced by an entry of another kind behind our back (only
-            // possible before the mount): give it a fresh inode.
-            n.unlinked = true;
-            self.by_name.remove(&key);
-        }
-        let ino = self.next_ino;
-        self.next_ino += 1;
-        self.nodes.insert(
-            ino,
-            Node {
-                parent,
-                name: name.to_vec(),
-                kind,
-                nlookup: 1,
-                unlinked: false,
-            },
-        );
-        self.by_name.insert(key, ino);
-        ino
-    }
-
-    fn child(&self, parent: Ino, name: &[u8]) -> Option<Ino> {
-        self.by_name.get(&(parent, name.to_vec())).copied()
-    }
-
-    fn detach(&mut self, parent: Ino, name: &[u8]) {
-        if let Some(ino) = self.by_name.remove(&(parent, name.to_vec()))
-            && let Some(n) = self.nodes.get_mut(&ino)
-        {
-            n.unlinked = true;
-            if n.nlookup == 0 {
-                self.nodes.remove(&ino);
-            }
-        }
-    }
-
-    fn forget(&mut self, ino: Ino, n: u64) {
-        if ino == ROOT_INO {
-            return;
-        }
-        let Some(node) = self.nodes.get_mut(&ino) else {
-            return;
-        };
-        node.nlookup = node.nlookup.saturating_sub(n);
-        if node.nlookup == 0 {
-            let key = (node.parent, node.name.clone());
-            let unlinked = node.unlinked;
-            self.nodes.remove(&ino);
-            if !unlinked && self.by_name.get(&key) == Some(&ino) {
-                self.by_name.remove(&key);
-            }
-        }
-    }
-
-    fn move_entry(&mut self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8]) {
-        self.detach(newparent, newname);
-        if let Some(ino) = self.by_name.remove(&(parent, name.to_vec())) {
-            if let Some(n) = self.nodes.get_mut(&ino) {
-                n.parent = newparent;
-                n.name = newname.to_vec();
-            }
-            self.by_name.insert((newparent, newname.to_vec()), ino);
-        }
-    }
-
-    fn exchange(&mut self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8]) {
-        let a = self.by_name.remove(&(parent, name.to_vec()));
-        let b = self.by_name.remove(&(newparent, newname.to_vec()));
-        if let Some(a) = a {
-            if let Some(n) = self.nodes.get_mut(&a) {
-                n.parent = newparent;
-                n.name = newname.to_vec();
-            }
-            self.by_name.insert((newparent, newname.to_vec()), a);
-        }
-        if let Some(b) = b {
-            if let Some(n) = self.nodes.get_mut(&b) {
-                n.parent = parent;
-                n.name = name.to_vec();
-            }
-            self.by_name.insert((parent, name.to_vec()), b);
-        }
-    }
+/// The store directories the core works in.
+pub struct StoreDirs {
+    pub staging: PathBuf,
+    pub parked_fd: OwnedFd,
+    pub orphans_fd: OwnedFd,
 }
 
 /// A copy-on-write scratch file of an inode that has writers.
@@ -274,7 +141,8 @@ enum Handle {
 
 pub struct SkillFs {
     root_fd: OwnedFd,
-    staging_dir: PathBuf,
+    dirs: StoreDirs,
+    rules: HideRules,
     blobs: BlobStore,
     ledger: Mutex<Ledger>,
     namespace: RwLock<()>,
@@ -303,41 +171,149 @@ fn check_name(name: &[u8]) -> FsResult<()> {
     Ok(())
 }
 
+fn enoent(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOENT)
+}
+
+/// An entry found by name: where it is and what it is.
+struct Found {
+    loc: Location,
+    st: libc::stat,
+    attached: bool,
+}
+
 impl SkillFs {
     pub fn new(
         root_fd: OwnedFd,
-        staging_dir: PathBuf,
+        dirs: StoreDirs,
+        rules: HideRules,
         blobs: BlobStore,
         ledger: Ledger,
-    ) -> SkillFs {
-        SkillFs {
+    ) -> FsResult<SkillFs> {
+        let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
+        Ok(SkillFs {
             root_fd,
-            staging_dir,
+            dirs,
+            rules,
             blobs,
             ledger: Mutex::new(ledger),
             namespace: RwLock::new(()),
-            tree: Mutex::new(Tree::new()),
+            tree: Mutex::new(Tree::new(root_key)),
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             next_staging: AtomicU64::new(1),
             chown_new: sys::geteuid() == 0,
+        })
+    }
+
+    pub fn rules(&self) -> &HideRules {
+        &self.rules
+    }
+
+    fn root_raw(&self) -> RawFd {
+        self.root_fd.as_raw_fd()
+    }
+
+    fn parked_raw(&self) -> RawFd {
+        self.dirs.parked_fd.as_raw_fd()
+    }
+
+    fn areas(&self) -> Areas {
+        Areas {
+            root_fd: self.root_raw(),
+            parked_fd: self.parked_raw(),
+            orphans_fd: self.dirs.orphans_fd.as_raw_fd(),
         }
     }
 
-    /// Where a path physically lives: the directory fd its relative path is
-    /// resolved against. (The hide rules will send hidden paths elsewhere.)
-    fn locate<'a>(&self, path: &'a RelPath) -> (RawFd, &'a [u8]) {
-        (self.root_fd.as_raw_fd(), path.as_bytes())
+    fn loc(&self, ino: Ino) -> FsResult<Location> {
+        self.tree
+            .lock()
+            .location(ino, self.root_raw(), self.parked_raw())
     }
 
-    fn path_of(&self, ino: Ino) -> FsResult<RelPath> {
-        self.tree.lock().path(ino)
+    fn key_of(&self, ino: Ino, loc: &Location) -> FsResult<String> {
+        self.tree.lock().key_of(ino, loc)
     }
 
-    fn lstat_path(&self, path: &RelPath) -> FsResult<libc::stat> {
-        let (fd, rel) = self.locate(path);
-        Ok(sys::lstatat(fd, rel)?)
+    /// `name` in directory `parent` (at `ploc`): inside it, else attached.
+    fn find(&self, parent: Ino, ploc: &Location, name: &[u8]) -> FsResult<Found> {
+        let inside = ploc.child(name);
+        match inside.lstat() {
+            Ok(st) => {
+                return Ok(Found {
+                    loc: inside,
+                    st,
+                    attached: false,
+                });
+            }
+            Err(e) if enoent(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let key = self.key_of(parent, ploc)?;
+        let att = ploc.attached_child(self.parked_raw(), &key, name);
+        match att.lstat() {
+            Ok(st) => Ok(Found {
+                loc: att,
+                st,
+                attached: true,
+            }),
+            Err(e) if enoent(&e) || e.raw_os_error() == Some(libc::ENOTDIR) => Err(FsError::ENOENT),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Where a new `name` of `kind` goes in directory `parent` (at `ploc`):
+    /// inside a hidden directory, always inside (no rule applies there);
+    /// in a visible one, attached when a hide rule says so.
+    fn place(
+        &self,
+        parent: Ino,
+        ploc: &Location,
+        name: &[u8],
+        kind: Kind,
+    ) -> FsResult<(Location, bool)> {
+        let Some(pvis) = &ploc.visible else {
+            return Ok((ploc.child(name), false));
+        };
+        let root = self.root_raw();
+        let mut inside_skill = || {
+            let mut dir = Some(pvis.clone());
+            while let Some(d) = dir {
+                if sys::lstatat(root, d.join(b"SKILL.md").as_bytes()).is_ok() {
+                    return true;
+                }
+                dir = d.parent();
+            }
+            false
+        };
+        if self
+            .rules
+            .is_hidden(name, kind, parent == ROOT_INO, &mut inside_skill)
+        {
+            let key = self.key_of(parent, ploc)?;
+            sys::ensure_dir_at(self.parked_raw(), key.as_bytes(), 0o700)?;
+            Ok((ploc.attached_child(self.parked_raw(), &key, name), true))
+        } else {
+            Ok((ploc.child(name), false))
+        }
+    }
+
+    /// The entry `name` has in the place other than `attached`, if any.
+    fn in_other_place(
+        &self,
+        parent: Ino,
+        ploc: &Location,
+        name: &[u8],
+        attached: bool,
+    ) -> FsResult<Option<Found>> {
+        match self.find(parent, ploc, name) {
+            Ok(f) if f.attached != attached => Ok(Some(f)),
+            Ok(_) => Ok(None),
+            Err(FsError::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn open_file(&self, ino: Ino) -> Option<Arc<OpenFile>> {
@@ -379,8 +355,9 @@ impl SkillFs {
         }
     }
 
-    fn state_of(&self, path: &RelPath) -> FsResult<EntryState> {
-        let st = self.lstat_path(path)?;
+    /// The state of a visible entry for a record (content from the catalog).
+    fn state_of(&self, loc: &Location, path: &RelPath) -> FsResult<EntryState> {
+        let st = loc.lstat()?;
         let kind = kind_of(&st).ok_or(FsError::EPERM)?;
         let mut s = state_from_stat(&st, kind);
         match kind {
@@ -393,20 +370,30 @@ impl SkillFs {
                     .and_then(|c| c.blob.clone());
             }
             Kind::Symlink => {
-                let (fd, rel) = self.locate(path);
-                s.target = Some(ByteString(sys::readlinkat(fd, rel)?));
+                s.target = Some(ByteString(sys::readlinkat(loc.dirfd, &loc.phys)?));
             }
             Kind::Dir => {}
         }
         Ok(s)
     }
 
-    fn give_to_caller(&self, path: &RelPath, caller: &Caller) {
-        if self.chown_new && (caller.uid != 0 || caller.gid != 0) {
-            let (fd, rel) = self.locate(path);
-            if let Err(e) = sys::lchownat(fd, rel, caller.uid, caller.gid) {
-                tracing::warn!("could not give {path} to uid {}: {e}", caller.uid);
-            }
+    fn give_to_caller(&self, loc: &Location, caller: &Caller) {
+        if self.chown_new
+            && (caller.uid != 0 || caller.gid != 0)
+            && let Err(e) = sys::lchownat(loc.dirfd, &loc.phys, caller.uid, caller.gid)
+        {
+            tracing::warn!("could not give {} to uid {}: {e}", loc.logical, caller.uid);
+        }
+    }
+
+    /// Moves the attached area of a removed directory to the orphans.
+    fn orphan_attached(&self, key: &str, logical: &RelPath, caller: &Caller) {
+        let mut ledger = self.ledger.lock();
+        if let Err(e) = self
+            .areas()
+            .orphan_key(key, logical, &mut ledger, &caller.actor())
+        {
+            tracing::error!("could not move the hidden entries of {logical} to the orphans: {e}");
         }
     }
 
@@ -417,13 +404,13 @@ impl SkillFs {
             return Err(FsError::ENAMETOOLONG);
         }
         let _ns = self.namespace.read();
-        let path = self.path_of(parent)?.join(name);
-        let st = self.lstat_path(&path)?;
-        let kind = kind_of(&st).ok_or(FsError::ENOENT)?;
-        let ino = self.tree.lock().link(parent, name, kind);
+        let ploc = self.loc(parent)?;
+        let f = self.find(parent, &ploc, name)?;
+        let kind = kind_of(&f.st).ok_or(FsError::ENOENT)?;
+        let ino = self.tree.lock().link(parent, name, kind, f.attached);
         Ok(Entry {
             ino,
-            stat: self.finish_stat(ino, st),
+            stat: self.finish_stat(ino, f.st),
         })
     }
 
@@ -433,8 +420,8 @@ impl SkillFs {
 
     pub fn getattr(&self, ino: Ino) -> FsResult<Entry> {
         let _ns = self.namespace.read();
-        let st = match self.path_of(ino) {
-            Ok(path) => self.lstat_path(&path)?,
+        let st = match self.loc(ino) {
+            Ok(loc) => loc.lstat()?,
             Err(e) => {
                 // Unlinked but open: the open file still has attributes.
                 let of = self.open_file(ino).ok_or(e)?;
@@ -452,9 +439,8 @@ impl SkillFs {
 
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
         let _ns = self.namespace.read();
-        let path = self.path_of(ino)?;
-        let (fd, rel) = self.locate(&path);
-        Ok(sys::readlinkat(fd, rel)?)
+        let loc = self.loc(ino)?;
+        Ok(sys::readlinkat(loc.dirfd, &loc.phys)?)
     }
 
     pub fn statfs(&self) -> FsResult<libc::statvfs> {
@@ -465,10 +451,10 @@ impl SkillFs {
 
     pub fn setattr(&self, ino: Ino, attr: SetAttr, caller: &Caller) -> FsResult<Entry> {
         let _ns = self.namespace.read();
-        let path = self.path_of(ino);
+        let loc = self.loc(ino);
         let of = self.open_file(ino);
         if let Some(size) = attr.size {
-            self.truncate(ino, path.as_ref().ok(), size, caller)?;
+            self.truncate(ino, loc.as_ref().ok(), size, caller)?;
         }
         let staged = of.as_ref().and_then(|of| {
             of.state
@@ -483,9 +469,9 @@ impl SkillFs {
             || attr.atime.is_some()
             || attr.mtime.is_some();
         if meta_change {
-            match &path {
-                Ok(p) => {
-                    let (fd, rel) = self.locate(p);
+            match &loc {
+                Ok(l) => {
+                    let (fd, rel) = (l.dirfd, l.phys.as_slice());
                     if let Some(mode) = attr.mode {
                         let st = sys::lstatat(fd, rel)?;
                         if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
@@ -521,7 +507,9 @@ impl SkillFs {
             if let Some(stg) = &staged {
                 apply_meta_fd(stg, &attr)?;
             }
-            if let Ok(p) = &path {
+            if let Ok(l) = &loc
+                && let Some(p) = &l.visible
+            {
                 let op = match (
                     attr.mode.is_some(),
                     attr.uid.is_some() || attr.gid.is_some(),
@@ -532,7 +520,7 @@ impl SkillFs {
                     (false, false, true) => Op::Utimes,
                     _ => Op::Setattr,
                 };
-                let state = self.state_of(p)?;
+                let state = self.state_of(l, p)?;
                 self.record(Change::new(op, p.clone(), Some(state)), caller);
             }
         }
@@ -543,15 +531,15 @@ impl SkillFs {
     fn truncate(
         &self,
         ino: Ino,
-        path: Option<&RelPath>,
+        loc: Option<&Location>,
         size: u64,
         caller: &Caller,
     ) -> FsResult<()> {
         let (of, temporary) = match self.open_file(ino) {
             Some(of) => (of, false),
             None => {
-                let path = path.ok_or(FsError::ENOENT)?;
-                (self.open_live(ino, path)?, true)
+                let loc = loc.ok_or(FsError::ENOENT)?;
+                (self.open_live(ino, loc)?, true)
             }
         };
         let result = (|| {
@@ -561,9 +549,9 @@ impl SkillFs {
             sys::ftruncate(&*stg.file, size)?;
             stg.dirty = true;
             if s.writers == 0
-                && let Some(p) = path
+                && let Some(l) = loc
             {
-                self.publish_locked(&mut s, p, Op::Truncate, false, caller)?;
+                self.publish_locked(&mut s, l, Op::Truncate, false, caller)?;
             }
             Ok(())
         })();
@@ -578,16 +566,24 @@ impl SkillFs {
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
         check_name(name)?;
         let _ns = self.namespace.write();
-        let path = self.path_of(parent)?.join(name);
-        let (fd, rel) = self.locate(&path);
-        sys::mkdirat(fd, rel, mode & 0o7777)?;
-        self.give_to_caller(&path, caller);
-        let st = sys::lstatat(fd, rel)?;
-        let ino = self.tree.lock().link(parent, name, Kind::Dir);
-        self.record(
-            Change::new(Op::Mkdir, path, Some(state_from_stat(&st, Kind::Dir))),
-            caller,
-        );
+        let ploc = self.loc(parent)?;
+        let (loc, attached) = self.place(parent, &ploc, name, Kind::Dir)?;
+        if self
+            .in_other_place(parent, &ploc, name, attached)?
+            .is_some()
+        {
+            return Err(FsError::EEXIST);
+        }
+        sys::mkdirat(loc.dirfd, &loc.phys, mode & 0o7777)?;
+        self.give_to_caller(&loc, caller);
+        let st = loc.lstat()?;
+        let ino = self.tree.lock().link(parent, name, Kind::Dir, attached);
+        if let Some(p) = &loc.visible {
+            self.record(
+                Change::new(Op::Mkdir, p.clone(), Some(state_from_stat(&st, Kind::Dir))),
+                caller,
+            );
+        }
         Ok(Entry {
             ino,
             stat: self.finish_stat(ino, st),
@@ -603,15 +599,23 @@ impl SkillFs {
     ) -> FsResult<Entry> {
         check_name(name)?;
         let _ns = self.namespace.write();
-        let path = self.path_of(parent)?.join(name);
-        let (fd, rel) = self.locate(&path);
-        sys::symlinkat(target, fd, rel)?;
-        self.give_to_caller(&path, caller);
-        let st = sys::lstatat(fd, rel)?;
-        let ino = self.tree.lock().link(parent, name, Kind::Symlink);
-        let mut state = state_from_stat(&st, Kind::Symlink);
-        state.target = Some(ByteString(target.to_vec()));
-        self.record(Change::new(Op::Symlink, path, Some(state)), caller);
+        let ploc = self.loc(parent)?;
+        let (loc, attached) = self.place(parent, &ploc, name, Kind::Symlink)?;
+        if self
+            .in_other_place(parent, &ploc, name, attached)?
+            .is_some()
+        {
+            return Err(FsError::EEXIST);
+        }
+        sys::symlinkat(target, loc.dirfd, &loc.phys)?;
+        self.give_to_caller(&loc, caller);
+        let st = loc.lstat()?;
+        let ino = self.tree.lock().link(parent, name, Kind::Symlink, attached);
+        if let Some(p) = &loc.visible {
+            let mut state = state_from_stat(&st, Kind::Symlink);
+            state.target = Some(ByteString(target.to_vec()));
+            self.record(Change::new(Op::Symlink, p.clone(), Some(state)), caller);
+        }
         Ok(Entry {
             ino,
             stat: self.finish_stat(ino, st),
@@ -628,12 +632,26 @@ impl SkillFs {
 
     fn remove(&self, parent: Ino, name: &[u8], dir: bool, caller: &Caller) -> FsResult<()> {
         let _ns = self.namespace.write();
-        let path = self.path_of(parent)?.join(name);
-        let (fd, rel) = self.locate(&path);
-        sys::unlinkat(fd, rel, dir)?;
+        let ploc = self.loc(parent)?;
+        let f = self.find(parent, &ploc, name)?;
+        let is_dir = f.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        // A directory whose only children are hidden is empty underneath
+        // (they are attached, elsewhere): it is removed and they become
+        // orphans. Its key is taken before it is gone.
+        let key = if dir && is_dir {
+            Some(sys::dir_key(f.loc.dirfd, &f.loc.phys)?)
+        } else {
+            None
+        };
+        sys::unlinkat(f.loc.dirfd, &f.loc.phys, dir)?;
         self.tree.lock().detach(parent, name);
-        let op = if dir { Op::Rmdir } else { Op::Unlink };
-        self.record(Change::new(op, path, None), caller);
+        if let Some(p) = &f.loc.visible {
+            let op = if dir { Op::Rmdir } else { Op::Unlink };
+            self.record(Change::new(op, p.clone(), None), caller);
+        }
+        if let Some(key) = key {
+            self.orphan_attached(&key, &f.loc.logical, caller);
+        }
         Ok(())
     }
 
@@ -650,39 +668,155 @@ impl SkillFs {
         if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
             return Err(FsError::EINVAL);
         }
-        let _ns = self.namespace.write();
-        let from = self.path_of(parent)?.join(name);
-        let to = self.path_of(newparent)?.join(newname);
-        let (ffd, frel) = self.locate(&from);
-        let (tfd, trel) = self.locate(&to);
-        sys::renameat2(ffd, frel, tfd, trel, flags)?;
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        let _ns = self.namespace.write();
+        let ploc = self.loc(parent)?;
+        let nploc = self.loc(newparent)?;
+        let src = self.find(parent, &ploc, name)?;
+        let kind = kind_of(&src.st).ok_or(FsError::EPERM)?;
+        if parent == newparent && name == newname {
+            return Ok(());
+        }
+        let (dst, dst_att) = if exchange {
+            // Each entry takes the other's place, hidden or not.
+            let d = self.find(newparent, &nploc, newname)?;
+            (d.loc, d.attached)
+        } else {
+            let (d, att) = self.place(newparent, &nploc, newname, kind)?;
+            if let Some(other) = self.in_other_place(newparent, &nploc, newname, att)? {
+                // The target name exists in the other place: only possible
+                // for entries of different kinds (or a rule that changed).
+                if flags & libc::RENAME_NOREPLACE != 0 {
+                    return Err(FsError::EEXIST);
+                }
+                let other_dir = other.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+                return Err(match (kind == Kind::Dir, other_dir) {
+                    (true, false) => FsError::ENOTDIR,
+                    (false, true) => FsError::EISDIR,
+                    _ => FsError::EEXIST,
+                });
+            }
+            (d, att)
+        };
+        // A directory replaced by this rename takes its hidden children's
+        // attachment with it: they become orphans.
+        let replaced_key = if exchange {
+            None
+        } else {
+            match dst.lstat() {
+                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                    sys::dir_key(dst.dirfd, &dst.phys).ok()
+                }
+                _ => None,
+            }
+        };
+        sys::renameat2(src.loc.dirfd, &src.loc.phys, dst.dirfd, &dst.phys, flags)?;
         {
             let mut tree = self.tree.lock();
             if exchange {
-                tree.exchange(parent, name, newparent, newname);
+                tree.exchange(parent, name, newparent, newname, src.attached, dst_att);
             } else {
-                tree.move_entry(parent, name, newparent, newname);
+                tree.move_entry(parent, name, newparent, newname, dst_att);
             }
         }
-        let mut change = Change::new(if exchange { Op::Exchange } else { Op::Rename }, from, None);
-        change.to = Some(to);
-        change.noreplace = flags & libc::RENAME_NOREPLACE != 0;
-        self.record(change, caller);
+        if let Some(key) = replaced_key {
+            self.orphan_attached(&key, &dst.logical, caller);
+        }
+        let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+        if exchange {
+            match (&src.loc.visible, &dst.visible) {
+                (Some(a), Some(b)) => {
+                    let mut c = Change::new(Op::Exchange, a.clone(), None);
+                    c.to = Some(b.clone());
+                    self.record(c, caller);
+                }
+                // Each entry now sits where the other was.
+                _ => {
+                    self.journal_move(&src.loc, &dst, false, caller)?;
+                    self.journal_move(&dst, &src.loc, false, caller)?;
+                }
+            }
+        } else {
+            self.journal_move(&src.loc, &dst, noreplace, caller)?;
+        }
+        Ok(())
+    }
+
+    /// Journals one entry moving from `from` to `to` (its new location),
+    /// by visibility: a rename, a park, an unpark, or nothing.
+    fn journal_move(
+        &self,
+        from: &Location,
+        to: &Location,
+        noreplace: bool,
+        caller: &Caller,
+    ) -> FsResult<()> {
+        match (&from.visible, &to.visible) {
+            (Some(a), Some(b)) => {
+                let mut c = Change::new(Op::Rename, a.clone(), None);
+                c.to = Some(b.clone());
+                c.noreplace = noreplace;
+                self.record(c, caller);
+            }
+            (Some(a), None) => {
+                let mut c = Change::new(Op::Park, a.clone(), None);
+                c.hidden = Some(to.logical.clone());
+                self.record(c, caller);
+            }
+            (None, Some(b)) => self.unpark(b, &from.logical, caller)?,
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    /// A hidden entry became visible at `path`: settle its subtree (hide
+    /// what the rules hide inside it, record the rest as unparked).
+    fn unpark(&self, path: &RelPath, hidden: &RelPath, caller: &Caller) -> FsResult<()> {
+        let in_pkg = {
+            let mut dir = path.parent();
+            let mut found = false;
+            while let Some(d) = dir {
+                if sys::lstatat(self.root_raw(), d.join(b"SKILL.md").as_bytes()).is_ok() {
+                    found = true;
+                    break;
+                }
+                dir = d.parent();
+            }
+            found
+        };
+        let moved = {
+            let mut ledger = self.ledger.lock();
+            let mut settler = Settler::new(
+                self.areas(),
+                &self.rules,
+                &mut ledger,
+                &self.blobs,
+                caller.actor(),
+            );
+            settler.settle(path, Op::Unpark, true, in_pkg, Some(hidden.clone()))?;
+            settler.moved_to_hidden
+        };
+        if !moved.is_empty() {
+            let mut tree = self.tree.lock();
+            for p in moved {
+                if let Some(ino) = tree.find(&p) {
+                    tree.set_attached(ino, true);
+                }
+            }
+        }
         Ok(())
     }
 
     // ------------------------------------------------------------ files
 
     /// Opens the live file of `ino` and registers (or joins) its open state.
-    fn open_live(&self, ino: Ino, path: &RelPath) -> FsResult<Arc<OpenFile>> {
+    fn open_live(&self, ino: Ino, loc: &Location) -> FsResult<Arc<OpenFile>> {
         let mut files = self.open_files.lock();
         if let Some(of) = files.get(&ino) {
             of.state.lock().handles += 1;
             return Ok(Arc::clone(of));
         }
-        let (fd, rel) = self.locate(path);
-        let live = sys::openat(fd, rel, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?;
+        let live = sys::openat(loc.dirfd, &loc.phys, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?;
         let of = Arc::new(OpenFile {
             state: Mutex::new(OpenState {
                 live: Arc::new(live),
@@ -725,7 +859,7 @@ impl SkillFs {
             return Ok(());
         }
         let n = self.next_staging.fetch_add(1, Ordering::Relaxed);
-        let path = self.staging_dir.join(format!("{n}"));
+        let path = self.dirs.staging.join(format!("{n}"));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -762,8 +896,8 @@ impl SkillFs {
 
     pub fn open(&self, ino: Ino, flags: i32) -> FsResult<OpenReply> {
         let _ns = self.namespace.read();
-        let path = self.path_of(ino)?;
-        let of = self.open_live(ino, &path)?;
+        let loc = self.loc(ino)?;
+        let of = self.open_live(ino, &loc)?;
         self.finish_open(ino, of, flags)
     }
 
@@ -802,38 +936,38 @@ impl SkillFs {
     ) -> FsResult<(Entry, OpenReply)> {
         check_name(name)?;
         let _ns = self.namespace.write();
-        let path = self.path_of(parent)?.join(name);
-        let (fd, rel) = self.locate(&path);
-        let created = match sys::openat(
-            fd,
-            rel,
-            libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-            mode & 0o7777,
-        ) {
-            Ok(f) => {
+        let ploc = self.loc(parent)?;
+        let (loc, attached, created) = match self.find(parent, &ploc, name) {
+            Ok(_) if flags & libc::O_EXCL != 0 => return Err(FsError::EEXIST),
+            Ok(f) => (f.loc, f.attached, false),
+            Err(FsError::ENOENT) => {
+                let (loc, attached) = self.place(parent, &ploc, name, Kind::File)?;
+                let f = sys::openat(
+                    loc.dirfd,
+                    &loc.phys,
+                    libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                    mode & 0o7777,
+                )?;
                 drop(f);
-                true
+                self.give_to_caller(&loc, caller);
+                (loc, attached, true)
             }
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags & libc::O_EXCL == 0 => false,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
-        if created {
-            self.give_to_caller(&path, caller);
-        }
-        let st = sys::lstatat(fd, rel)?;
+        let st = loc.lstat()?;
         let kind = kind_of(&st).ok_or(FsError::EPERM)?;
         if kind == Kind::Dir {
             return Err(FsError::EISDIR);
         }
-        let ino = self.tree.lock().link(parent, name, kind);
-        if created {
+        let ino = self.tree.lock().link(parent, name, kind, attached);
+        if created && let Some(p) = &loc.visible {
             let blob = self.blobs.put_bytes(b"", false)?;
             self.record(
-                Change::new(Op::Create, path.clone(), Some(empty_blob_state(&st, blob))),
+                Change::new(Op::Create, p.clone(), Some(empty_blob_state(&st, blob))),
                 caller,
             );
         }
-        let of = match self.open_live(ino, &path) {
+        let of = match self.open_live(ino, &loc) {
             Ok(of) => of,
             Err(e) => {
                 self.tree.lock().forget(ino, 1);
@@ -951,39 +1085,40 @@ impl SkillFs {
         let Some(of) = self.open_file(ino) else {
             return Ok(());
         };
-        let path = match self.path_of(ino) {
-            Ok(p) => p,
+        let loc = match self.loc(ino) {
+            Ok(l) => l,
             Err(_) => return Ok(()), // unlinked while open: nothing left to publish to
         };
         let mut s = of.state.lock();
         let dirty = s.staging.as_ref().is_some_and(|stg| stg.dirty);
         if dirty {
-            self.publish_locked(&mut s, &path, Op::Write, durable, caller)?;
+            self.publish_locked(&mut s, &loc, Op::Write, durable, caller)?;
         } else if durable {
             // Already published: make it durable in the same order.
             self.ledger.lock().sync(&self.blobs)?;
             sys::fsync(&*s.live)?;
-            self.sync_parent(&path)?;
+            self.sync_parent(ino)?;
         }
         Ok(())
     }
 
     /// Durability order: blob, journal record, then the live file replaced.
+    /// A hidden file skips the first two: it is not versioned.
     fn publish_locked(
         &self,
         s: &mut OpenState,
-        path: &RelPath,
+        loc: &Location,
         op: Op,
         durable: bool,
         caller: &Caller,
     ) -> FsResult<()> {
         let stg = s.staging.as_ref().expect("caller checked");
-        let (blob, size) = self.blobs.put_file(&stg.file, durable)?;
-        let st = sys::fstat(&*stg.file)?;
-        let mut state = state_from_stat(&st, Kind::File);
-        state.size = size;
-        state.blob = Some(blob);
-        {
+        if let Some(path) = &loc.visible {
+            let (blob, size) = self.blobs.put_file(&stg.file, durable)?;
+            let st = sys::fstat(&*stg.file)?;
+            let mut state = state_from_stat(&st, Kind::File);
+            state.size = size;
+            state.blob = Some(blob);
             let mut ledger = self.ledger.lock();
             let same = ledger.catalog().get(path).is_some_and(|old| {
                 old.kind == Kind::File
@@ -1007,27 +1142,32 @@ impl SkillFs {
         if durable {
             sys::fsync(&*stg.file)?;
         }
-        let (fd, rel) = self.locate(path);
         sys::renameat2(
             libc::AT_FDCWD,
             stg.path.as_os_str().as_encoded_bytes(),
-            fd,
-            rel,
+            loc.dirfd,
+            &loc.phys,
             0,
         )?;
         if durable {
-            self.sync_parent(path)?;
+            let parent_phys = match loc.phys.iter().rposition(|&b| b == b'/') {
+                Some(i) => &loc.phys[..i],
+                None => &b""[..],
+            };
+            sys::fsync(&sys::open_dir(loc.dirfd, parent_phys)?)?;
         }
         let stg = s.staging.take().expect("checked above");
         s.live = stg.file;
         Ok(())
     }
 
-    fn sync_parent(&self, path: &RelPath) -> FsResult<()> {
-        let parent = path.parent().unwrap_or_default();
-        let (fd, rel) = self.locate(&parent);
-        let dir = sys::open_dir(fd, rel)?;
-        sys::fsync(&dir)?;
+    fn sync_parent(&self, ino: Ino) -> FsResult<()> {
+        let loc = self.loc(ino)?;
+        let parent_phys = match loc.phys.iter().rposition(|&b| b == b'/') {
+            Some(i) => &loc.phys[..i],
+            None => &b""[..],
+        };
+        sys::fsync(&sys::open_dir(loc.dirfd, parent_phys)?)?;
         Ok(())
     }
 
@@ -1035,13 +1175,23 @@ impl SkillFs {
 
     pub fn opendir(&self, ino: Ino) -> FsResult<u64> {
         let _ns = self.namespace.read();
-        let path = self.path_of(ino)?;
-        let (fd, rel) = self.locate(&path);
-        let raw = sys::read_dir_at(fd, rel)?;
-        let parent = {
-            let tree = self.tree.lock();
-            tree.nodes.get(&ino).map_or(ROOT_INO, |n| n.parent)
-        };
+        let loc = self.loc(ino)?;
+        let mut raw = sys::read_dir_at(loc.dirfd, &loc.phys)?;
+        let mut attached_names: Vec<Vec<u8>> = Vec::new();
+        if loc.is_hidden() {
+            // Reached by path inside a hidden tree: the listing is whole,
+            // its own hidden children included.
+            let key = self.key_of(ino, &loc)?;
+            match sys::read_dir_at(self.parked_raw(), key.as_bytes()) {
+                Ok(extra) => {
+                    attached_names = extra.iter().map(|e| e.name.clone()).collect();
+                    raw.extend(extra);
+                }
+                Err(e) if enoent(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let parent = self.tree.lock().parent_of(ino);
         let mut entries = Vec::with_capacity(raw.len() + 2);
         entries.push(DirEntry {
             name: b".".to_vec(),
@@ -1059,14 +1209,17 @@ impl SkillFs {
                 libc::DT_DIR => Kind::Dir,
                 libc::DT_REG => Kind::File,
                 libc::DT_LNK => Kind::Symlink,
-                libc::DT_UNKNOWN => match sys::lstatat(fd, path.join(&e.name).as_bytes())
-                    .ok()
-                    .and_then(|st| kind_of(&st))
-                {
-                    Some(k) => k,
-                    None => continue,
-                },
-                _ => continue,
+                _ => {
+                    let child = if attached_names.contains(&e.name) {
+                        continue;
+                    } else {
+                        loc.child(&e.name)
+                    };
+                    match child.lstat().ok().and_then(|st| kind_of(&st)) {
+                        Some(k) => k,
+                        None => continue,
+                    }
+                }
             };
             let ino = tree.child(ino, &e.name).unwrap_or(e.d_ino | 1 << 63);
             entries.push(DirEntry {
@@ -1095,10 +1248,9 @@ impl SkillFs {
 
     pub fn fsyncdir(&self, ino: Ino) -> FsResult<()> {
         let _ns = self.namespace.read();
-        let path = self.path_of(ino)?;
+        let loc = self.loc(ino)?;
         self.ledger.lock().sync(&self.blobs)?;
-        let (fd, rel) = self.locate(&path);
-        sys::fsync(&sys::open_dir(fd, rel)?)?;
+        sys::fsync(&sys::open_dir(loc.dirfd, &loc.phys)?)?;
         Ok(())
     }
 

@@ -1,0 +1,301 @@
+//! The inode table and where each inode physically lives.
+//!
+//! Invariants:
+//! - inode numbers are never reused (generation 0 suffices); the root is 1;
+//! - `by_name` maps a (parent, name) the kernel knows to its inode, and only
+//!   for entries still linked; an unlinked inode lives on while the kernel
+//!   holds lookups on it;
+//! - a node is *attached* when it lives in the attached area of its parent
+//!   (`parked/<key of parent>/<name>`) instead of inside the parent itself;
+//!   an entry is hidden when it or any ancestor is attached. The key of a
+//!   directory (inode number + birth time) survives renames, so renaming a
+//!   visible directory carries its hidden children with it atomically.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+
+use crate::error::{FsError, FsResult};
+use crate::relpath::RelPath;
+use crate::store::journal::Kind;
+use crate::sys;
+
+pub type Ino = u64;
+pub const ROOT_INO: Ino = 1;
+
+/// Where an entry physically is, and what the agent calls it.
+#[derive(Clone, Debug)]
+pub struct Location {
+    /// The directory fd `phys` is relative to (the root's or `parked/`).
+    pub dirfd: RawFd,
+    pub phys: Vec<u8>,
+    /// Its path in the visible tree; `None` when it or an ancestor is hidden.
+    pub visible: Option<RelPath>,
+    /// Its path by the names the agent uses, hidden names included.
+    pub logical: RelPath,
+}
+
+impl Location {
+    pub fn root(root_fd: RawFd) -> Location {
+        Location {
+            dirfd: root_fd,
+            phys: Vec::new(),
+            visible: Some(RelPath::root()),
+            logical: RelPath::root(),
+        }
+    }
+
+    /// The entry `name` inside this directory.
+    pub fn child(&self, name: &[u8]) -> Location {
+        let mut phys = self.phys.clone();
+        if !phys.is_empty() {
+            phys.push(b'/');
+        }
+        phys.extend_from_slice(name);
+        Location {
+            dirfd: self.dirfd,
+            phys,
+            visible: self.visible.as_ref().map(|v| v.join(name)),
+            logical: self.logical.join(name),
+        }
+    }
+
+    /// The entry `name` in the attached area of this directory (`key`).
+    pub fn attached_child(&self, parked_fd: RawFd, key: &str, name: &[u8]) -> Location {
+        let mut phys = key.as_bytes().to_vec();
+        phys.push(b'/');
+        phys.extend_from_slice(name);
+        Location {
+            dirfd: parked_fd,
+            phys,
+            visible: None,
+            logical: self.logical.join(name),
+        }
+    }
+
+    pub fn is_hidden(&self) -> bool {
+        self.visible.is_none()
+    }
+
+    pub fn lstat(&self) -> std::io::Result<libc::stat> {
+        sys::lstatat(self.dirfd, &self.phys)
+    }
+}
+
+pub struct Node {
+    pub parent: Ino,
+    pub name: Vec<u8>,
+    pub kind: Kind,
+    pub nlookup: u64,
+    /// Removed from the namespace; kept while the kernel still knows it.
+    pub unlinked: bool,
+    /// Lives in its parent's attached area.
+    pub attached: bool,
+    /// The identity key of a directory, once computed.
+    pub key: Option<String>,
+}
+
+#[derive(Default)]
+pub struct Tree {
+    pub nodes: HashMap<Ino, Node>,
+    by_name: HashMap<(Ino, Vec<u8>), Ino>,
+    next_ino: Ino,
+}
+
+impl Tree {
+    pub fn new(root_key: String) -> Tree {
+        let mut t = Tree {
+            next_ino: ROOT_INO + 1,
+            ..Tree::default()
+        };
+        t.nodes.insert(
+            ROOT_INO,
+            Node {
+                parent: ROOT_INO,
+                name: Vec::new(),
+                kind: Kind::Dir,
+                nlookup: 1,
+                unlinked: false,
+                attached: false,
+                key: Some(root_key),
+            },
+        );
+        t
+    }
+
+    /// The location of `ino`, computing (and caching) the keys of the
+    /// directories whose attached areas it passes through.
+    pub fn location(&mut self, ino: Ino, root_fd: RawFd, parked_fd: RawFd) -> FsResult<Location> {
+        let mut chain: Vec<Ino> = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT_INO {
+            let n = self.nodes.get(&cur).ok_or(FsError::ENOENT)?;
+            if n.unlinked {
+                return Err(FsError::ENOENT);
+            }
+            chain.push(cur);
+            cur = n.parent;
+        }
+        let mut loc = Location::root(root_fd);
+        let mut parent = ROOT_INO;
+        for &n in chain.iter().rev() {
+            let (attached, name) = {
+                let node = &self.nodes[&n];
+                (node.attached, node.name.clone())
+            };
+            loc = if attached {
+                let key = self.key_of(parent, &loc)?;
+                loc.attached_child(parked_fd, &key, &name)
+            } else {
+                loc.child(&name)
+            };
+            parent = n;
+        }
+        Ok(loc)
+    }
+
+    /// The identity key of directory `ino` found at `loc`.
+    pub fn key_of(&mut self, ino: Ino, loc: &Location) -> FsResult<String> {
+        if let Some(k) = self.nodes.get(&ino).and_then(|n| n.key.clone()) {
+            return Ok(k);
+        }
+        let k = sys::dir_key(loc.dirfd, &loc.phys)?;
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.key = Some(k.clone());
+        }
+        Ok(k)
+    }
+
+    pub fn parent_of(&self, ino: Ino) -> Ino {
+        self.nodes.get(&ino).map_or(ROOT_INO, |n| n.parent)
+    }
+
+    /// The inode of `parent/name`, created if new; counts one lookup.
+    pub fn link(&mut self, parent: Ino, name: &[u8], kind: Kind, attached: bool) -> Ino {
+        let key = (parent, name.to_vec());
+        if let Some(&ino) = self.by_name.get(&key) {
+            let n = self.nodes.get_mut(&ino).expect("by_name points at a node");
+            if n.kind == kind {
+                n.nlookup += 1;
+                n.attached = attached;
+                return ino;
+            }
+            // Replaced by an entry of another kind behind our back (only
+            // possible before the mount): give it a fresh inode.
+            n.unlinked = true;
+            self.by_name.remove(&key);
+        }
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        self.nodes.insert(
+            ino,
+            Node {
+                parent,
+                name: name.to_vec(),
+                kind,
+                nlookup: 1,
+                unlinked: false,
+                attached,
+                key: None,
+            },
+        );
+        self.by_name.insert(key, ino);
+        ino
+    }
+
+    pub fn child(&self, parent: Ino, name: &[u8]) -> Option<Ino> {
+        self.by_name.get(&(parent, name.to_vec())).copied()
+    }
+
+    /// The node at a visible path, if the kernel knows it.
+    pub fn find(&self, path: &RelPath) -> Option<Ino> {
+        let mut cur = ROOT_INO;
+        for c in path.components() {
+            cur = self.child(cur, c)?;
+        }
+        Some(cur)
+    }
+
+    pub fn set_attached(&mut self, ino: Ino, attached: bool) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.attached = attached;
+        }
+    }
+
+    pub fn detach(&mut self, parent: Ino, name: &[u8]) {
+        if let Some(ino) = self.by_name.remove(&(parent, name.to_vec()))
+            && let Some(n) = self.nodes.get_mut(&ino)
+        {
+            n.unlinked = true;
+            if n.nlookup == 0 {
+                self.nodes.remove(&ino);
+            }
+        }
+    }
+
+    pub fn forget(&mut self, ino: Ino, n: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let Some(node) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        node.nlookup = node.nlookup.saturating_sub(n);
+        if node.nlookup == 0 {
+            let key = (node.parent, node.name.clone());
+            let unlinked = node.unlinked;
+            self.nodes.remove(&ino);
+            if !unlinked && self.by_name.get(&key) == Some(&ino) {
+                self.by_name.remove(&key);
+            }
+        }
+    }
+
+    pub fn move_entry(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        attached: bool,
+    ) {
+        self.detach(newparent, newname);
+        if let Some(ino) = self.by_name.remove(&(parent, name.to_vec())) {
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                n.parent = newparent;
+                n.name = newname.to_vec();
+                n.attached = attached;
+            }
+            self.by_name.insert((newparent, newname.to_vec()), ino);
+        }
+    }
+
+    /// Swaps two entries; each takes the other's place (and placement).
+    pub fn exchange(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        a_att: bool,
+        b_att: bool,
+    ) {
+        let a = self.by_name.remove(&(parent, name.to_vec()));
+        let b = self.by_name.remove(&(newparent, newname.to_vec()));
+        if let Some(a) = a {
+            if let Some(n) = self.nodes.get_mut(&a) {
+                n.parent = newparent;
+                n.name = newname.to_vec();
+                n.attached = b_att;
+            }
+            self.by_name.insert((newparent, newname.to_vec()), a);
+        }
+        if let Some(b) = b {
+            if let Some(n) = self.nodes.get_mut(&b) {
+                n.parent = parent;
+                n.name = name.to_vec();
+                n.attached = a_att;
+            }
+            self.by_name.insert((parent, name.to_vec()), b);
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! `HideRules`: which names are hidden from the listings of visible
+//! directories (contract G3), and which hidden entries are parks to sweep.
+//!
+//! A rule is a glob on one name plus scope flags. Its text form, used by
+//! `--hide`, `--show` and the store's `config.json`:
+//!
+//! ```text
+//! [/]GLOB[:FLAG,FLAG…]     FLAG: dir | file | root | outside-skills | keep
+//! ```
+//!
+//! A leading `/` (or `root`) limits the rule to entries directly in the
+//! root; `dir`/`file` to one kind; `outside-skills` to entries none of whose
+//! ancestors is a skill package (a directory holding `SKILL.md`); `keep`
+//! exempts the entries from the sweep of old parks. `*` and `?` are the only
+//! wildcards. Only the *placement* of a new name (create, mkdir, symlink,
+//! rename target) consults the rules: where an entry physically lives is the
+//! truth afterwards, so a listing never evaluates a rule.
+//!
+//! Invariants: no rule may hide `SKILL.md`, a name the agent's snapshot
+//! code needs listed (`MUST_STAY_VISIBLE`), or every name.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Exit, Failure};
+use crate::store::journal::Kind;
+
+/// Names the agent's own snapshot code lists and backs up from the root.
+pub const MUST_STAY_VISIBLE: &[&str] = &[
+    ".usage.json",
+    ".curator_state",
+    ".bundled_manifest",
+    ".curator_suppressed",
+    ".curator_ledger.jsonl",
+    ".archive",
+    ".hub",
+    "_org",
+    "DESCRIPTION.md",
+];
+
+/// Names that probe a pattern for hiding "everything".
+const EVERYDAY_NAMES: &[&str] = &["SKILL.md", "references", "skill-one", "notes.txt", "a"];
+
+/// The defaults for Hermes Agent (DESIGN.md, "Hide rules").
+pub const DEFAULT_RULES: &[&str] = &[
+    "*.bak:dir,outside-skills",
+    "*.rollback-broken:dir,outside-skills",
+    ".rollback-staging-*:dir",
+    "/.curator_backups:keep",
+    ".skill-rollback-asides",
+    "/.locks:keep",
+    "/.usage.json.lock:keep",
+    ".*.tmp.*:file",
+    ".*.tmp:file",
+    ".history",
+];
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub glob: String,
+    pub kind: Option<Kind>,
+    pub root_only: bool,
+    pub outside_skills: bool,
+    /// Not a park: never swept (backups and lock files the agent keeps).
+    pub keep: bool,
+    /// The text it was parsed from, for display and `--show`.
+    pub text: String,
+}
+
+impl Rule {
+    pub fn parse(text: &str) -> Result<Rule, String> {
+        let (pat, flags) = match text.split_once(':') {
+            Some((p, f)) => (p, f),
+            None => (text, ""),
+        };
+        let (root_only, glob) = match pat.strip_prefix('/') {
+            Some(g) => (true, g),
+            None => (false, pat),
+        };
+        let mut rule = Rule {
+            glob: glob.to_string(),
+            kind: None,
+            root_only,
+            outside_skills: false,
+            keep: false,
+            text: text.to_string(),
+        };
+        if glob.is_empty() {
+            return Err(format!(
+                "hide rule '{text}' has an empty pattern (it would hide the root)"
+            ));
+        }
+        if glob.contains('/') {
+            return Err(format!(
+                "hide rule '{text}' must match one name, not a path"
+            ));
+        }
+        for f in flags.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+            match f {
+                "dir" => rule.kind = Some(Kind::Dir),
+                "file" => rule.kind = Some(Kind::File),
+                "root" => rule.root_only = true,
+                "outside-skills" => rule.outside_skills = true,
+                "keep" => rule.keep = true,
+                other => {
+                    return Err(format!(
+                        "hide rule '{text}': unknown flag '{other}' (known: dir, file, root, outside-skills, keep)"
+                    ));
+                }
+            }
+        }
+        if glob == "." || glob == ".." {
+            return Err(format!("hide rule '{text}' would hide the root"));
+        }
+        if EVERYDAY_NAMES
+            .iter()
+            .all(|m| glob_match(glob.as_bytes(), m.as_bytes()))
+        {
+            return Err(format!("hide rule '{text}' would hide everything"));
+        }
+        if glob_match(glob.as_bytes(), b"SKILL.md") {
+            return Err(format!("hide rule '{text}' would hide SKILL.md"));
+        }
+        for n in MUST_STAY_VISIBLE {
+            if glob_match(glob.as_bytes(), n.as_bytes()) {
+                return Err(format!(
+                    "hide rule '{text}' would hide '{n}', which the agent's snapshots must list"
+                ));
+            }
+        }
+        Ok(rule)
+    }
+
+    fn matches(&self, name: &[u8], kind: Kind, in_root: bool) -> bool {
+        if self.root_only && !in_root {
+            return false;
+        }
+        if self.kind.is_some_and(|k| k != kind) {
+            return false;
+        }
+        glob_match(self.glob.as_bytes(), name)
+    }
+}
+
+/// What the store's `config.json` may say.
+#[derive(Serialize, Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Rules added to the defaults.
+    #[serde(default)]
+    pub hide: Vec<String>,
+    /// Default rules removed, by their text or their pattern.
+    #[serde(default)]
+    pub show: Vec<String>,
+    /// Parks untouched for longer than this are swept (`30m`, `12h`, `7d`).
+    #[serde(default)]
+    pub park_max_age: Option<String>,
+}
+
+pub const CONFIG_FILE: &str = "config.json";
+
+impl Config {
+    /// Reads `<store>/config.json`; a missing file is the empty config.
+    pub fn load(store: &std::path::Path) -> Result<Config, Failure> {
+        let path = store.join(CONFIG_FILE);
+        match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                Failure::new(
+                    Exit::BadRules,
+                    format!("config file '{}' does not parse: {e}", path.display()),
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(Failure::io(Exit::BadStore, "read config file", &path, &e)),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct HideRules {
+    pub rules: Vec<Rule>,
+    /// Parks untouched this long are swept.
+    pub park_max_age_ns: i64,
+}
+
+pub const DEFAULT_PARK_MAX_AGE: &str = "7d";
+
+/// `30s`, `10m`, `2h`, `7d` as nanoseconds.
+pub fn parse_age(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
+    let n: i64 = num.parse().ok()?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return None,
+    };
+    n.checked_mul(secs)?.checked_mul(1_000_000_000)
+}
+
+impl HideRules {
+    /// The defaults, then the config file, then the command line.
+    pub fn build(
+        config: &Config,
+        hide: &[String],
+        show: &[String],
+        max_age: Option<&str>,
+    ) -> Result<HideRules, Failure> {
+        let bad = |m: String| Failure::new(Exit::BadRules, m);
+        let mut rules: Vec<Rule> = DEFAULT_RULES
+            .iter()
+            .map(|t| Rule::parse(t).expect("default rules parse"))
+            .collect();
+        let shows: Vec<&String> = config.show.iter().chain(show.iter()).collect();
+        for s in &shows {
+            let before = rules.len();
+            rules.retain(|r| r.text != **s && r.glob != s.trim_start_matches('/'));
+            if rules.len() == before {
+                return Err(bad(format!("--show '{s}' matches no hide rule in force")));
+            }
+        }
+        for t in config.hide.iter().chain(hide.iter()) {
+            rules.push(Rule::parse(t).map_err(bad)?);
+        }
+        let age_text = max_age
+            .map(str::to_string)
+            .or_else(|| config.park_max_age.clone())
+            .unwrap_or_else(|| DEFAULT_PARK_MAX_AGE.to_string());
+        let park_max_age_ns = parse_age(&age_text).ok_or_else(|| {
+            bad(format!(
+                "park max age '{age_text}' is not a duration like 30m, 12h or 7d"
+            ))
+        })?;
+        Ok(HideRules {
+            rules,
+            park_max_age_ns,
+        })
+    }
+
+    pub fn defaults() -> HideRules {
+        HideRules::build(&Config::default(), &[], &[], None).expect("defaults are valid")
+    }
+
+    /// The first rule hiding `name` (of `kind`) in a visible directory.
+    /// `in_root`: the directory is the root. `inside_skill`: the directory
+    /// or one of its ancestors holds a `SKILL.md` (asked only when needed).
+    pub fn hiding_rule(
+        &self,
+        name: &[u8],
+        kind: Kind,
+        in_root: bool,
+        inside_skill: &mut dyn FnMut() -> bool,
+    ) -> Option<&Rule> {
+        let mut inside: Option<bool> = None;
+        self.rules.iter().find(|r| {
+            if !r.matches(name, kind, in_root) {
+                return false;
+            }
+            if r.outside_skills {
+                let i = *inside.get_or_insert_with(&mut *inside_skill);
+                return !i;
+            }
+            true
+        })
+    }
+
+    pub fn is_hidden(
+        &self,
+        name: &[u8],
+        kind: Kind,
+        in_root: bool,
+        inside_skill: &mut dyn FnMut() -> bool,
+    ) -> bool {
+        self.hiding_rule(name, kind, in_root, inside_skill)
+            .is_some()
+    }
+
+    /// Whether an entry that is hidden may be swept when old: only when the
+    /// rule that hides it is not `keep`.
+    pub fn sweepable(&self, name: &[u8], kind: Kind, in_root: bool) -> bool {
+        match self.hiding_rule(name, kind, in_root, &mut || false) {
+            Some(r) => !r.keep,
+            None => true, // hidden by a rule no longer in force: a stray park
+        }
+    }
+
+    pub fn describe(&self) -> Vec<String> {
+        self.rules.iter().map(|r| r.text.clone()).collect()
+    }
+}
+
+/// `*` matches any run of bytes, `?` one byte; everything else itself.
+pub fn glob_match(pat: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while n < name.len() {
+        if p < pat.len() && (pat[p] == b'?' || pat[p] == name[n]) {
+            p += 1;
+            n += 1;
+        } else if p < pat.len() && pat[p] == b'*' {
+            star = Some(p);
+            mark = n;
+            p += 1;
+        } else if let Some(s) = star {
+            p = s + 1;
+            mark += 1;
+            n = mark;
+        } else {
+            return false;
+        }
+    }
+    while p < pat.len() && pat[p] == b'*' {
+        p += 1;
+    }
+    p == pat.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hidden(r: &HideRules, name: &str, kind: Kind, in_root: bool, inside: bool) -> bool {
+        r.is_hidden(name.as_bytes(), kind, in_root, &mut || inside)
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"*.bak", b"foo.bak"));
+        assert!(!glob_match(b"*.bak", b"foo.bak2"));
+        assert!(glob_match(b".*.tmp.*", b".SKILL.md.tmp.a1b2c3d4"));
+        assert!(glob_match(b".*.tmp", b".usage_abcd1234.tmp"));
+        assert!(!glob_match(b".*.tmp", b"x.tmp"));
+        assert!(glob_match(b"a?c", b"abc"));
+        assert!(glob_match(b"*", b""));
+    }
+
+    #[test]
+    fn default_rules_with_their_scopes() {
+        let r = HideRules::defaults();
+        use Kind::*;
+        assert!(hidden(&r, "foo.bak", Dir, false, false));
+        assert!(
+            !hidden(&r, "foo.bak", Dir, false, true),
+            "inside a skill package it is user data"
+        );
+        assert!(
+            !hidden(&r, "foo.bak", File, false, false),
+            "only directories"
+        );
+        assert!(hidden(&r, "python3.bak", Dir, true, false));
+        assert!(hidden(&r, "probe.rollback-broken", Dir, false, false));
+        assert!(hidden(&r, ".rollback-staging-20261130", Dir, false, true));
+        assert!(hidden(&r, ".curator_backups", Dir, true, false));
+        assert!(
+            !hidden(&r, ".curator_backups", Dir, false, false),
+            "root only"
+        );
+        assert!(hidden(&r, ".skill-rollback-asides", Dir, false, false));
+        assert!(hidden(&r, ".locks", Dir, true, false));
+        assert!(hidden(&r, ".usage.json.lock", File, true, false));
+        assert!(!hidden(&r, "yarn.lock", File, true, false));
+        assert!(hidden(&r, ".SKILL.md.tmp.a1b2c3d4", File, false, true));
+        assert!(hidden(&r, ".usage_a1b2c3d4.tmp", File, true, false));
+        assert!(hidden(
+            &r,
+            ".bundled_manifest_a1b2c3d4.tmp",
+            File,
+            true,
+            false
+        ));
+        assert!(hidden(&r, ".history", Dir, false, true));
+        for n in MUST_STAY_VISIBLE {
+            for k in [File, Dir] {
+                assert!(!hidden(&r, n, k, true, false), "{n} must stay visible");
+            }
+        }
+        assert!(!hidden(&r, "SKILL.md", File, false, true));
+    }
+
+    #[test]
+    fn bad_rules_are_refused() {
+        for (t, why) in [
+            ("*", "everything"),
+            ("SKILL.*", "SKILL.md"),
+            ("/", "root"),
+            (".*", ".usage.json"),
+            ("*.md", "SKILL.md"),
+            ("a/b", "one name"),
+            ("x:bogus", "unknown flag"),
+        ] {
+            let e = Rule::parse(t).unwrap_err();
+            assert!(e.contains(why), "{t}: {e}");
+        }
+    }
+
+    #[test]
+    fn config_and_command_line_change_the_rules() {
+        let cfg: Config = serde_json::from_str(
+            r#"{"hide": ["*.orig:file"], "show": ["*.bak"], "park_max_age": "2h"}"#,
+        )
+        .unwrap();
+        let r = HideRules::build(&cfg, &["/.cache:dir,keep".into()], &[], None).unwrap();
+        assert!(!hidden(&r, "foo.bak", Kind::Dir, false, false));
+        assert!(hidden(&r, "x.orig", Kind::File, false, true));
+        assert!(hidden(&r, ".cache", Kind::Dir, true, false));
+        assert_eq!(r.park_max_age_ns, 2 * 3600 * 1_000_000_000);
+        assert!(
+            HideRules::build(&Config::default(), &[], &["nothing-like-this".into()], None).is_err()
+        );
+        assert!(serde_json::from_str::<Config>(r#"{"hyde": []}"#).is_err());
+        assert_eq!(parse_age("7d"), Some(7 * 86_400 * 1_000_000_000));
+        assert_eq!(parse_age("7"), None);
+    }
+}
