@@ -66,17 +66,8 @@ fn sigkill_the_daemon_at_random_moments() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50);
-    let seed: u64 = std::env::var("SKILLFS_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("crash test: {rounds} rounds, SKILLFS_CRASH_SEED={seed}");
+    let seed = common::seed("SKILLFS_CRASH_SEED");
+    eprintln!("crash test: {rounds} rounds");
     let mut rng = Rng(seed);
     let mut m = Mount::new("crash");
     let acklog = m.scratch.dir.join("acked.txt");

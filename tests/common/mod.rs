@@ -276,7 +276,9 @@ impl Drop for Mount {
     fn drop(&mut self) {
         self.done.store(true, Ordering::SeqCst);
         if is_mounted(&self.root()) {
-            unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+            // The test may have remounted behind our back: ask the store.
+            let pid = daemon_pid(&self.store()).unwrap_or(self.pid);
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             lazy_unmount(&self.root());
         }
     }
@@ -288,4 +290,21 @@ pub fn sha256_hex(data: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// A seed from `var` if set (to replay a failure), else from the clock;
+/// printed either way. Never 0 (xorshift needs a non-zero state).
+pub fn seed(var: &str) -> u64 {
+    let seed = std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+        | 1;
+    eprintln!("{var}={seed}");
+    seed
 }

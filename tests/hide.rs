@@ -1,0 +1,352 @@
+//! Hide rules through a real mount (contract G3): hidden entries are absent
+//! from listings, reachable by exact name, stored outside ROOT, carried by
+//! renames, orphaned by removals, swept when old, and not versioned.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::{Mount, Scratch, describe, skillfs};
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn skill(root: &Path, rel: &str, name: &str) {
+    fs::create_dir_all(root.join(rel)).unwrap();
+    fs::write(
+        root.join(rel).join("SKILL.md"),
+        format!("---\nname: {name}\n---\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn hidden_names_are_unlisted_reachable_and_outside_root() {
+    let mut m = Mount::new("hidden");
+    skill(&m.root(), "cat/foo", "foo");
+    fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
+    fs::create_dir(m.path(".locks")).unwrap();
+    fs::write(m.path(".locks/abc.lock"), "").unwrap();
+    fs::write(m.path("cat/.SKILL.md.tmp.1a2b3c4d"), "temp").unwrap();
+    fs::create_dir(m.path(".curator_backups")).unwrap();
+    // Names that must stay visible, and look-alikes that are user data.
+    fs::write(m.path(".usage.json"), "{}").unwrap();
+    fs::create_dir(m.path(".archive")).unwrap();
+    fs::write(m.path("yarn.lock"), "").unwrap();
+    skill(&m.root(), "cat/py", "py");
+    fs::create_dir(m.path("cat/py/python3.bak")).unwrap(); // inside a skill package
+    fs::write(m.path("cat/notes.bak"), "a file, not a directory").unwrap();
+
+    assert_eq!(
+        names(&m.root()),
+        [".archive", ".usage.json", "cat", "yarn.lock"]
+    );
+    assert_eq!(names(&m.path("cat")), ["notes.bak", "py"]);
+    assert_eq!(names(&m.path("cat/py")), ["SKILL.md", "python3.bak"]);
+    // Reachable by exact name.
+    assert!(m.path("cat/foo.bak/SKILL.md").is_file());
+    assert_eq!(names(&m.path(".locks")), ["abc.lock"]);
+    assert_eq!(
+        fs::read(m.path("cat/.SKILL.md.tmp.1a2b3c4d")).unwrap(),
+        b"temp"
+    );
+    // Physically outside the root.
+    m.umount();
+    assert_eq!(
+        names(&m.root()),
+        [".archive", ".usage.json", "cat", "yarn.lock"]
+    );
+    assert_eq!(names(&m.path("cat")), ["notes.bak", "py"]);
+    m.remount();
+    assert!(
+        m.path("cat/foo.bak/SKILL.md").is_file(),
+        "parks survive a remount"
+    );
+}
+
+#[test]
+fn listing_inside_a_hidden_directory_is_unfiltered() {
+    let m = Mount::new("unfiltered");
+    skill(&m.root(), "cat/foo", "foo");
+    fs::create_dir(m.path("cat/foo.bak")).unwrap();
+    fs::create_dir(m.path(".curator_backups")).unwrap();
+    fs::create_dir(m.path(".curator_backups/.rollback-staging-1")).unwrap();
+    fs::write(m.path(".curator_backups/.rollback-staging-1/.x.tmp"), "t").unwrap();
+    assert_eq!(names(&m.path(".curator_backups")), [".rollback-staging-1"]);
+    assert_eq!(
+        names(&m.path(".curator_backups/.rollback-staging-1")),
+        [".x.tmp"]
+    );
+    // A visible directory with a hidden child, moved into a hidden one:
+    // its listing there shows the hidden child too.
+    fs::rename(
+        m.path("cat"),
+        m.path(".curator_backups/.rollback-staging-1/cat"),
+    )
+    .unwrap();
+    assert_eq!(
+        names(&m.path(".curator_backups/.rollback-staging-1/cat")),
+        ["foo", "foo.bak"]
+    );
+    assert!(names(&m.root()).is_empty());
+}
+
+#[test]
+fn renaming_a_directory_carries_its_hidden_children() {
+    let m = Mount::new("carry");
+    skill(&m.root(), "cat/foo", "foo");
+    fs::create_dir(m.path("cat/foo.rollback-broken")).unwrap();
+    fs::write(m.path("cat/foo.rollback-broken/keep.md"), "parked").unwrap();
+    fs::rename(m.path("cat"), m.path("cat2")).unwrap();
+    assert_eq!(
+        fs::read(m.path("cat2/foo.rollback-broken/keep.md")).unwrap(),
+        b"parked"
+    );
+    assert!(!m.path("cat/foo.rollback-broken").exists());
+    assert_eq!(names(&m.path("cat2")), ["foo"]);
+}
+
+#[test]
+fn removing_a_directory_whose_children_are_hidden_orphans_them() {
+    let m = Mount::new("orphan");
+    skill(&m.root(), "cat/foo", "foo");
+    fs::create_dir(m.path("cat/foo/x.tmp.d")).unwrap(); // visible: a directory
+    fs::write(m.path("cat/foo/.SKILL.md.tmp.abcdefgh"), "temp").unwrap();
+    // shutil.rmtree lists (no temp file), removes what it sees, then rmdir.
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg("import shutil,sys; shutil.rmtree(sys.argv[1])")
+        .arg(m.path("cat/foo"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(!m.path("cat/foo").exists());
+    let orphans = names(&m.store().join("orphans"));
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    let inner = m
+        .store()
+        .join("orphans")
+        .join(&orphans[0])
+        .join(".SKILL.md.tmp.abcdefgh");
+    assert_eq!(fs::read(inner).unwrap(), b"temp");
+    assert!(
+        m.log()
+            .iter()
+            .any(|r| r["op"] == "orphan" && r["hidden"] == "cat/foo")
+    );
+}
+
+#[test]
+fn parks_are_not_versioned_but_leaving_and_returning_is() {
+    let m = Mount::new("parkver");
+    skill(&m.root(), "cat/foo", "foo");
+    let before = m.log().len();
+    fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
+    fs::write(m.path("cat/foo.bak/SKILL.md"), "edited while parked").unwrap();
+    fs::write(m.path("cat/foo.bak/new.md"), "new while parked").unwrap();
+    let log = m.log();
+    let new: Vec<(&str, &str)> = log[before..]
+        .iter()
+        .map(|r| (r["op"].as_str().unwrap(), r["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(new, [("park", "cat/foo")], "only the park is versioned");
+    assert_eq!(log[before]["hidden"], "cat/foo.bak");
+    fs::rename(m.path("cat/foo.bak"), m.path("cat/foo")).unwrap();
+    let log = m.log();
+    let back: Vec<(&str, &str)> = log[before + 1..]
+        .iter()
+        .map(|r| (r["op"].as_str().unwrap(), r["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        back,
+        [
+            ("unpark", "cat/foo"),
+            ("unpark", "cat/foo/SKILL.md"),
+            ("unpark", "cat/foo/new.md")
+        ]
+    );
+    let rec = &log[before + 2];
+    assert_eq!(
+        m.blob(rec["state"]["blob"].as_str().unwrap()),
+        b"edited while parked"
+    );
+}
+
+#[test]
+fn parks_left_in_root_while_unmounted_are_moved_out_at_mount() {
+    let mut m = Mount::new("offpark");
+    skill(&m.root(), "cat/foo", "foo");
+    m.umount();
+    // The agent ran without skillfs and left a backup and a temp file.
+    fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
+    fs::write(m.path("cat/.SKILL.md.tmp.0000"), "t").unwrap();
+    skill(&m.root(), "cat/foo", "foo");
+    m.remount();
+    assert_eq!(names(&m.path("cat")), ["foo"]);
+    assert!(m.path("cat/foo.bak/SKILL.md").is_file());
+    m.umount();
+    assert_eq!(
+        names(&m.path("cat")),
+        ["foo"],
+        "moved out of the root for good"
+    );
+}
+
+#[test]
+fn hidden_children_of_a_directory_removed_offline_are_orphaned_at_mount() {
+    let mut m = Mount::new("offorphan");
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/.x.tmp"), "hidden").unwrap();
+    m.umount();
+    fs::remove_dir(m.path("d")).unwrap(); // empty underneath
+    m.remount();
+    let log = m.log();
+    assert!(log.iter().any(|r| r["op"] == "orphan"), "{log:?}");
+    assert!(
+        names(&m.store().join("parked")).is_empty(),
+        "the attached area was moved"
+    );
+    assert_eq!(names(&m.store().join("orphans")).len(), 1);
+}
+
+#[test]
+fn old_parks_are_swept_and_journaled_but_kept_ones_stay() {
+    let s = Scratch::new("sweep");
+    let mut m = Mount::over(s, vec!["--park-max-age".into(), "1h".into()]);
+    skill(&m.root(), "cat/foo", "foo");
+    fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
+    fs::create_dir(m.path("cat/fresh.bak")).unwrap();
+    fs::create_dir(m.path(".curator_backups")).unwrap();
+    fs::write(m.path(".curator_backups/snap.tar.gz"), "snapshot").unwrap();
+    let old = filetime_days_ago(2);
+    for p in [
+        "cat/foo.bak/SKILL.md",
+        "cat/foo.bak",
+        ".curator_backups/snap.tar.gz",
+        ".curator_backups",
+    ] {
+        set_mtime(&m.path(p), old);
+    }
+    m.umount();
+    m.remount();
+    assert!(!m.path("cat/foo.bak").exists(), "old park not swept");
+    assert!(m.path("cat/fresh.bak").exists(), "fresh park swept");
+    assert_eq!(
+        fs::read(m.path(".curator_backups/snap.tar.gz")).unwrap(),
+        b"snapshot"
+    );
+    assert!(
+        m.log()
+            .iter()
+            .any(|r| r["op"] == "sweep" && r["path"] == "cat/foo.bak")
+    );
+}
+
+fn filetime_days_ago(days: i64) -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    now - days * 86_400
+}
+
+fn set_mtime(p: &Path, secs: i64) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let ts = [
+        libc::timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        },
+    ];
+    assert_eq!(
+        unsafe {
+            libc::utimensat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                ts.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        },
+        0
+    );
+    assert_eq!(fs::symlink_metadata(p).unwrap().mtime(), secs);
+}
+
+#[test]
+fn rules_change_with_hide_show_and_the_config_file() {
+    let s = Scratch::new("rules");
+    fs::create_dir_all(s.store()).unwrap();
+    fs::write(
+        s.store().join("config.json"),
+        r#"{"hide": ["*.orig:file"]}"#,
+    )
+    .unwrap();
+    let mut m = Mount::over(s, vec!["--hide=/scratch:dir".into()]);
+    fs::write(m.path("a.orig"), "x").unwrap();
+    fs::create_dir(m.path("scratch")).unwrap();
+    fs::create_dir(m.path("cat")).unwrap();
+    fs::create_dir(m.path("cat/old.bak")).unwrap();
+    assert_eq!(names(&m.root()), ["cat"]);
+    assert!(names(&m.path("cat")).is_empty());
+    let out = skillfs(&["status", "--root", m.root().to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("*.orig:file") && text.contains("/scratch:dir") && text.contains("*.bak"),
+        "{text}"
+    );
+    // Remounted without the `*.bak` rule: the park is given back, versioned.
+    m.umount();
+    m.extra_args = vec!["--show=*.bak".into()];
+    m.remount();
+    assert_eq!(names(&m.path("cat")), ["old.bak"]);
+    assert!(
+        m.log()
+            .iter()
+            .any(|r| r["op"] == "unpark" && r["path"] == "cat/old.bak")
+    );
+}
+
+#[test]
+fn bad_rules_and_config_are_refused_with_one_line() {
+    let s = Scratch::new("badrules");
+    let root = s.root();
+    let r = root.to_str().unwrap();
+    for (arg, why) in [
+        ("--hide=*", "everything"),
+        ("--hide=SKILL.md", "SKILL.md"),
+        ("--hide=/", "root"),
+        ("--hide=.usage.json", ".usage.json"),
+        ("--show=nothing-like-this", "matches no hide rule"),
+        ("--park-max-age=soon", "duration"),
+    ] {
+        let out = skillfs(&["mount", r, arg]);
+        assert_eq!(out.status.code(), Some(7), "{arg}: {}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(why), "{arg}: {err}");
+        assert!(!s.store().exists(), "{arg}: nothing may be created");
+    }
+    fs::create_dir_all(s.store()).unwrap();
+    fs::write(s.store().join("config.json"), "{ not json").unwrap();
+    let out = skillfs(&["mount", r]);
+    assert_eq!(out.status.code(), Some(7), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("config.json"));
+    assert_eq!(
+        fs::read_dir(s.store()).unwrap().count(),
+        1,
+        "only the config file"
+    );
+}
