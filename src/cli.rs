@@ -64,6 +64,39 @@ enum Cmd {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+    /// Print a path as it was just after a change: a file's bytes, a
+    /// symlink's target, a directory's entries. ID is an id or an alias
+    /// (latest, @2026-11-30T18:09:30Z, @-10m).
+    Show {
+        /// ID:PATH, PATH relative to ROOT (e.g. latest:cat/foo/SKILL.md).
+        spec: String,
+        #[arg(long)]
+        root: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// Unified diff between two changes (the second defaults to the newest),
+    /// for the whole tree or below PATH. A PATH that looks like an id is
+    /// written ./PATH.
+    Diff {
+        id: String,
+        /// A second ID, then an optional PATH.
+        rest: Vec<String>,
+        #[arg(long)]
+        root: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
+    /// Put PATH back as it was just after change ID, through the mount, as
+    /// one swap; entries that did not exist then are removed. The replaced
+    /// state stays in history, so a restore can itself be undone.
+    Restore {
+        id: String,
+        /// Relative to ROOT, or absolute under it.
+        path: PathBuf,
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
     /// List recorded changes (id, time, operation, path, actor), oldest first.
     Log {
         /// Only changes at or below this path (relative to ROOT, or absolute under it).
@@ -138,6 +171,36 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             Ok(())
         }
         Cmd::Status { root, store } => status(root, store),
+        Cmd::Show { spec, root, store } => {
+            let (_, layout, _) = open_history(root, store)?;
+            crate::commands::show(&crate::commands::Store::open(layout)?, &spec)
+        }
+        Cmd::Diff {
+            id,
+            rest,
+            root,
+            store,
+        } => {
+            let (_, layout, _) = open_history(root, store)?;
+            let st = crate::commands::Store::open(layout)?;
+            let looks_like_id =
+                |t: &str| crate::history::parse_alias(t, crate::time::now_ns()).is_some();
+            let (b, path) = match rest.as_slice() {
+                [] => (None, None),
+                [x] if looks_like_id(x) => (Some(x.as_str()), None),
+                [x] => (None, Some(x.as_str())),
+                [x, y] => (Some(x.as_str()), Some(y.as_str())),
+                _ => return Err(Failure::new(Exit::Usage, "diff takes ID [ID] [PATH]")),
+            };
+            let rel = match path {
+                None => RelPath::root(),
+                Some(p) => RelPath::parse(p.as_bytes()).ok_or_else(|| {
+                    Failure::new(Exit::Usage, format!("'{p}' must not contain '..'"))
+                })?,
+            };
+            crate::commands::diff(&st, &id, b, &rel)
+        }
+        Cmd::Restore { id, path, root } => restore(&id, &path, root),
         Cmd::Log {
             path,
             json,
@@ -201,6 +264,56 @@ fn open_history(
     Ok((root, layout, records))
 }
 
+fn restore(id: &str, path: &Path, root: Option<PathBuf>) -> Result<(), Failure> {
+    let root = daemon::absolute_root(&match root {
+        Some(r) => r,
+        None => default_root()?,
+    })?;
+    let Some(store_dir) = daemon::mount_at(&root).and_then(|m| m.skillfs_store()) else {
+        return Err(Failure::new(
+            Exit::BadRoot,
+            format!(
+                "'{}' is not mounted: a restore writes through the mount so that it is versioned",
+                root.display()
+            ),
+        ));
+    };
+    let rel = relative_to_root(&root, path)?;
+    let store = crate::commands::Store::open(Layout::new(store_dir))?;
+    let id = store.resolve(id)?;
+    let done = crate::commands::restore(&store, &root, id, &rel)?;
+    let when = store.index.time_of(id).map(crate::time::format_utc).unwrap_or_default();
+    println!(
+        "restored {rel} as of change {id} ({when}): files {}, directories {}, symlinks {}{}",
+        done.files,
+        done.dirs,
+        done.symlinks,
+        if done.replaced {
+            "; what it replaced stays in history"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// A user-given path as a path relative to ROOT.
+fn relative_to_root(root: &Path, p: &Path) -> Result<RelPath, Failure> {
+    use std::os::unix::ffi::OsStrExt;
+    let rel = if p.is_absolute() {
+        p.strip_prefix(root).map(Path::to_path_buf).map_err(|_| {
+            Failure::new(
+                Exit::Usage,
+                format!("'{}' is not under ROOT '{}'", p.display(), root.display()),
+            )
+        })?
+    } else {
+        p.to_path_buf()
+    };
+    RelPath::parse(rel.as_os_str().as_bytes())
+        .ok_or_else(|| Failure::new(Exit::Usage, format!("'{}' must not contain '..'", rel.display())))
+}
+
 fn status(root: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), Failure> {
     let (root, layout, records) = open_history(root, store)?;
     let mounted = daemon::mount_at(&root).filter(|m| m.skillfs_store().is_some());
@@ -252,25 +365,7 @@ fn log(
     let (root, _layout, records) = open_history(root, store)?;
     let filter = match path {
         None => None,
-        Some(p) => {
-            use std::os::unix::ffi::OsStrExt;
-            let rel = if p.is_absolute() {
-                p.strip_prefix(&root).map(Path::to_path_buf).map_err(|_| {
-                    Failure::new(
-                        Exit::Usage,
-                        format!("'{}' is not under ROOT '{}'", p.display(), root.display()),
-                    )
-                })?
-            } else {
-                p
-            };
-            Some(RelPath::parse(rel.as_os_str().as_bytes()).ok_or_else(|| {
-                Failure::new(
-                    Exit::Usage,
-                    format!("'{}' must not contain '..'", rel.display()),
-                )
-            })?)
-        }
+        Some(p) => Some(relative_to_root(&root, &p)?),
     };
     let mut out = std::io::stdout().lock();
     for r in &records {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Exit, Failure};
 use crate::fs::{SkillFs, StoreDirs};
 use crate::hide::{Config, HideRules};
-use crate::ledger::{Catalog, Ledger};
+use crate::ledger::Ledger;
 use crate::relpath::RelPath;
 use crate::scan::{Areas, Settler, tend_parked};
 use crate::store::blobs::BlobStore;
@@ -392,9 +392,8 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let lock = StoreLock::acquire(&layout)?;
     let contents = journal::read_dir(&layout.journal())?;
     layout.clear_scratch()?;
-    let catalog = Catalog::from_records(&contents.records);
     let journal = Journal::open(&contents)?;
-    let mut ledger = Ledger::new(journal, catalog);
+    let mut ledger = Ledger::new(journal, &contents.records);
     let blobs = BlobStore::new(layout.blobs(), layout.tmp());
 
     let open_dir = |p: &Path, exit: Exit| {

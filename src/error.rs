@@ -6,7 +6,7 @@
 //! 3 bad ROOT (missing, not a directory, already mounted, not mounted),
 //! 4 bad store (inside ROOT, another filesystem, unwritable, in use),
 //! 5 damaged journal, 6 the kernel refused the mount, 7 bad hide rules or
-//! config file.
+//! config file, 8 not in history (unknown id or alias, path absent then).
 
 use std::fmt;
 use std::io;
@@ -60,6 +60,7 @@ pub enum Exit {
     DamagedJournal = 5,
     MountRefused = 6,
     BadRules = 7,
+    NotFound = 8,
 }
 
 /// The one line a failed command prints, and its exit code.

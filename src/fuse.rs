@@ -23,11 +23,23 @@ use fuser::{
 };
 
 use crate::error::FsError;
-use crate::fs::{Caller, Entry, SetAttr, SkillFs};
+use crate::fs::{Caller, Entry, SetAttr, SkillFs, Ttl};
 use crate::store::journal::Kind;
 use crate::sys::Time;
 
 const TTL: Duration = Duration::from_secs(24 * 3600);
+const TTL_IMMUTABLE: Duration = Duration::from_secs(365 * 24 * 3600);
+const TTL_VOLATILE: Duration = Duration::from_secs(1);
+
+/// (attribute TTL, entry TTL) for an entry.
+fn ttls(t: Ttl) -> (Duration, Duration) {
+    match t {
+        Ttl::Live => (TTL, TTL),
+        Ttl::Immutable => (TTL_IMMUTABLE, TTL_IMMUTABLE),
+        Ttl::Volatile => (TTL_VOLATILE, TTL_VOLATILE),
+        Ttl::Alias => (TTL_IMMUTABLE, Duration::ZERO),
+    }
+}
 
 pub struct FuseAdapter {
     pub fs: Arc<SkillFs>,
@@ -115,7 +127,10 @@ fn time(t: TimeOrNow) -> Time {
 
 fn reply_entry(reply: ReplyEntry, r: Result<Entry, FsError>) {
     match r {
-        Ok(e) => reply.entry(&TTL, &attr(&e), Generation(0)),
+        Ok(e) => {
+            let (attr_ttl, entry_ttl) = ttls(e.ttl);
+            reply.entry_with_ttls(&attr_ttl, &entry_ttl, &attr(&e), Generation(0))
+        }
         Err(e) => reply.error(errno(e)),
     }
 }
@@ -160,7 +175,7 @@ impl Filesystem for FuseAdapter {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs.getattr(ino.0) {
-            Ok(e) => reply.attr(&TTL, &attr(&e)),
+            Ok(e) => reply.attr(&ttls(e.ttl).0, &attr(&e)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -192,7 +207,7 @@ impl Filesystem for FuseAdapter {
             mtime: mtime.map(time),
         };
         match self.fs.setattr(ino.0, set, &caller(req)) {
-            Ok(e) => reply.attr(&TTL, &attr(&e)),
+            Ok(e) => reply.attr(&ttls(e.ttl).0, &attr(&e)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -307,6 +322,8 @@ impl Filesystem for FuseAdapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open(ino.0, flags.0) {
             Ok(o) => {
+                // Pages stay valid across opens: every write comes through
+                // the kernel, and versions never change.
                 let mut f = FopenFlags::FOPEN_KEEP_CACHE;
                 if o.no_flush {
                     f |= FopenFlags::FOPEN_NOFLUSH;
@@ -389,7 +406,11 @@ impl Filesystem for FuseAdapter {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.opendir(ino.0) {
-            Ok(fh) => reply.opened(
+            // A `.history` listing grows with every change: never cached.
+            Ok((fh, _)) if crate::fs::is_listing(ino.0) => {
+                reply.opened(FileHandle(fh), FopenFlags::empty())
+            }
+            Ok((fh, _)) => reply.opened(
                 FileHandle(fh),
                 FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
             ),
@@ -450,7 +471,7 @@ impl Filesystem for FuseAdapter {
                 INodeNo(entry.ino),
                 (i + 1) as u64,
                 name,
-                &TTL,
+                &ttls(entry.ttl).0,
                 &attr(&entry),
                 Generation(0),
             ) {
@@ -557,7 +578,7 @@ impl Filesystem for FuseAdapter {
             .create(parent.0, name.as_bytes(), mode, flags, &caller(req))
         {
             Ok((e, o)) => reply.created(
-                &TTL,
+                &ttls(e.ttl).0,
                 &attr(&e),
                 Generation(0),
                 FileHandle(o.fh),

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::io;
 
+use crate::history::HistoryIndex;
 use crate::relpath::RelPath;
 use crate::store::blobs::BlobStore;
 use crate::store::journal::{Actor, Change, EntryState, Journal, Kind, Op, Record};
@@ -24,7 +25,7 @@ impl Catalog {
     pub fn from_records<'a>(records: impl IntoIterator<Item = &'a Record>) -> Catalog {
         let mut c = Catalog::default();
         for r in records {
-            c.apply(r);
+            let _ = c.apply(r);
         }
         c
     }
@@ -63,30 +64,43 @@ impl Catalog {
         out
     }
 
-    pub fn apply(&mut self, r: &Record) {
+    /// Applies one record and returns its effect on the visible tree: every
+    /// path whose state changed, with its new state (`None`: gone), removals
+    /// before additions.
+    pub fn apply(&mut self, r: &Record) -> Vec<(RelPath, Option<EntryState>)> {
+        let gone = |v: Vec<(RelPath, EntryState)>| v.into_iter().map(|(p, _)| (p, None));
+        let mut effects: Vec<(RelPath, Option<EntryState>)> = Vec::new();
         match r.op {
             Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park => {
-                self.remove_tree(&r.path);
+                effects.extend(gone(self.remove_tree(&r.path)));
             }
             // Store-side housekeeping of hidden entries: not in the visible tree.
             Op::Orphan | Op::Sweep => {}
             Op::Rename => {
-                let Some(to) = &r.to else { return };
+                let Some(to) = &r.to else { return effects };
                 let moved = self.remove_tree(&r.path);
-                self.remove_tree(to);
+                effects.extend(moved.iter().map(|(p, _)| (p.clone(), None)));
+                effects.extend(gone(self.remove_tree(to)));
                 for (p, s) in moved {
-                    self.entries.insert(p.rebase(&r.path, to), s);
+                    let np = p.rebase(&r.path, to);
+                    self.entries.insert(np.clone(), s.clone());
+                    effects.push((np, Some(s)));
                 }
             }
             Op::Exchange => {
-                let Some(to) = &r.to else { return };
+                let Some(to) = &r.to else { return effects };
                 let a = self.remove_tree(&r.path);
                 let b = self.remove_tree(to);
+                effects.extend(a.iter().chain(b.iter()).map(|(p, _)| (p.clone(), None)));
                 for (p, s) in a {
-                    self.entries.insert(p.rebase(&r.path, to), s);
+                    let np = p.rebase(&r.path, to);
+                    self.entries.insert(np.clone(), s.clone());
+                    effects.push((np, Some(s)));
                 }
                 for (p, s) in b {
-                    self.entries.insert(p.rebase(to, &r.path), s);
+                    let np = p.rebase(to, &r.path);
+                    self.entries.insert(np.clone(), s.clone());
+                    effects.push((np, Some(s)));
                 }
             }
             _ => {
@@ -94,28 +108,52 @@ impl Catalog {
                     if state.kind != Kind::Dir {
                         for d in self.descendants(&r.path) {
                             self.entries.remove(&d);
+                            effects.push((d, None));
                         }
                     }
                     self.entries.insert(r.path.clone(), state.clone());
+                    effects.push((r.path.clone(), Some(state.clone())));
                 }
             }
         }
+        effects
     }
 }
 
-/// The journal and the catalog it implies, kept in step.
+/// The journal and what it implies (the catalog of current states and the
+/// history index), kept in step.
 pub struct Ledger {
     journal: Journal,
     catalog: Catalog,
+    history: HistoryIndex,
 }
 
 impl Ledger {
-    pub fn new(journal: Journal, catalog: Catalog) -> Ledger {
-        Ledger { journal, catalog }
+    /// `records` are the journal's, as read before opening it.
+    pub fn new(journal: Journal, records: &[Record]) -> Ledger {
+        let mut catalog = Catalog::default();
+        let mut history = HistoryIndex::new();
+        for r in records {
+            let eff = catalog.apply(r);
+            history.add(r.seq, r.ts, &eff);
+        }
+        Ledger {
+            journal,
+            catalog,
+            history,
+        }
     }
 
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    pub fn history(&self) -> &HistoryIndex {
+        &self.history
+    }
+
+    pub fn history_mut(&mut self) -> &mut HistoryIndex {
+        &mut self.history
     }
 
     pub fn next_seq(&self) -> u64 {
@@ -126,7 +164,8 @@ impl Ledger {
     /// blob the change names exist (durably, if the record is to be).
     pub fn record(&mut self, change: Change, actor: Actor) -> io::Result<Record> {
         let rec = self.journal.append(change, actor, crate::time::now_ns())?;
-        self.catalog.apply(&rec);
+        let eff = self.catalog.apply(&rec);
+        self.history.add(rec.seq, rec.ts, &eff);
         Ok(rec)
     }
 

@@ -6,12 +6,14 @@
 //! catalog) and `store` (blobs, journal file, layout) → `sys` (`*at` calls).
 
 pub mod cli;
+pub mod commands;
 pub mod daemon;
 pub mod error;
 pub mod fs;
 pub mod fuse;
 pub mod fusermount;
 pub mod hide;
+pub mod history;
 pub mod ledger;
 pub mod relpath;
 pub mod scan;

@@ -24,6 +24,47 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (`days_from_civil`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 } as i64;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses `2026-11-30T18:09:30Z`, also written `2026-11-30T18-09-30Z`
+/// (no `:`, for file names), as nanoseconds since the epoch.
+pub fn parse_utc(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() != 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[19] != b'Z' {
+        return None;
+    }
+    let sep = b[13];
+    if !(sep == b':' || sep == b'-') || b[16] != sep {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        if !t.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        t.parse().ok()
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let days = days_from_civil(y, mo as u32, d as u32);
+    if civil_from_days(days) != (y, mo as u32, d as u32) {
+        return None; // 2026-02-30 and the like
+    }
+    Some(((days * 86_400) + h * 3600 + mi * 60 + se) * 1_000_000_000)
+}
+
 /// `2026-11-30T18:09:30Z` (seconds precision).
 pub fn format_utc(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);
@@ -54,5 +95,22 @@ mod tests {
             format_utc(951_782_400 * 1_000_000_000),
             "2000-02-29T00:00:00Z"
         );
+    }
+
+    #[test]
+    fn parses_both_spellings_and_rejects_nonsense() {
+        let t = 1_796_062_170 * 1_000_000_000;
+        assert_eq!(parse_utc("2026-11-30T18:09:30Z"), Some(t));
+        assert_eq!(parse_utc("2026-11-30T18-09-30Z"), Some(t));
+        assert_eq!(parse_utc("2000-02-29T00:00:00Z"), Some(951_782_400 * 1_000_000_000));
+        for bad in [
+            "2026-02-30T00:00:00Z",
+            "2026-11-30 18:09:30Z",
+            "2026-11-30T18:09:30",
+            "yesterday",
+            "2026-11-30T18:09-30Z",
+        ] {
+            assert_eq!(parse_utc(bad), None, "{bad}");
+        }
     }
 }

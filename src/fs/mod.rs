@@ -24,6 +24,7 @@
 //!
 //! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`.
 
+mod history_view;
 mod tree;
 
 use std::collections::HashMap;
@@ -45,10 +46,16 @@ use crate::store::blobs::{BlobStore, copy_range};
 use crate::store::journal::{Actor, Change, EntryState, Kind, Op};
 use crate::sys::{self, Time};
 
+use history_view::{HISTORY, VNode, decode, is_virtual};
 use tree::Tree;
 pub use tree::{Ino, Location, ROOT_INO};
 
 const NAME_MAX: usize = 255;
+
+/// Whether `ino` is a `.history` listing (its content grows).
+pub fn is_listing(ino: Ino) -> bool {
+    matches!(decode(ino), Some(VNode::Listing(_)))
+}
 
 /// Who is asking, from the FUSE request header.
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +80,21 @@ impl Caller {
 pub struct Entry {
     pub ino: Ino,
     pub stat: libc::stat,
+    pub ttl: Ttl,
+}
+
+/// How long the kernel may cache an entry and its attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ttl {
+    /// Live tree: long; the kernel sees every change go through it.
+    Live,
+    /// History: never changes.
+    Immutable,
+    /// A `.history` listing: grows with every change.
+    Volatile,
+    /// An alias (`latest`, `@-10m`): the name must be resolved again each
+    /// time, the version it names never changes.
+    Alias,
 }
 
 /// What `setattr` asks to change.
@@ -103,6 +125,8 @@ pub struct OpenReply {
     pub fh: u64,
     /// Read-only open: closing it has nothing to publish.
     pub no_flush: bool,
+    /// The content never changes (a version under `.history`).
+    pub immutable: bool,
 }
 
 /// The store directories the core works in.
@@ -137,6 +161,8 @@ struct OpenFile {
 enum Handle {
     File { ino: Ino, write: bool, append: bool },
     Dir { entries: Arc<Vec<DirEntry>> },
+    /// A file under `.history`: its blob, read-only.
+    Blob { file: Arc<File> },
 }
 
 pub struct SkillFs {
@@ -403,7 +429,13 @@ impl SkillFs {
         if name.len() > NAME_MAX {
             return Err(FsError::ENAMETOOLONG);
         }
+        if let Some(v) = decode(parent) {
+            return self.vlookup(v, name);
+        }
         let _ns = self.namespace.read();
+        if name == HISTORY {
+            return self.history_dir(parent);
+        }
         let ploc = self.loc(parent)?;
         let f = self.find(parent, &ploc, name)?;
         let kind = kind_of(&f.st).ok_or(FsError::ENOENT)?;
@@ -411,6 +443,7 @@ impl SkillFs {
         Ok(Entry {
             ino,
             stat: self.finish_stat(ino, f.st),
+            ttl: Ttl::Live,
         })
     }
 
@@ -419,6 +452,13 @@ impl SkillFs {
     }
 
     pub fn getattr(&self, ino: Ino) -> FsResult<Entry> {
+        if let Some(v) = decode(ino) {
+            let ttl = match v {
+                VNode::Listing(_) => Ttl::Volatile,
+                VNode::Snap(..) => Ttl::Immutable,
+            };
+            return self.vattr(v, ttl);
+        }
         let _ns = self.namespace.read();
         let st = match self.loc(ino) {
             Ok(loc) => loc.lstat()?,
@@ -434,10 +474,14 @@ impl SkillFs {
         Ok(Entry {
             ino,
             stat: self.finish_stat(ino, st),
+            ttl: Ttl::Live,
         })
     }
 
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        if let Some(v) = decode(ino) {
+            return self.vreadlink(v);
+        }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;
         Ok(sys::readlinkat(loc.dirfd, &loc.phys)?)
@@ -450,6 +494,9 @@ impl SkillFs {
     // ------------------------------------------------------------ setattr
 
     pub fn setattr(&self, ino: Ino, attr: SetAttr, caller: &Caller) -> FsResult<Entry> {
+        if is_virtual(ino) {
+            return Err(FsError::EROFS);
+        }
         let _ns = self.namespace.read();
         let loc = self.loc(ino);
         let of = self.open_file(ino);
@@ -564,6 +611,7 @@ impl SkillFs {
     // ------------------------------------------------------------ namespace
 
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
+        self.check_writable(parent, name, true)?;
         check_name(name)?;
         let _ns = self.namespace.write();
         let ploc = self.loc(parent)?;
@@ -587,6 +635,7 @@ impl SkillFs {
         Ok(Entry {
             ino,
             stat: self.finish_stat(ino, st),
+            ttl: Ttl::Live,
         })
     }
 
@@ -597,6 +646,7 @@ impl SkillFs {
         target: &[u8],
         caller: &Caller,
     ) -> FsResult<Entry> {
+        self.check_writable(parent, name, true)?;
         check_name(name)?;
         let _ns = self.namespace.write();
         let ploc = self.loc(parent)?;
@@ -619,6 +669,7 @@ impl SkillFs {
         Ok(Entry {
             ino,
             stat: self.finish_stat(ino, st),
+            ttl: Ttl::Live,
         })
     }
 
@@ -631,6 +682,7 @@ impl SkillFs {
     }
 
     fn remove(&self, parent: Ino, name: &[u8], dir: bool, caller: &Caller) -> FsResult<()> {
+        self.check_writable(parent, name, false)?;
         let _ns = self.namespace.write();
         let ploc = self.loc(parent)?;
         let f = self.find(parent, &ploc, name)?;
@@ -664,6 +716,8 @@ impl SkillFs {
         flags: u32,
         caller: &Caller,
     ) -> FsResult<()> {
+        self.check_writable(parent, name, false)?;
+        self.check_writable(newparent, newname, false)?;
         check_name(newname)?;
         if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
             return Err(FsError::EINVAL);
@@ -730,10 +784,15 @@ impl SkillFs {
                     c.to = Some(b.clone());
                     self.record(c, caller);
                 }
-                // Each entry now sits where the other was.
-                _ => {
+                // Each entry now sits where the other was. What left the
+                // visible tree is journaled before what entered it.
+                (Some(_), None) => {
                     self.journal_move(&src.loc, &dst, false, caller)?;
                     self.journal_move(&dst, &src.loc, false, caller)?;
+                }
+                _ => {
+                    self.journal_move(&dst, &src.loc, false, caller)?;
+                    self.journal_move(&src.loc, &dst, false, caller)?;
                 }
             }
         } else {
@@ -895,6 +954,9 @@ impl SkillFs {
     }
 
     pub fn open(&self, ino: Ino, flags: i32) -> FsResult<OpenReply> {
+        if let Some(v) = decode(ino) {
+            return self.vopen(v, flags);
+        }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;
         let of = self.open_live(ino, &loc)?;
@@ -923,6 +985,7 @@ impl SkillFs {
         Ok(OpenReply {
             fh,
             no_flush: !write,
+            immutable: false,
         })
     }
 
@@ -934,6 +997,7 @@ impl SkillFs {
         flags: i32,
         caller: &Caller,
     ) -> FsResult<(Entry, OpenReply)> {
+        self.check_writable(parent, name, true)?;
         check_name(name)?;
         let _ns = self.namespace.write();
         let ploc = self.loc(parent)?;
@@ -979,6 +1043,7 @@ impl SkillFs {
             Entry {
                 ino,
                 stat: self.finish_stat(ino, st),
+                ttl: Ttl::Live,
             },
             reply,
         ))
@@ -987,6 +1052,7 @@ impl SkillFs {
     /// `mknod` of a regular file is a create without an open handle; other
     /// node types are not kept in a skills tree.
     pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
+        self.check_writable(parent, name, true)?;
         if mode & libc::S_IFMT != libc::S_IFREG {
             return Err(FsError::EPERM);
         }
@@ -1004,13 +1070,20 @@ impl SkillFs {
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let (ino, _, _) = self.file_handle(fh)?;
-        let of = self.open_file(ino).ok_or(FsError::EBADF)?;
-        let file = {
-            let s = of.state.lock();
-            match &s.staging {
-                Some(stg) => Arc::clone(&stg.file),
-                None => Arc::clone(&s.live),
+        let blob = match self.handles.lock().get(&fh) {
+            Some(Handle::Blob { file }) => Some(Arc::clone(file)),
+            _ => None,
+        };
+        let file = match blob {
+            Some(f) => f,
+            None => {
+                let (ino, _, _) = self.file_handle(fh)?;
+                let of = self.open_file(ino).ok_or(FsError::EBADF)?;
+                let s = of.state.lock();
+                match &s.staging {
+                    Some(stg) => Arc::clone(&stg.file),
+                    None => Arc::clone(&s.live),
+                }
             }
         };
         let mut buf = vec![0u8; size as usize];
@@ -1047,6 +1120,9 @@ impl SkillFs {
 
     /// Publishes a writer's staged bytes as a version (not yet durable).
     pub fn flush(&self, fh: u64, caller: &Caller) -> FsResult<()> {
+        if matches!(self.handles.lock().get(&fh), Some(Handle::Blob { .. })) {
+            return Ok(());
+        }
         let (ino, write, _) = self.file_handle(fh)?;
         if write {
             self.publish(ino, false, caller)?;
@@ -1055,14 +1131,19 @@ impl SkillFs {
     }
 
     pub fn fsync(&self, fh: u64, caller: &Caller) -> FsResult<()> {
+        if matches!(self.handles.lock().get(&fh), Some(Handle::Blob { .. })) {
+            return Ok(());
+        }
         let (ino, _, _) = self.file_handle(fh)?;
         self.publish(ino, true, caller)
     }
 
     pub fn release(&self, fh: u64, caller: &Caller) -> FsResult<()> {
         let h = self.handles.lock().remove(&fh);
-        let Some(Handle::File { ino, write, .. }) = h else {
-            return Err(FsError::EBADF);
+        let (ino, write) = match h {
+            Some(Handle::File { ino, write, .. }) => (ino, write),
+            Some(Handle::Blob { .. }) => return Ok(()),
+            _ => return Err(FsError::EBADF),
         };
         let result = if write {
             let last_writer = self
@@ -1173,7 +1254,11 @@ impl SkillFs {
 
     // ------------------------------------------------------------ directories
 
-    pub fn opendir(&self, ino: Ino) -> FsResult<u64> {
+    /// Opens a directory listing; `true` when it never changes.
+    pub fn opendir(&self, ino: Ino) -> FsResult<(u64, bool)> {
+        if let Some(v) = decode(ino) {
+            return self.vopendir(ino, v);
+        }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;
         let mut raw = sys::read_dir_at(loc.dirfd, &loc.phys)?;
@@ -1229,9 +1314,10 @@ impl SkillFs {
             });
         }
         drop(tree);
-        Ok(self.new_handle(Handle::Dir {
+        let fh = self.new_handle(Handle::Dir {
             entries: Arc::new(entries),
-        }))
+        });
+        Ok((fh, false))
     }
 
     /// The listing taken at `opendir`; offsets are indexes + 1.
@@ -1247,6 +1333,9 @@ impl SkillFs {
     }
 
     pub fn fsyncdir(&self, ino: Ino) -> FsResult<()> {
+        if is_virtual(ino) {
+            return Ok(());
+        }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;
         self.ledger.lock().sync(&self.blobs)?;

@@ -1,0 +1,379 @@
+//! `show`, `diff` and `restore`: history read from the store (mounted or
+//! not), and a restore written through the mount so that it is itself an
+//! ordinary, versioned change.
+
+use std::ffi::CString;
+use std::fs;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Exit, Failure};
+use crate::history::{HistoryIndex, PathIdx, ROOT_IDX, parse_alias};
+use crate::relpath::RelPath;
+use crate::store::blobs::BlobStore;
+use crate::store::journal::{EntryState, Kind};
+use crate::store::{Layout, journal};
+
+/// History as the store has it.
+pub struct Store {
+    pub layout: Layout,
+    pub index: HistoryIndex,
+    pub blobs: BlobStore,
+}
+
+impl Store {
+    pub fn open(layout: Layout) -> Result<Store, Failure> {
+        let dir = layout.journal();
+        if !dir.is_dir() {
+            return Err(Failure::new(
+                Exit::BadStore,
+                format!("no skillfs store at '{}' (it has no journal/)", layout.dir.display()),
+            ));
+        }
+        let records = journal::read_dir(&dir)?.records;
+        let index = HistoryIndex::from_records(&records);
+        let blobs = BlobStore::new(layout.blobs(), layout.tmp());
+        Ok(Store { layout, index, blobs })
+    }
+
+    /// The id an id or alias names (resolved over the whole tree).
+    pub fn resolve(&self, text: &str) -> Result<u64, Failure> {
+        let alias = parse_alias(text, crate::time::now_ns()).ok_or_else(|| {
+            Failure::new(
+                Exit::NotFound,
+                format!("'{text}' is not an id or alias (42, latest, @2026-11-30T18:09:30Z, @-10m)"),
+            )
+        })?;
+        self.index.resolve(ROOT_IDX, alias).ok_or_else(|| {
+            Failure::new(
+                Exit::NotFound,
+                format!(
+                    "'{text}' names no change: the history holds ids 1 to {}{}",
+                    self.index.last(),
+                    self.index
+                        .time_of(1)
+                        .map(|t| format!(", from {}", crate::time::format_utc(t)))
+                        .unwrap_or_default()
+                ),
+            )
+        })
+    }
+
+    /// `path`'s index and state at `id` (the root has no recorded state).
+    fn lookup(&self, path: &RelPath, id: u64) -> Result<(PathIdx, Option<&EntryState>), Failure> {
+        let missing = || {
+            Failure::new(
+                Exit::NotFound,
+                format!("'{path}' did not exist just after change {id}"),
+            )
+        };
+        let idx = self.index.idx(path).ok_or_else(missing)?;
+        if idx == ROOT_IDX {
+            return Ok((idx, None));
+        }
+        let st = self.index.state_at(idx, id).ok_or_else(missing)?;
+        Ok((idx, Some(st)))
+    }
+
+    fn content(&self, st: &EntryState) -> Result<Vec<u8>, Failure> {
+        let blob = st.blob.as_deref().unwrap_or("");
+        self.blobs.read(blob).map_err(|e| {
+            Failure::new(
+                Exit::BadStore,
+                format!("blob {blob} is missing from the store: {e}"),
+            )
+        })
+    }
+
+    /// Every entry at or below `idx` at `id`, parents first.
+    pub fn subtree(&self, idx: PathIdx, id: u64) -> Vec<(RelPath, EntryState)> {
+        let mut out = Vec::new();
+        let mut stack = vec![idx];
+        while let Some(i) = stack.pop() {
+            let kids = self.index.children_at(i, id);
+            for (c, s) in kids.iter().rev() {
+                if s.kind == Kind::Dir {
+                    stack.push(*c);
+                }
+            }
+            for (c, s) in kids {
+                out.push((self.index.path(c).clone(), s.clone()));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}
+
+/// Splits `ID:PATH` (an alias may itself hold `:`, as in `@…T18:09:30Z`).
+pub fn split_spec(spec: &str) -> Result<(&str, RelPath), Failure> {
+    let now = crate::time::now_ns();
+    let (id, path) = spec
+        .match_indices(':')
+        .map(|(i, _)| (&spec[..i], &spec[i + 1..]))
+        .find(|(id, _)| parse_alias(id, now).is_some())
+        .or_else(|| spec.split_once(':'))
+        .ok_or_else(|| {
+            Failure::new(
+                Exit::Usage,
+                format!("'{spec}' is not ID:PATH (for example latest:cat/foo/SKILL.md)"),
+            )
+        })?;
+    let rel = RelPath::parse(path.as_bytes())
+        .ok_or_else(|| Failure::new(Exit::Usage, format!("'{path}' must not contain '..'")))?;
+    Ok((id, rel))
+}
+
+pub fn show(store: &Store, spec: &str) -> Result<(), Failure> {
+    let (id_text, path) = split_spec(spec)?;
+    let id = store.resolve(id_text)?;
+    let (idx, st) = store.lookup(&path, id)?;
+    let mut out = std::io::stdout().lock();
+    let res = match st.map(|s| s.kind) {
+        Some(Kind::File) => out.write_all(&store.content(st.expect("file"))?),
+        Some(Kind::Symlink) => {
+            let t = st.and_then(|s| s.target.as_ref()).map(|t| t.0.clone()).unwrap_or_default();
+            out.write_all(&t).and_then(|()| out.write_all(b"\n"))
+        }
+        _ => {
+            let mut r = Ok(());
+            for (c, s) in store.index.children_at(idx, id) {
+                let name = store.index.path(c).file_name().to_vec();
+                let slash = if s.kind == Kind::Dir { "/" } else { "" };
+                r = r.and_then(|()| out.write_all(&name)).and_then(|()| writeln!(out, "{slash}"));
+            }
+            r
+        }
+    };
+    let _ = res; // a closed stdout (`| head`) is not an error
+    Ok(())
+}
+
+fn is_binary(b: &[u8]) -> bool {
+    b.contains(&0) || std::str::from_utf8(b).is_err()
+}
+
+/// `diff A [B] [PATH]`: what changed from A to B (default: the newest).
+pub fn diff(store: &Store, a: &str, b: Option<&str>, path: &RelPath) -> Result<(), Failure> {
+    let ida = store.resolve(a)?;
+    let idb = match b {
+        Some(b) => store.resolve(b)?,
+        None => store.index.last(),
+    };
+    let side = |id: u64| -> Result<Vec<(RelPath, EntryState)>, Failure> {
+        match store.index.idx(path) {
+            None => Ok(Vec::new()),
+            Some(i) => {
+                let mut v = Vec::new();
+                if i != ROOT_IDX {
+                    match store.index.state_at(i, id) {
+                        None => return Ok(v),
+                        Some(s) => v.push((path.clone(), s.clone())),
+                    }
+                }
+                v.extend(store.subtree(i, id));
+                Ok(v)
+            }
+        }
+    };
+    let (old, new) = (side(ida)?, side(idb)?);
+    if old.is_empty() && new.is_empty() && !path.is_root() {
+        return Err(Failure::new(
+            Exit::NotFound,
+            format!("'{path}' exists at neither change {ida} nor change {idb}"),
+        ));
+    }
+    let old: std::collections::BTreeMap<_, _> = old.into_iter().collect();
+    let new: std::collections::BTreeMap<_, _> = new.into_iter().collect();
+    let mut keys: Vec<&RelPath> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out = std::io::stdout().lock();
+    for k in keys {
+        let (o, n) = (old.get(k), new.get(k));
+        if o == n || (o.is_some_and(|o| o.kind == Kind::Dir) && n.is_some_and(|n| n.kind == Kind::Dir)) {
+            if let (Some(o), Some(n)) = (o, n) {
+                if o.mode != n.mode {
+                    let _ = writeln!(out, "mode of {k}: {:o} -> {:o}", o.mode, n.mode);
+                }
+            }
+            continue;
+        }
+        let text = |s: Option<&EntryState>| -> Result<Vec<u8>, Failure> {
+            Ok(match s {
+                None => Vec::new(),
+                Some(s) if s.kind == Kind::File => store.content(s)?,
+                Some(s) if s.kind == Kind::Symlink => {
+                    let mut t = b"-> ".to_vec();
+                    t.extend(s.target.as_ref().map(|t| t.0.clone()).unwrap_or_default());
+                    t.push(b'\n');
+                    t
+                }
+                Some(_) => Vec::new(),
+            })
+        };
+        if o.is_some_and(|s| s.kind == Kind::Dir) || n.is_some_and(|s| s.kind == Kind::Dir) {
+            let what = if n.is_some() { "added" } else { "removed" };
+            let _ = writeln!(out, "directory {what}: {k}");
+            continue;
+        }
+        let (ob, nb) = (text(o)?, text(n)?);
+        let an = if o.is_some() { format!("a/{k}") } else { "/dev/null".into() };
+        let bn = if n.is_some() { format!("b/{k}") } else { "/dev/null".into() };
+        if ob == nb {
+            if let (Some(o), Some(n)) = (o, n) {
+                if o.mode != n.mode {
+                    let _ = writeln!(out, "mode of {k}: {:o} -> {:o}", o.mode, n.mode);
+                }
+            }
+            continue;
+        }
+        if is_binary(&ob) || is_binary(&nb) {
+            let _ = writeln!(out, "Binary files {an} and {bn} differ");
+            continue;
+        }
+        let (os, ns) = (String::from_utf8_lossy(&ob), String::from_utf8_lossy(&nb));
+        let d = similar::TextDiff::from_lines(os.as_ref(), ns.as_ref());
+        let _ = write!(
+            out,
+            "{}",
+            d.unified_diff()
+                .context_radius(3)
+                .header(&format!("{an}\t(change {ida})"), &format!("{bn}\t(change {idb})"))
+        );
+    }
+    Ok(())
+}
+
+fn c_path(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("paths have no NUL")
+}
+
+/// Gives `p` the state's owner, mode and mtime (not following symlinks).
+fn apply_meta(p: &Path, s: &EntryState) -> std::io::Result<()> {
+    let c = c_path(p);
+    if unsafe { libc::geteuid() } == 0 {
+        unsafe { libc::lchown(c.as_ptr(), s.uid, s.gid) };
+    }
+    if s.kind != Kind::Symlink {
+        fs::set_permissions(p, fs::Permissions::from_mode(s.mode))?;
+    }
+    let t = libc::timespec {
+        tv_sec: s.mtime_ns.div_euclid(1_000_000_000),
+        tv_nsec: s.mtime_ns.rem_euclid(1_000_000_000),
+    };
+    let ts = [t, t];
+    if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Creates `s` (with its content) at `p`.
+fn materialize(store: &Store, p: &Path, s: &EntryState) -> Result<(), Failure> {
+    let io = |e: std::io::Error| Failure::io(Exit::Internal, "write", p, &e);
+    match s.kind {
+        Kind::Dir => fs::create_dir(p).map_err(io)?,
+        Kind::File => fs::write(p, store.content(s)?).map_err(io)?,
+        Kind::Symlink => {
+            let t = s.target.as_ref().map(|t| t.0.clone()).unwrap_or_default();
+            symlink(std::ffi::OsStr::from_bytes(&t), p).map_err(io)?
+        }
+    }
+    if s.kind != Kind::Dir {
+        apply_meta(p, s).map_err(io)?;
+    }
+    Ok(())
+}
+
+pub struct Restored {
+    pub files: usize,
+    pub dirs: usize,
+    pub symlinks: usize,
+    pub replaced: bool,
+}
+
+/// Puts `path` back as it was just after `id`, through the mounted `root`:
+/// the old state is built under a hidden name beside it, then swapped in
+/// with one `RENAME_EXCHANGE` (readers see the old or the restored entry,
+/// never a mix), and what it replaced is removed (it stays in history).
+pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Restored, Failure> {
+    if path.is_root() {
+        return Err(Failure::new(
+            Exit::Usage,
+            "restore takes a path below ROOT; restore the top-level entries one by one",
+        ));
+    }
+    let (idx, st) = store.lookup(path, id)?;
+    let st = st.expect("not the root").clone();
+    let target = root.join(path.as_os_str());
+    let parent = target.parent().expect("below root").to_path_buf();
+    let pid = std::process::id();
+    let name = String::from_utf8_lossy(path.file_name()).into_owned();
+    // Hidden names by the default rules, so no listing ever shows them.
+    let stage_name = |tag: &str| -> PathBuf {
+        if st.kind == Kind::Dir {
+            parent.join(format!(".rollback-staging-skillfs-{tag}-{pid}"))
+        } else {
+            parent.join(format!(".{name}.tmp.skillfs-{tag}-{pid}"))
+        }
+    };
+    let stage = stage_name("restore");
+    let mut done = Restored {
+        files: 0,
+        dirs: 0,
+        symlinks: 0,
+        replaced: false,
+    };
+    let count = |d: &mut Restored, k: Kind| match k {
+        Kind::File => d.files += 1,
+        Kind::Dir => d.dirs += 1,
+        Kind::Symlink => d.symlinks += 1,
+    };
+    let _ = fs::remove_dir_all(&stage).or_else(|_| fs::remove_file(&stage));
+    let build = || -> Result<(), Failure> {
+        materialize(store, &stage, &st)?;
+        let mut dirs = Vec::new();
+        for (p, s) in store.subtree(idx, id) {
+            let dest = stage.join(p.rebase(path, &RelPath::root()).as_os_str());
+            materialize(store, &dest, &s)?;
+            if s.kind == Kind::Dir {
+                dirs.push((dest, s));
+            }
+        }
+        // Directory times last: creating their entries changed them.
+        for (d, s) in dirs.iter().rev() {
+            apply_meta(d, s).map_err(|e| Failure::io(Exit::Internal, "set attributes of", d, &e))?;
+        }
+        if st.kind == Kind::Dir {
+            apply_meta(&stage, &st).map_err(|e| Failure::io(Exit::Internal, "set attributes of", &stage, &e))?;
+        }
+        Ok(())
+    };
+    if let Err(f) = build() {
+        let _ = fs::remove_dir_all(&stage).or_else(|_| fs::remove_file(&stage));
+        return Err(f);
+    }
+    count(&mut done, st.kind);
+    for (_, s) in store.subtree(idx, id) {
+        count(&mut done, s.kind);
+    }
+    let (a, b) = (c_path(&stage), c_path(&target));
+    let exists = fs::symlink_metadata(&target).is_ok();
+    let flags = if exists { libc::RENAME_EXCHANGE } else { 0 };
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        let _ = fs::remove_dir_all(&stage).or_else(|_| fs::remove_file(&stage));
+        return Err(Failure::io(Exit::Internal, "swap the restored entry into", &target, &e));
+    }
+    if exists {
+        done.replaced = true;
+        // What was replaced now sits at the hidden stage name.
+        let gone = fs::symlink_metadata(&stage).map(|m| m.is_dir()).unwrap_or(false);
+        let _ = if gone { fs::remove_dir_all(&stage) } else { fs::remove_file(&stage) };
+    }
+    Ok(done)
+}

@@ -1,0 +1,277 @@
+//! The `.history` view: a read-only virtual tree over the history index.
+//!
+//! Every visible directory answers the name `.history` by lookup (no listing
+//! shows it): a *listing* node whose entries are the ids of the changes at or
+//! below that directory (at the root: every id), and which also resolves the
+//! aliases `latest`, `@<UTC time>` and `@-<age>` without listing them. An id
+//! names a *snapshot* node: that directory as it was just after that change;
+//! below it, every entry as it was then, with its exact bytes, size, mode,
+//! owner and mtime.
+//!
+//! Invariants:
+//! - virtual inode numbers encode their node (no table, nothing to forget):
+//!   bit 63 set; bit 62 for a listing; bits 32..62 the path index; bits 0..32
+//!   the id. Real inode numbers never reach bit 62;
+//! - snapshot nodes never change, so the kernel may cache them for as long
+//!   as it likes; listings grow, so they are cached for a second, and an
+//!   alias is resolved again at every lookup;
+//! - nothing under `.history` can be changed: every mutating call answers
+//!   `EROFS`.
+
+use std::sync::Arc;
+
+use super::{DirEntry, Entry, Handle, Ino, OpenReply, SkillFs, Ttl};
+use crate::error::{FsError, FsResult};
+use crate::history::{Alias, PathIdx, ROOT_IDX, parse_alias};
+use crate::store::journal::{EntryState, Kind};
+use crate::sys;
+
+pub const HISTORY: &[u8] = b".history";
+const VIRT: u64 = 1 << 63;
+const LISTING: u64 = 1 << 62;
+const SEQ_MASK: u64 = (1 << 32) - 1;
+const IDX_MASK: u64 = (1 << 30) - 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VNode {
+    Listing(PathIdx),
+    Snap(PathIdx, u64),
+}
+
+pub fn decode(ino: Ino) -> Option<VNode> {
+    if ino & VIRT == 0 {
+        return None;
+    }
+    let idx = ((ino >> 32) & IDX_MASK) as PathIdx;
+    Some(if ino & LISTING != 0 {
+        VNode::Listing(idx)
+    } else {
+        VNode::Snap(idx, ino & SEQ_MASK)
+    })
+}
+
+pub fn encode(v: VNode) -> Ino {
+    match v {
+        VNode::Listing(idx) => VIRT | LISTING | ((idx as u64 & IDX_MASK) << 32),
+        VNode::Snap(idx, id) => VIRT | ((idx as u64 & IDX_MASK) << 32) | (id & SEQ_MASK),
+    }
+}
+
+pub fn is_virtual(ino: Ino) -> bool {
+    ino & VIRT != 0
+}
+
+fn stat_from_state(s: &EntryState) -> libc::stat {
+    let mut st = sys::empty_stat();
+    st.st_mode = s.mode
+        | match s.kind {
+            Kind::File => libc::S_IFREG,
+            Kind::Dir => libc::S_IFDIR,
+            Kind::Symlink => libc::S_IFLNK,
+        };
+    st.st_nlink = if s.kind == Kind::Dir { 2 } else { 1 };
+    st.st_uid = s.uid;
+    st.st_gid = s.gid;
+    st.st_size = match s.kind {
+        Kind::Symlink => s.target.as_ref().map_or(0, |t| t.0.len()) as i64,
+        _ => s.size as i64,
+    };
+    st.st_blocks = (st.st_size + 511) / 512;
+    st.st_blksize = 4096;
+    let (sec, nsec) = (s.mtime_ns.div_euclid(1_000_000_000), s.mtime_ns.rem_euclid(1_000_000_000));
+    st.st_mtime = sec;
+    st.st_mtime_nsec = nsec;
+    st.st_atime = sec;
+    st.st_atime_nsec = nsec;
+    st.st_ctime = sec;
+    st.st_ctime_nsec = nsec;
+    st
+}
+
+impl SkillFs {
+    /// A read-only directory's attributes, owned like the root.
+    fn virtual_dir_stat(&self, mtime_ns: i64) -> FsResult<libc::stat> {
+        let root = sys::fstat(&self.root_fd)?;
+        let mut st = stat_from_state(&EntryState {
+            kind: Kind::Dir,
+            blob: None,
+            size: 0,
+            mode: 0o555,
+            uid: root.st_uid,
+            gid: root.st_gid,
+            mtime_ns,
+            target: None,
+        });
+        st.st_size = 4096;
+        Ok(st)
+    }
+
+    /// `.history` looked up in the visible directory at `path`.
+    pub(super) fn history_dir(&self, parent: Ino) -> FsResult<Entry> {
+        let loc = self.loc(parent)?;
+        let path = loc.visible.ok_or(FsError::ENOENT)?;
+        let idx = self.ledger.lock().history_mut().intern(&path);
+        self.vattr(VNode::Listing(idx), Ttl::Volatile)
+    }
+
+    pub(super) fn vattr(&self, v: VNode, ttl: Ttl) -> FsResult<Entry> {
+        let ledger = self.ledger.lock();
+        let h = ledger.history();
+        let stat = match v {
+            VNode::Listing(_) => {
+                let t = h.time_of(h.last()).unwrap_or(0);
+                drop(ledger);
+                self.virtual_dir_stat(t)?
+            }
+            VNode::Snap(idx, id) if idx == ROOT_IDX => {
+                let t = h.time_of(id).ok_or(FsError::ENOENT)?;
+                drop(ledger);
+                let mut st = self.virtual_dir_stat(t)?;
+                st.st_mode = libc::S_IFDIR | (sys::fstat(&self.root_fd)?.st_mode & 0o7777);
+                st
+            }
+            VNode::Snap(idx, id) => stat_from_state(h.state_at(idx, id).ok_or(FsError::ENOENT)?),
+        };
+        let ino = encode(v);
+        let mut stat = stat;
+        stat.st_ino = ino;
+        Ok(Entry { ino, stat, ttl })
+    }
+
+    pub(super) fn vlookup(&self, v: VNode, name: &[u8]) -> FsResult<Entry> {
+        match v {
+            VNode::Listing(scope) => {
+                let text = std::str::from_utf8(name).map_err(|_| FsError::ENOENT)?;
+                let alias = parse_alias(text, crate::time::now_ns()).ok_or(FsError::ENOENT)?;
+                let id = self
+                    .ledger
+                    .lock()
+                    .history()
+                    .resolve(scope, alias)
+                    .ok_or(FsError::ENOENT)?;
+                let ttl = match alias {
+                    Alias::Id(_) => Ttl::Immutable,
+                    _ => Ttl::Alias,
+                };
+                self.vattr(VNode::Snap(scope, id), ttl)
+            }
+            VNode::Snap(idx, id) => {
+                let child = {
+                    let ledger = self.ledger.lock();
+                    let h = ledger.history();
+                    let c = h.child(idx, name).ok_or(FsError::ENOENT)?;
+                    h.state_at(c, id).ok_or(FsError::ENOENT)?;
+                    c
+                };
+                self.vattr(VNode::Snap(child, id), Ttl::Immutable)
+            }
+        }
+    }
+
+    pub(super) fn vreadlink(&self, v: VNode) -> FsResult<Vec<u8>> {
+        let VNode::Snap(idx, id) = v else {
+            return Err(FsError::EINVAL);
+        };
+        let ledger = self.ledger.lock();
+        let s = ledger.history().state_at(idx, id).ok_or(FsError::ENOENT)?;
+        match (&s.kind, &s.target) {
+            (Kind::Symlink, Some(t)) => Ok(t.0.clone()),
+            _ => Err(FsError::EINVAL),
+        }
+    }
+
+    pub(super) fn vopen(&self, v: VNode, flags: i32) -> FsResult<OpenReply> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            return Err(FsError::EROFS);
+        }
+        let VNode::Snap(idx, id) = v else {
+            return Err(FsError::EISDIR);
+        };
+        let blob = {
+            let ledger = self.ledger.lock();
+            let s = ledger.history().state_at(idx, id).ok_or(FsError::ENOENT)?;
+            if s.kind == Kind::Dir {
+                return Err(FsError::EISDIR);
+            }
+            s.blob.clone().ok_or(FsError::EIO)?
+        };
+        let file = std::fs::File::open(self.blobs.path(&blob)).map_err(|e| {
+            tracing::error!("blob {blob} of a version is missing: {e}");
+            FsError::EIO
+        })?;
+        let fh = self.new_handle(Handle::Blob {
+            file: Arc::new(file),
+        });
+        Ok(OpenReply {
+            fh,
+            no_flush: true,
+            immutable: true,
+        })
+    }
+
+    /// Lists a virtual directory; `true` when the listing never changes.
+    pub(super) fn vopendir(&self, ino: Ino, v: VNode) -> FsResult<(u64, bool)> {
+        let ledger = self.ledger.lock();
+        let h = ledger.history();
+        let mut entries = vec![
+            DirEntry {
+                name: b".".to_vec(),
+                kind: Kind::Dir,
+                ino,
+            },
+            DirEntry {
+                name: b"..".to_vec(),
+                kind: Kind::Dir,
+                ino,
+            },
+        ];
+        let immutable = match v {
+            VNode::Listing(scope) => {
+                let ids = h.ids(scope);
+                entries.reserve(ids.len());
+                for i in 0..ids.len() {
+                    let id = ids.get(i).expect("in range");
+                    entries.push(DirEntry {
+                        name: id.to_string().into_bytes(),
+                        kind: Kind::Dir,
+                        ino: encode(VNode::Snap(scope, id)),
+                    });
+                }
+                false
+            }
+            VNode::Snap(idx, id) => {
+                if idx != ROOT_IDX {
+                    let s = h.state_at(idx, id).ok_or(FsError::ENOENT)?;
+                    if s.kind != Kind::Dir {
+                        return Err(FsError::ENOTDIR);
+                    }
+                }
+                for (c, s) in h.children_at(idx, id) {
+                    entries.push(DirEntry {
+                        name: h.path(c).file_name().to_vec(),
+                        kind: s.kind,
+                        ino: encode(VNode::Snap(c, id)),
+                    });
+                }
+                true
+            }
+        };
+        drop(ledger);
+        let fh = self.new_handle(Handle::Dir {
+            entries: Arc::new(entries),
+        });
+        Ok((fh, immutable))
+    }
+
+    /// Refuses changes under `.history` and to the name `.history` itself:
+    /// `exists` answers for creating the name, `EROFS` for the rest.
+    pub(super) fn check_writable(&self, parent: Ino, name: &[u8], creating: bool) -> FsResult<()> {
+        if is_virtual(parent) {
+            return Err(FsError::EROFS);
+        }
+        if name == HISTORY {
+            return Err(if creating { FsError::EEXIST } else { FsError::EROFS });
+        }
+        Ok(())
+    }
+}

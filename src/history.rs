@@ -1,0 +1,323 @@
+//! `HistoryIndex`: every past state of the visible tree, by path and id,
+//! built from the journal and kept in step with it.
+//!
+//! Invariants:
+//! - ids are the journal's sequence numbers, 1..=`last()` with no gap;
+//! - `versions[p]` is sorted by id, one entry per change of path `p` (its new
+//!   state, or `None` when it stopped existing), so the state of any path at
+//!   any id is one binary search, whatever the number of versions;
+//! - `touched[d]` lists, in order, the ids of the changes at or below
+//!   directory `d` (what `d/.history` lists);
+//! - path indexes are never reused; index 0 is the root.
+//!
+//! Memory: per record, one version entry per path it changes (about 130
+//! bytes with its state) plus one id (8 bytes) per ancestor directory of each
+//! changed path; per distinct path ever seen, its name and two small vectors.
+
+use std::collections::HashMap;
+
+use crate::relpath::RelPath;
+use crate::store::journal::{EntryState, Record};
+
+pub type PathIdx = u32;
+pub const ROOT_IDX: PathIdx = 0;
+
+#[derive(Default)]
+pub struct HistoryIndex {
+    paths: HashMap<RelPath, PathIdx>,
+    names: Vec<RelPath>,
+    children: Vec<Vec<PathIdx>>,
+    versions: Vec<Vec<(u64, Option<EntryState>)>>,
+    touched: Vec<Vec<u64>>,
+    /// `times[id - 1]`: when change `id` was made, never decreasing (a clock
+    /// stepping back is flattened, so time aliases stay monotonic).
+    times: Vec<i64>,
+}
+
+/// A name that `.history` resolves by lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alias {
+    Id(u64),
+    Latest,
+    /// Newest change at or before this time (ns since the epoch).
+    At(i64),
+}
+
+/// Parses an id or alias: `42`, `latest`, `@2026-11-30T18:09:30Z`,
+/// `@2026-11-30T18-09-30Z`, `@-10m` (`s`, `m`, `h`, `d`, `w`).
+pub fn parse_alias(name: &str, now_ns: i64) -> Option<Alias> {
+    if name == "latest" {
+        return Some(Alias::Latest);
+    }
+    if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
+        return name.parse().ok().map(Alias::Id);
+    }
+    let t = name.strip_prefix('@')?;
+    if let Some(rel) = t.strip_prefix('-') {
+        let ago = crate::hide::parse_age(rel)?;
+        return Some(Alias::At(now_ns - ago));
+    }
+    crate::time::parse_utc(t).map(|ns| Alias::At(ns + 999_999_999))
+}
+
+impl HistoryIndex {
+    pub fn new() -> HistoryIndex {
+        let mut h = HistoryIndex::default();
+        h.intern(&RelPath::root());
+        h
+    }
+
+    pub fn last(&self) -> u64 {
+        self.times.len() as u64
+    }
+
+    pub fn time_of(&self, id: u64) -> Option<i64> {
+        self.times.get(id.checked_sub(1)? as usize).copied()
+    }
+
+    pub fn idx(&self, path: &RelPath) -> Option<PathIdx> {
+        self.paths.get(path).copied()
+    }
+
+    pub fn path(&self, idx: PathIdx) -> &RelPath {
+        &self.names[idx as usize]
+    }
+
+    /// The index of `path`, added if it was never seen.
+    pub fn intern(&mut self, path: &RelPath) -> PathIdx {
+        if let Some(&i) = self.paths.get(path) {
+            return i;
+        }
+        let parent = path.parent().map(|p| self.intern(&p));
+        let i = self.names.len() as PathIdx;
+        self.paths.insert(path.clone(), i);
+        self.names.push(path.clone());
+        self.children.push(Vec::new());
+        self.versions.push(Vec::new());
+        self.touched.push(Vec::new());
+        if let Some(p) = parent {
+            self.children[p as usize].push(i);
+        }
+        i
+    }
+
+    /// Adds change `seq` (the next id) made at `ts`, with its effects.
+    pub fn add(&mut self, seq: u64, ts: i64, effects: &[(RelPath, Option<EntryState>)]) {
+        debug_assert_eq!(seq, self.last() + 1);
+        let ts = ts.max(self.times.last().copied().unwrap_or(i64::MIN));
+        self.times.push(ts);
+        for (path, state) in effects {
+            let i = self.intern(path);
+            self.versions[i as usize].push((seq, state.clone()));
+            let mut cur = Some(path.clone());
+            while let Some(p) = cur {
+                let pi = self.paths[&p] as usize;
+                if self.touched[pi].last() != Some(&seq) {
+                    self.touched[pi].push(seq);
+                }
+                cur = p.parent();
+            }
+        }
+    }
+
+    pub fn from_records(records: &[Record]) -> HistoryIndex {
+        let mut h = HistoryIndex::new();
+        let mut cat = crate::ledger::Catalog::default();
+        for r in records {
+            let eff = cat.apply(r);
+            h.add(r.seq, r.ts, &eff);
+        }
+        h
+    }
+
+    /// The state of `idx` just after change `id` (`None`: absent). The root
+    /// always exists; its state is not recorded (`Ok(None)` is "exists").
+    pub fn state_at(&self, idx: PathIdx, id: u64) -> Option<&EntryState> {
+        let v = &self.versions[idx as usize];
+        let n = v.partition_point(|(s, _)| *s <= id);
+        if n == 0 {
+            return None;
+        }
+        v[n - 1].1.as_ref()
+    }
+
+    pub fn exists_at(&self, idx: PathIdx, id: u64) -> bool {
+        idx == ROOT_IDX || self.state_at(idx, id).is_some()
+    }
+
+    /// The entries of directory `idx` just after change `id`.
+    pub fn children_at(&self, idx: PathIdx, id: u64) -> Vec<(PathIdx, &EntryState)> {
+        let mut out: Vec<(PathIdx, &EntryState)> = self.children[idx as usize]
+            .iter()
+            .filter_map(|&c| self.state_at(c, id).map(|s| (c, s)))
+            .collect();
+        out.sort_by(|a, b| self.names[a.0 as usize].cmp(&self.names[b.0 as usize]));
+        out
+    }
+
+    /// The child `name` of `idx`, if such a path was ever seen.
+    pub fn child(&self, idx: PathIdx, name: &[u8]) -> Option<PathIdx> {
+        self.idx(&self.names[idx as usize].join(name))
+    }
+
+    /// The ids `.history` lists in directory `idx` (all of them at the root).
+    pub fn ids(&self, idx: PathIdx) -> IdList<'_> {
+        if idx == ROOT_IDX {
+            IdList::All(self.last())
+        } else {
+            IdList::Some(&self.touched[idx as usize])
+        }
+    }
+
+    /// The id an alias names in directory `idx`'s `.history`, if any.
+    pub fn resolve(&self, idx: PathIdx, alias: Alias) -> Option<u64> {
+        let ids = self.ids(idx);
+        let id = match alias {
+            Alias::Id(id) => (1..=self.last()).contains(&id).then_some(id)?,
+            Alias::Latest => ids.last()?,
+            Alias::At(t) => {
+                // The newest listed id whose time is at or before `t`.
+                let upto = self.times.partition_point(|&x| x <= t) as u64;
+                ids.last_at_or_before(upto)?
+            }
+        };
+        self.exists_at(idx, id).then_some(id)
+    }
+}
+
+/// The ids a `.history` directory lists.
+pub enum IdList<'a> {
+    All(u64),
+    Some(&'a [u64]),
+}
+
+impl IdList<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            IdList::All(n) => *n as usize,
+            IdList::Some(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn get(&self, i: usize) -> Option<u64> {
+        match self {
+            IdList::All(n) => ((i as u64) < *n).then_some(i as u64 + 1),
+            IdList::Some(v) => v.get(i).copied(),
+        }
+    }
+
+    pub fn last(&self) -> Option<u64> {
+        self.len().checked_sub(1).and_then(|i| self.get(i))
+    }
+
+    fn last_at_or_before(&self, id: u64) -> Option<u64> {
+        match self {
+            IdList::All(n) => (id >= 1).then_some(id.min(*n)),
+            IdList::Some(v) => {
+                let k = v.partition_point(|&x| x <= id);
+                k.checked_sub(1).map(|k| v[k])
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::journal::{Actor, Kind, Op};
+
+    fn st(kind: Kind, blob: &str) -> EntryState {
+        EntryState {
+            kind,
+            blob: (kind == Kind::File).then(|| blob.to_string()),
+            size: 0,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            target: None,
+        }
+    }
+
+    fn rec(seq: u64, ts: i64, op: Op, path: &str, to: Option<&str>, state: Option<EntryState>) -> Record {
+        Record {
+            seq,
+            ts,
+            op,
+            path: RelPath::parse(path.as_bytes()).unwrap(),
+            to: to.map(|t| RelPath::parse(t.as_bytes()).unwrap()),
+            noreplace: false,
+            hidden: None,
+            state,
+            actor: Actor::daemon(),
+        }
+    }
+
+    fn p(s: &str) -> RelPath {
+        RelPath::parse(s.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn states_listings_and_aliases() {
+        let recs = vec![
+            rec(1, 100, Op::Mkdir, "cat", None, Some(st(Kind::Dir, ""))),
+            rec(2, 200, Op::Mkdir, "cat/foo", None, Some(st(Kind::Dir, ""))),
+            rec(3, 300, Op::Write, "cat/foo/SKILL.md", None, Some(st(Kind::File, "v1"))),
+            rec(4, 400, Op::Write, "cat/foo/SKILL.md", None, Some(st(Kind::File, "v2"))),
+            rec(5, 500, Op::Rename, "cat/foo", Some("cat/bar"), None),
+            rec(6, 600, Op::Write, "other", None, Some(st(Kind::File, "o"))),
+            rec(7, 700, Op::Rmdir, "cat/bar", None, None),
+        ];
+        let h = HistoryIndex::from_records(&recs);
+        assert_eq!(h.last(), 7);
+        let skill = h.idx(&p("cat/foo/SKILL.md")).unwrap();
+        assert_eq!(h.state_at(skill, 2), None);
+        assert_eq!(h.state_at(skill, 3).unwrap().blob.as_deref(), Some("v1"));
+        assert_eq!(h.state_at(skill, 4).unwrap().blob.as_deref(), Some("v2"));
+        assert_eq!(h.state_at(skill, 5), None, "renamed away");
+        let moved = h.idx(&p("cat/bar/SKILL.md")).unwrap();
+        assert_eq!(h.state_at(moved, 5).unwrap().blob.as_deref(), Some("v2"));
+        assert_eq!(h.state_at(moved, 7), None);
+        let cat = h.idx(&p("cat")).unwrap();
+        let names = |id| -> Vec<String> {
+            h.children_at(cat, id).iter().map(|(c, _)| h.path(*c).to_string()).collect()
+        };
+        assert_eq!(names(4), ["cat/foo"]);
+        assert_eq!(names(5), ["cat/bar"]);
+        assert!(names(7).is_empty());
+        // cat/foo/.history lists the changes under it, the rename included.
+        let foo = h.idx(&p("cat/foo")).unwrap();
+        let ids: Vec<u64> = (0..h.ids(foo).len()).map(|i| h.ids(foo).get(i).unwrap()).collect();
+        assert_eq!(ids, [2, 3, 4, 5]);
+        assert_eq!(h.ids(ROOT_IDX).len(), 7);
+        // Aliases: exact boundaries, and before the first change.
+        assert_eq!(h.resolve(ROOT_IDX, Alias::Latest), Some(7));
+        assert_eq!(h.resolve(ROOT_IDX, Alias::At(400)), Some(4));
+        assert_eq!(h.resolve(ROOT_IDX, Alias::At(399)), Some(3));
+        assert_eq!(h.resolve(ROOT_IDX, Alias::At(99)), None);
+        assert_eq!(h.resolve(ROOT_IDX, Alias::Id(8)), None);
+        assert_eq!(h.resolve(ROOT_IDX, Alias::Id(0)), None);
+        assert_eq!(h.resolve(foo, Alias::Latest), None, "cat/foo is gone after its last change");
+        assert_eq!(h.resolve(foo, Alias::At(450)), Some(4));
+        assert_eq!(h.resolve(foo, Alias::Id(1)), None, "cat/foo did not exist yet");
+    }
+
+    #[test]
+    fn alias_syntax() {
+        let now = 1_000_000 * 1_000_000_000;
+        assert_eq!(parse_alias("latest", now), Some(Alias::Latest));
+        assert_eq!(parse_alias("42", now), Some(Alias::Id(42)));
+        assert_eq!(parse_alias("@-10m", now), Some(Alias::At(now - 600 * 1_000_000_000)));
+        assert_eq!(
+            parse_alias("@2026-11-30T18-09-30Z", now),
+            Some(Alias::At(1_796_062_170 * 1_000_000_000 + 999_999_999))
+        );
+        for bad in ["", "@", "@yesterday", "-1", "4x", "@-10", "@2026-11-30"] {
+            assert_eq!(parse_alias(bad, now), None, "{bad}");
+        }
+    }
+}
