@@ -47,6 +47,13 @@ enum Cmd {
         /// Parks untouched for longer than this are swept at mount (e.g. 12h, 7d) [default: 7d].
         #[arg(long, value_name = "AGE")]
         park_max_age: Option<String>,
+        /// Keep no versions of visible files matching this rule (written
+        /// copy-on-write all the same). Defaults: /.usage.json, /.curator_ledger.jsonl.
+        #[arg(long, value_name = "RULE")]
+        untracked: Vec<String>,
+        /// Version again what a default untracked rule excludes.
+        #[arg(long, value_name = "RULE")]
+        tracked: Vec<String>,
     },
     /// Publish what is open, then unmount ROOT.
     Umount {
@@ -156,14 +163,20 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             hide,
             show,
             park_max_age,
+            untracked,
+            tracked,
         } => daemon::mount(MountArgs {
             root,
             store,
             foreground,
             threads,
-            hide,
-            show,
-            park_max_age,
+            rules: crate::hide::RuleArgs {
+                hide,
+                show,
+                untracked,
+                tracked,
+                park_max_age,
+            },
         }),
         Cmd::Umount { root, timeout } => {
             let msg = daemon::umount(&root, Duration::from_secs(timeout))?;
@@ -282,7 +295,11 @@ fn restore(id: &str, path: &Path, root: Option<PathBuf>) -> Result<(), Failure> 
     let store = crate::commands::Store::open(Layout::new(store_dir))?;
     let id = store.resolve(id)?;
     let done = crate::commands::restore(&store, &root, id, &rel)?;
-    let when = store.index.time_of(id).map(crate::time::format_utc).unwrap_or_default();
+    let when = store
+        .index
+        .time_of(id)
+        .map(crate::time::format_utc)
+        .unwrap_or_default();
     println!(
         "restored {rel} as of change {id} ({when}): files {}, directories {}, symlinks {}{}",
         done.files,
@@ -310,8 +327,12 @@ fn relative_to_root(root: &Path, p: &Path) -> Result<RelPath, Failure> {
     } else {
         p.to_path_buf()
     };
-    RelPath::parse(rel.as_os_str().as_bytes())
-        .ok_or_else(|| Failure::new(Exit::Usage, format!("'{}' must not contain '..'", rel.display())))
+    RelPath::parse(rel.as_os_str().as_bytes()).ok_or_else(|| {
+        Failure::new(
+            Exit::Usage,
+            format!("'{}' must not contain '..'", rel.display()),
+        )
+    })
 }
 
 fn status(root: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), Failure> {
@@ -330,13 +351,24 @@ fn status(root: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), Failure> 
     let size = store::disk_usage(&layout.dir).unwrap_or(0);
     let _ = writeln!(out, "store:    {} ({} bytes)", layout.dir.display(), size);
     let rules = match (&mounted, std::fs::read_to_string(layout.rules())) {
-        (Some(_), Ok(text)) => text.lines().map(str::to_string).collect(),
+        (Some(_), Ok(text)) => text,
         _ => {
-            crate::hide::HideRules::build(&crate::hide::Config::load(&layout.dir)?, &[], &[], None)?
-                .describe()
+            let r = crate::hide::HideRules::build(
+                &crate::hide::Config::load(&layout.dir)?,
+                &crate::hide::RuleArgs::default(),
+            )?;
+            format!(
+                "hidden: {}\nuntracked: {}\n",
+                r.describe().join("  "),
+                r.describe_untracked().join("  ")
+            )
         }
     };
-    let _ = writeln!(out, "hidden:   {}", rules.join("  "));
+    for line in rules.lines() {
+        if let Some((k, v)) = line.split_once(": ") {
+            let _ = writeln!(out, "{:<9} {v}", format!("{k}:"));
+        }
+    }
     match (records.first(), records.last()) {
         (Some(first), Some(last)) => {
             let _ = writeln!(

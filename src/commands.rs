@@ -29,13 +29,20 @@ impl Store {
         if !dir.is_dir() {
             return Err(Failure::new(
                 Exit::BadStore,
-                format!("no skillfs store at '{}' (it has no journal/)", layout.dir.display()),
+                format!(
+                    "no skillfs store at '{}' (it has no journal/)",
+                    layout.dir.display()
+                ),
             ));
         }
         let records = journal::read_dir(&dir)?.records;
         let index = HistoryIndex::from_records(&records);
         let blobs = BlobStore::new(layout.blobs(), layout.tmp());
-        Ok(Store { layout, index, blobs })
+        Ok(Store {
+            layout,
+            index,
+            blobs,
+        })
     }
 
     /// The id an id or alias names (resolved over the whole tree).
@@ -43,7 +50,9 @@ impl Store {
         let alias = parse_alias(text, crate::time::now_ns()).ok_or_else(|| {
             Failure::new(
                 Exit::NotFound,
-                format!("'{text}' is not an id or alias (42, latest, @2026-11-30T18:09:30Z, @-10m)"),
+                format!(
+                    "'{text}' is not an id or alias (42, latest, @2026-11-30T18:09:30Z, @-10m)"
+                ),
             )
         })?;
         self.index.resolve(ROOT_IDX, alias).ok_or_else(|| {
@@ -134,7 +143,10 @@ pub fn show(store: &Store, spec: &str) -> Result<(), Failure> {
     let res = match st.map(|s| s.kind) {
         Some(Kind::File) => out.write_all(&store.content(st.expect("file"))?),
         Some(Kind::Symlink) => {
-            let t = st.and_then(|s| s.target.as_ref()).map(|t| t.0.clone()).unwrap_or_default();
+            let t = st
+                .and_then(|s| s.target.as_ref())
+                .map(|t| t.0.clone())
+                .unwrap_or_default();
             out.write_all(&t).and_then(|()| out.write_all(b"\n"))
         }
         _ => {
@@ -142,7 +154,9 @@ pub fn show(store: &Store, spec: &str) -> Result<(), Failure> {
             for (c, s) in store.index.children_at(idx, id) {
                 let name = store.index.path(c).file_name().to_vec();
                 let slash = if s.kind == Kind::Dir { "/" } else { "" };
-                r = r.and_then(|()| out.write_all(&name)).and_then(|()| writeln!(out, "{slash}"));
+                r = r
+                    .and_then(|()| out.write_all(&name))
+                    .and_then(|()| writeln!(out, "{slash}"));
             }
             r
         }
@@ -193,11 +207,13 @@ pub fn diff(store: &Store, a: &str, b: Option<&str>, path: &RelPath) -> Result<(
     let mut out = std::io::stdout().lock();
     for k in keys {
         let (o, n) = (old.get(k), new.get(k));
-        if o == n || (o.is_some_and(|o| o.kind == Kind::Dir) && n.is_some_and(|n| n.kind == Kind::Dir)) {
-            if let (Some(o), Some(n)) = (o, n) {
-                if o.mode != n.mode {
-                    let _ = writeln!(out, "mode of {k}: {:o} -> {:o}", o.mode, n.mode);
-                }
+        if o == n
+            || (o.is_some_and(|o| o.kind == Kind::Dir) && n.is_some_and(|n| n.kind == Kind::Dir))
+        {
+            if let (Some(o), Some(n)) = (o, n)
+                && o.mode != n.mode
+            {
+                let _ = writeln!(out, "mode of {k}: {:o} -> {:o}", o.mode, n.mode);
             }
             continue;
         }
@@ -220,13 +236,21 @@ pub fn diff(store: &Store, a: &str, b: Option<&str>, path: &RelPath) -> Result<(
             continue;
         }
         let (ob, nb) = (text(o)?, text(n)?);
-        let an = if o.is_some() { format!("a/{k}") } else { "/dev/null".into() };
-        let bn = if n.is_some() { format!("b/{k}") } else { "/dev/null".into() };
+        let an = if o.is_some() {
+            format!("a/{k}")
+        } else {
+            "/dev/null".into()
+        };
+        let bn = if n.is_some() {
+            format!("b/{k}")
+        } else {
+            "/dev/null".into()
+        };
         if ob == nb {
-            if let (Some(o), Some(n)) = (o, n) {
-                if o.mode != n.mode {
-                    let _ = writeln!(out, "mode of {k}: {:o} -> {:o}", o.mode, n.mode);
-                }
+            if let (Some(o), Some(n)) = (o, n)
+                && o.mode != n.mode
+            {
+                let _ = writeln!(out, "mode of {k}: {:o} -> {:o}", o.mode, n.mode);
             }
             continue;
         }
@@ -239,9 +263,10 @@ pub fn diff(store: &Store, a: &str, b: Option<&str>, path: &RelPath) -> Result<(
         let _ = write!(
             out,
             "{}",
-            d.unified_diff()
-                .context_radius(3)
-                .header(&format!("{an}\t(change {ida})"), &format!("{bn}\t(change {idb})"))
+            d.unified_diff().context_radius(3).header(
+                &format!("{an}\t(change {ida})"),
+                &format!("{bn}\t(change {idb})")
+            )
         );
     }
     Ok(())
@@ -265,7 +290,15 @@ fn apply_meta(p: &Path, s: &EntryState) -> std::io::Result<()> {
         tv_nsec: s.mtime_ns.rem_euclid(1_000_000_000),
     };
     let ts = [t, t];
-    if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+    if unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            ts.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    } != 0
+    {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
@@ -345,10 +378,12 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
         }
         // Directory times last: creating their entries changed them.
         for (d, s) in dirs.iter().rev() {
-            apply_meta(d, s).map_err(|e| Failure::io(Exit::Internal, "set attributes of", d, &e))?;
+            apply_meta(d, s)
+                .map_err(|e| Failure::io(Exit::Internal, "set attributes of", d, &e))?;
         }
         if st.kind == Kind::Dir {
-            apply_meta(&stage, &st).map_err(|e| Failure::io(Exit::Internal, "set attributes of", &stage, &e))?;
+            apply_meta(&stage, &st)
+                .map_err(|e| Failure::io(Exit::Internal, "set attributes of", &stage, &e))?;
         }
         Ok(())
     };
@@ -363,17 +398,36 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     let (a, b) = (c_path(&stage), c_path(&target));
     let exists = fs::symlink_metadata(&target).is_ok();
     let flags = if exists { libc::RENAME_EXCHANGE } else { 0 };
-    let r = unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    };
     if r != 0 {
         let e = std::io::Error::last_os_error();
         let _ = fs::remove_dir_all(&stage).or_else(|_| fs::remove_file(&stage));
-        return Err(Failure::io(Exit::Internal, "swap the restored entry into", &target, &e));
+        return Err(Failure::io(
+            Exit::Internal,
+            "swap the restored entry into",
+            &target,
+            &e,
+        ));
     }
     if exists {
         done.replaced = true;
         // What was replaced now sits at the hidden stage name.
-        let gone = fs::symlink_metadata(&stage).map(|m| m.is_dir()).unwrap_or(false);
-        let _ = if gone { fs::remove_dir_all(&stage) } else { fs::remove_file(&stage) };
+        let gone = fs::symlink_metadata(&stage)
+            .map(|m| m.is_dir())
+            .unwrap_or(false);
+        let _ = if gone {
+            fs::remove_dir_all(&stage)
+        } else {
+            fs::remove_file(&stage)
+        };
     }
     Ok(done)
 }

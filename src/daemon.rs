@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Exit, Failure};
 use crate::fs::{SkillFs, StoreDirs};
-use crate::hide::{Config, HideRules};
+use crate::hide::{Config, HideRules, RuleArgs};
 use crate::ledger::Ledger;
 use crate::relpath::RelPath;
 use crate::scan::{Areas, Settler, tend_parked};
@@ -39,9 +39,7 @@ pub struct MountArgs {
     pub store: Option<PathBuf>,
     pub foreground: bool,
     pub threads: usize,
-    pub hide: Vec<String>,
-    pub show: Vec<String>,
-    pub park_max_age: Option<String>,
+    pub rules: RuleArgs,
 }
 
 /// `ROOT` made absolute without touching ROOT itself (a dead mount answers
@@ -199,13 +197,18 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     if let Some(s) = &args.store {
         cmd.arg("--store").arg(s);
     }
-    for h in &args.hide {
-        cmd.arg(format!("--hide={h}"));
+    let r = &args.rules;
+    for (flag, values) in [
+        ("hide", &r.hide),
+        ("show", &r.show),
+        ("untracked", &r.untracked),
+        ("tracked", &r.tracked),
+    ] {
+        for v in values {
+            cmd.arg(format!("--{flag}={v}"));
+        }
     }
-    for h in &args.show {
-        cmd.arg(format!("--show={h}"));
-    }
-    if let Some(a) = &args.park_max_age {
+    if let Some(a) = &r.park_max_age {
         cmd.arg("--park-max-age").arg(a);
     }
     cmd.env(READY_FD_ENV, wr.as_raw_fd().to_string());
@@ -378,12 +381,7 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     // Bad rules and a damaged journal are refused before anything is
     // created or locked.
     let config = Config::load(&layout.dir)?;
-    let rules = HideRules::build(
-        &config,
-        &args.hide,
-        &args.show,
-        args.park_max_age.as_deref(),
-    )?;
+    let rules = HideRules::build(&config, &args.rules)?;
     if layout.journal().is_dir() {
         journal::read_dir(&layout.journal())?;
     }
@@ -433,7 +431,11 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         root.display(),
         started.elapsed()
     );
-    let rules_text = rules.describe().join("\n") + "\n";
+    let rules_text = format!(
+        "hidden: {}\nuntracked: {}\n",
+        rules.describe().join("  "),
+        rules.describe_untracked().join("  ")
+    );
     fs::write(layout.rules(), rules_text)
         .map_err(|e| Failure::io(Exit::BadStore, "write", &layout.rules(), &e))?;
     let dirs = StoreDirs {

@@ -319,8 +319,8 @@ impl Filesystem for FuseAdapter {
         reply.error(Errno::EPERM);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.open(ino.0, flags.0) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(ino.0, flags.0, &caller(req)) {
             Ok(o) => {
                 // Pages stay valid across opens: every write comes through
                 // the kernel, and versions never change.
@@ -406,11 +406,10 @@ impl Filesystem for FuseAdapter {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.opendir(ino.0) {
-            // A `.history` listing grows with every change: never cached.
-            Ok((fh, _)) if crate::fs::is_listing(ino.0) => {
-                reply.opened(FileHandle(fh), FopenFlags::empty())
-            }
-            Ok((fh, _)) => reply.opened(
+            // A `.history` listing grows with every change, and a hidden
+            // directory's may not be kept for when it becomes visible.
+            Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, true)) => reply.opened(
                 FileHandle(fh),
                 FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
             ),

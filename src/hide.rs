@@ -22,6 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Exit, Failure};
+use crate::relpath::RelPath;
 use crate::store::journal::Kind;
 
 /// Names the agent's own snapshot code lists and backs up from the root.
@@ -39,6 +40,18 @@ pub const MUST_STAY_VISIBLE: &[&str] = &[
 
 /// Names that probe a pattern for hiding "everything".
 const EVERYDAY_NAMES: &[&str] = &["SKILL.md", "references", "skill-one", "notes.txt", "a"];
+
+/// Visible files that churn and keep their own history: written
+/// copy-on-write like any file (never torn), but no version is kept.
+pub const DEFAULT_UNTRACKED: &[&str] = &["/.usage.json", "/.curator_ledger.jsonl"];
+
+/// What a rule is for: hiding is refused for names that must stay listed;
+/// untracking is allowed for them (that is what it is for).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Hide,
+    Untrack,
+}
 
 /// The defaults for Hermes Agent (DESIGN.md, "Hide rules").
 pub const DEFAULT_RULES: &[&str] = &[
@@ -68,6 +81,10 @@ pub struct Rule {
 
 impl Rule {
     pub fn parse(text: &str) -> Result<Rule, String> {
+        Rule::parse_for(text, Purpose::Hide)
+    }
+
+    pub fn parse_for(text: &str, purpose: Purpose) -> Result<Rule, String> {
         let (pat, flags) = match text.split_once(':') {
             Some((p, f)) => (p, f),
             None => (text, ""),
@@ -120,7 +137,10 @@ impl Rule {
         if glob_match(glob.as_bytes(), b"SKILL.md") {
             return Err(format!("hide rule '{text}' would hide SKILL.md"));
         }
-        for n in MUST_STAY_VISIBLE {
+        for n in MUST_STAY_VISIBLE
+            .iter()
+            .filter(|_| purpose == Purpose::Hide)
+        {
             if glob_match(glob.as_bytes(), n.as_bytes()) {
                 return Err(format!(
                     "hide rule '{text}' would hide '{n}', which the agent's snapshots must list"
@@ -154,6 +174,22 @@ pub struct Config {
     /// Parks untouched for longer than this are swept (`30m`, `12h`, `7d`).
     #[serde(default)]
     pub park_max_age: Option<String>,
+    /// Untracked rules added to the defaults.
+    #[serde(default)]
+    pub untracked: Vec<String>,
+    /// Default untracked rules removed (those files get versions again).
+    #[serde(default)]
+    pub tracked: Vec<String>,
+}
+
+/// The rule changes given on the command line.
+#[derive(Default, Clone, Debug)]
+pub struct RuleArgs {
+    pub hide: Vec<String>,
+    pub show: Vec<String>,
+    pub untracked: Vec<String>,
+    pub tracked: Vec<String>,
+    pub park_max_age: Option<String>,
 }
 
 pub const CONFIG_FILE: &str = "config.json";
@@ -178,6 +214,7 @@ impl Config {
 #[derive(Clone, Debug)]
 pub struct HideRules {
     pub rules: Vec<Rule>,
+    pub untracked: Vec<Rule>,
     /// Parks untouched this long are swept.
     pub park_max_age_ns: i64,
 }
@@ -202,30 +239,27 @@ pub fn parse_age(s: &str) -> Option<i64> {
 
 impl HideRules {
     /// The defaults, then the config file, then the command line.
-    pub fn build(
-        config: &Config,
-        hide: &[String],
-        show: &[String],
-        max_age: Option<&str>,
-    ) -> Result<HideRules, Failure> {
+    pub fn build(config: &Config, args: &RuleArgs) -> Result<HideRules, Failure> {
         let bad = |m: String| Failure::new(Exit::BadRules, m);
-        let mut rules: Vec<Rule> = DEFAULT_RULES
-            .iter()
-            .map(|t| Rule::parse(t).expect("default rules parse"))
-            .collect();
-        let shows: Vec<&String> = config.show.iter().chain(show.iter()).collect();
-        for s in &shows {
-            let before = rules.len();
-            rules.retain(|r| r.text != **s && r.glob != s.trim_start_matches('/'));
-            if rules.len() == before {
-                return Err(bad(format!("--show '{s}' matches no hide rule in force")));
-            }
-        }
-        for t in config.hide.iter().chain(hide.iter()) {
-            rules.push(Rule::parse(t).map_err(bad)?);
-        }
-        let age_text = max_age
-            .map(str::to_string)
+        let rules = layer(
+            DEFAULT_RULES,
+            Purpose::Hide,
+            config.hide.iter().chain(args.hide.iter()),
+            config.show.iter().chain(args.show.iter()),
+            "--show",
+        )
+        .map_err(bad)?;
+        let untracked = layer(
+            DEFAULT_UNTRACKED,
+            Purpose::Untrack,
+            config.untracked.iter().chain(args.untracked.iter()),
+            config.tracked.iter().chain(args.tracked.iter()),
+            "--tracked",
+        )
+        .map_err(bad)?;
+        let age_text = args
+            .park_max_age
+            .clone()
             .or_else(|| config.park_max_age.clone())
             .unwrap_or_else(|| DEFAULT_PARK_MAX_AGE.to_string());
         let park_max_age_ns = parse_age(&age_text).ok_or_else(|| {
@@ -235,12 +269,22 @@ impl HideRules {
         })?;
         Ok(HideRules {
             rules,
+            untracked,
             park_max_age_ns,
         })
     }
 
     pub fn defaults() -> HideRules {
-        HideRules::build(&Config::default(), &[], &[], None).expect("defaults are valid")
+        HideRules::build(&Config::default(), &RuleArgs::default()).expect("defaults are valid")
+    }
+
+    /// Whether the visible `path` is untracked (no versions kept).
+    pub fn is_untracked(&self, path: &RelPath) -> bool {
+        let in_root = path.parent().is_some_and(|p| p.is_root());
+        let name = path.file_name();
+        self.untracked
+            .iter()
+            .any(|r| (!r.root_only || in_root) && glob_match(r.glob.as_bytes(), name))
     }
 
     /// The first rule hiding `name` (of `kind`) in a visible directory.
@@ -289,6 +333,35 @@ impl HideRules {
     pub fn describe(&self) -> Vec<String> {
         self.rules.iter().map(|r| r.text.clone()).collect()
     }
+
+    pub fn describe_untracked(&self) -> Vec<String> {
+        self.untracked.iter().map(|r| r.text.clone()).collect()
+    }
+}
+
+/// Defaults, minus the `remove`d ones (by text or pattern), plus `add`.
+fn layer<'a>(
+    defaults: &[&str],
+    purpose: Purpose,
+    add: impl Iterator<Item = &'a String>,
+    remove: impl Iterator<Item = &'a String>,
+    flag: &str,
+) -> Result<Vec<Rule>, String> {
+    let mut rules: Vec<Rule> = defaults
+        .iter()
+        .map(|t| Rule::parse_for(t, purpose).expect("default rules parse"))
+        .collect();
+    for s in remove {
+        let before = rules.len();
+        rules.retain(|r| r.text != *s && r.glob != s.trim_start_matches('/'));
+        if rules.len() == before {
+            return Err(format!("{flag} '{s}' matches no rule in force"));
+        }
+    }
+    for t in add {
+        rules.push(Rule::parse_for(t, purpose)?);
+    }
+    Ok(rules)
 }
 
 /// `*` matches any run of bytes, `?` one byte; everything else itself.
@@ -401,14 +474,24 @@ mod tests {
             r#"{"hide": ["*.orig:file"], "show": ["*.bak"], "park_max_age": "2h"}"#,
         )
         .unwrap();
-        let r = HideRules::build(&cfg, &["/.cache:dir,keep".into()], &[], None).unwrap();
+        let args = RuleArgs {
+            hide: vec!["/.cache:dir,keep".into()],
+            ..RuleArgs::default()
+        };
+        let r = HideRules::build(&cfg, &args).unwrap();
         assert!(!hidden(&r, "foo.bak", Kind::Dir, false, false));
         assert!(hidden(&r, "x.orig", Kind::File, false, true));
         assert!(hidden(&r, ".cache", Kind::Dir, true, false));
         assert_eq!(r.park_max_age_ns, 2 * 3600 * 1_000_000_000);
-        assert!(
-            HideRules::build(&Config::default(), &[], &["nothing-like-this".into()], None).is_err()
-        );
+        let show_nothing = RuleArgs {
+            show: vec!["nothing-like-this".into()],
+            ..RuleArgs::default()
+        };
+        assert!(HideRules::build(&Config::default(), &show_nothing).is_err());
+        let d = HideRules::defaults();
+        assert!(d.is_untracked(&RelPath::parse(b".usage.json").unwrap()));
+        assert!(!d.is_untracked(&RelPath::parse(b"cat/.usage.json").unwrap()));
+        assert!(!d.is_untracked(&RelPath::parse(b"cat/foo/SKILL.md").unwrap()));
         assert!(serde_json::from_str::<Config>(r#"{"hyde": []}"#).is_err());
         assert_eq!(parse_age("7d"), Some(7 * 86_400 * 1_000_000_000));
         assert_eq!(parse_age("7"), None);

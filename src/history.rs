@@ -243,7 +243,14 @@ mod tests {
         }
     }
 
-    fn rec(seq: u64, ts: i64, op: Op, path: &str, to: Option<&str>, state: Option<EntryState>) -> Record {
+    fn rec(
+        seq: u64,
+        ts: i64,
+        op: Op,
+        path: &str,
+        to: Option<&str>,
+        state: Option<EntryState>,
+    ) -> Record {
         Record {
             seq,
             ts,
@@ -266,8 +273,22 @@ mod tests {
         let recs = vec![
             rec(1, 100, Op::Mkdir, "cat", None, Some(st(Kind::Dir, ""))),
             rec(2, 200, Op::Mkdir, "cat/foo", None, Some(st(Kind::Dir, ""))),
-            rec(3, 300, Op::Write, "cat/foo/SKILL.md", None, Some(st(Kind::File, "v1"))),
-            rec(4, 400, Op::Write, "cat/foo/SKILL.md", None, Some(st(Kind::File, "v2"))),
+            rec(
+                3,
+                300,
+                Op::Write,
+                "cat/foo/SKILL.md",
+                None,
+                Some(st(Kind::File, "v1")),
+            ),
+            rec(
+                4,
+                400,
+                Op::Write,
+                "cat/foo/SKILL.md",
+                None,
+                Some(st(Kind::File, "v2")),
+            ),
             rec(5, 500, Op::Rename, "cat/foo", Some("cat/bar"), None),
             rec(6, 600, Op::Write, "other", None, Some(st(Kind::File, "o"))),
             rec(7, 700, Op::Rmdir, "cat/bar", None, None),
@@ -284,14 +305,19 @@ mod tests {
         assert_eq!(h.state_at(moved, 7), None);
         let cat = h.idx(&p("cat")).unwrap();
         let names = |id| -> Vec<String> {
-            h.children_at(cat, id).iter().map(|(c, _)| h.path(*c).to_string()).collect()
+            h.children_at(cat, id)
+                .iter()
+                .map(|(c, _)| h.path(*c).to_string())
+                .collect()
         };
         assert_eq!(names(4), ["cat/foo"]);
         assert_eq!(names(5), ["cat/bar"]);
         assert!(names(7).is_empty());
         // cat/foo/.history lists the changes under it, the rename included.
         let foo = h.idx(&p("cat/foo")).unwrap();
-        let ids: Vec<u64> = (0..h.ids(foo).len()).map(|i| h.ids(foo).get(i).unwrap()).collect();
+        let ids: Vec<u64> = (0..h.ids(foo).len())
+            .map(|i| h.ids(foo).get(i).unwrap())
+            .collect();
         assert_eq!(ids, [2, 3, 4, 5]);
         assert_eq!(h.ids(ROOT_IDX).len(), 7);
         // Aliases: exact boundaries, and before the first change.
@@ -301,9 +327,17 @@ mod tests {
         assert_eq!(h.resolve(ROOT_IDX, Alias::At(99)), None);
         assert_eq!(h.resolve(ROOT_IDX, Alias::Id(8)), None);
         assert_eq!(h.resolve(ROOT_IDX, Alias::Id(0)), None);
-        assert_eq!(h.resolve(foo, Alias::Latest), None, "cat/foo is gone after its last change");
+        assert_eq!(
+            h.resolve(foo, Alias::Latest),
+            None,
+            "cat/foo is gone after its last change"
+        );
         assert_eq!(h.resolve(foo, Alias::At(450)), Some(4));
-        assert_eq!(h.resolve(foo, Alias::Id(1)), None, "cat/foo did not exist yet");
+        assert_eq!(
+            h.resolve(foo, Alias::Id(1)),
+            None,
+            "cat/foo did not exist yet"
+        );
     }
 
     #[test]
@@ -311,7 +345,10 @@ mod tests {
         let now = 1_000_000 * 1_000_000_000;
         assert_eq!(parse_alias("latest", now), Some(Alias::Latest));
         assert_eq!(parse_alias("42", now), Some(Alias::Id(42)));
-        assert_eq!(parse_alias("@-10m", now), Some(Alias::At(now - 600 * 1_000_000_000)));
+        assert_eq!(
+            parse_alias("@-10m", now),
+            Some(Alias::At(now - 600 * 1_000_000_000))
+        );
         assert_eq!(
             parse_alias("@2026-11-30T18-09-30Z", now),
             Some(Alias::At(1_796_062_170 * 1_000_000_000 + 999_999_999))

@@ -190,6 +190,10 @@ impl<'a> Settler<'a> {
         let mut now = state_from_stat(st, kind);
         if let Some(old) = self.ledger.catalog().get(path)
             && unchanged(old, &now)
+            && old
+                .blob
+                .as_deref()
+                .is_none_or(|b| self.blobs.has_intact(b, old.size))
         {
             return Ok(None);
         }
@@ -225,7 +229,18 @@ impl<'a> Settler<'a> {
             sys::dir_key(self.areas.root_fd, dir.as_bytes()).map_err(|e| ctx("stat", dir, e))?;
         sys::ensure_dir_at(self.areas.parked_fd, key.as_bytes(), 0o700)?;
         let target = join_bytes(key.as_bytes(), name);
-        if sys::lstatat(self.areas.parked_fd, &target).is_ok() {
+        if let Ok(existing) = sys::lstatat(self.areas.parked_fd, &target) {
+            let src_st = sys::lstatat(self.areas.root_fd, path.as_bytes())?;
+            let both_dirs =
+                kind_of(&existing) == Some(Kind::Dir) && kind_of(&src_st) == Some(Kind::Dir);
+            if both_dirs {
+                // The same park made again while unmounted (a second
+                // `.curator_backups`): merge its entries into the one kept.
+                self.merge_into_park(&path, &target)?;
+                self.report.parked += 1;
+                self.moved_to_hidden.push(path);
+                return Ok(());
+            }
             // An older park of the same name: keep it, as an orphan.
             let aside = format!("{key}.{}", crate::time::now_ns());
             sys::ensure_dir_at(self.areas.orphans_fd, aside.as_bytes(), 0o700)?;
@@ -260,6 +275,45 @@ impl<'a> Settler<'a> {
         }
         self.report.parked += 1;
         self.moved_to_hidden.push(path);
+        Ok(())
+    }
+
+    /// Moves the entries of the visible directory `path` into the existing
+    /// park `target` (under `parked/`), then removes the emptied directory.
+    /// A name taken in both goes to the orphans instead.
+    fn merge_into_park(&mut self, path: &RelPath, target: &[u8]) -> io::Result<()> {
+        let root = self.areas.root_fd;
+        for e in sys::read_dir_at(root, path.as_bytes())? {
+            let from = path.join(&e.name);
+            let to = join_bytes(target, &e.name);
+            let moved = sys::renameat2(
+                root,
+                from.as_bytes(),
+                self.areas.parked_fd,
+                &to,
+                libc::RENAME_NOREPLACE,
+            );
+            if let Err(err) = moved {
+                if err.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(err);
+                }
+                let aside = format!("merge.{}", crate::time::now_ns());
+                sys::ensure_dir_at(self.areas.orphans_fd, aside.as_bytes(), 0o700)?;
+                let dest = join_bytes(aside.as_bytes(), &e.name);
+                sys::renameat2(root, from.as_bytes(), self.areas.orphans_fd, &dest, 0)?;
+                let store_path = RelPath::parse(format!("orphans/{aside}").as_bytes());
+                let mut c = Change::new(Op::Orphan, store_path.unwrap_or_default(), None);
+                c.hidden = Some(from);
+                self.record(c)?;
+                self.report.orphaned += 1;
+            }
+        }
+        sys::unlinkat(root, path.as_bytes(), true)?;
+        if self.ledger.catalog().get(path).is_some() {
+            let mut c = Change::new(Op::Park, path.clone(), None);
+            c.hidden = Some(path.clone());
+            self.record(c)?;
+        }
         Ok(())
     }
 
@@ -315,6 +369,9 @@ impl<'a> Settler<'a> {
                 {
                     self.hide(&dir, &ent.name)?;
                     continue;
+                }
+                if self.rules.is_untracked(&path) {
+                    continue; // visible, but no versions are kept
                 }
                 self.report.entries += 1;
                 self.seen.insert(path.clone());

@@ -321,10 +321,11 @@ pub fn remove_tree_at(dir: RawFd, rel: &[u8]) -> io::Result<()> {
     }
 }
 
-/// The newest mtime of `rel` and everything below it.
+/// When `rel` or anything below it was last touched: the newest mtime or
+/// ctime (a rename, which is how parks are made, changes only the ctime).
 pub fn newest_mtime_at(dir: RawFd, rel: &[u8]) -> io::Result<i64> {
     let st = lstatat(dir, rel)?;
-    let mut newest = mtime_ns(&st);
+    let mut newest = mtime_ns(&st).max(st.st_ctime * 1_000_000_000 + st.st_ctime_nsec);
     if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
         for e in read_dir_at(dir, rel)? {
             let mut child = rel.to_vec();

@@ -221,21 +221,17 @@ fn hidden_children_of_a_directory_removed_offline_are_orphaned_at_mount() {
 #[test]
 fn old_parks_are_swept_and_journaled_but_kept_ones_stay() {
     let s = Scratch::new("sweep");
-    let mut m = Mount::over(s, vec!["--park-max-age".into(), "1h".into()]);
+    let mut m = Mount::over(s, vec!["--park-max-age".into(), "2s".into()]);
     skill(&m.root(), "cat/foo", "foo");
     fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
-    fs::create_dir(m.path("cat/fresh.bak")).unwrap();
     fs::create_dir(m.path(".curator_backups")).unwrap();
     fs::write(m.path(".curator_backups/snap.tar.gz"), "snapshot").unwrap();
-    let old = filetime_days_ago(2);
-    for p in [
-        "cat/foo.bak/SKILL.md",
-        "cat/foo.bak",
-        ".curator_backups/snap.tar.gz",
-        ".curator_backups",
-    ] {
-        set_mtime(&m.path(p), old);
-    }
+    // A park's age counts from its last change, a rename included (ctime),
+    // so an old skill parked a moment ago is young.
+    let old = filetime_days_ago(30);
+    set_mtime(&m.path("cat/foo.bak/SKILL.md"), old);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    fs::create_dir(m.path("cat/fresh.bak")).unwrap();
     m.umount();
     m.remount();
     assert!(!m.path("cat/foo.bak").exists(), "old park not swept");
@@ -249,6 +245,40 @@ fn old_parks_are_swept_and_journaled_but_kept_ones_stay() {
             .iter()
             .any(|r| r["op"] == "sweep" && r["path"] == "cat/foo.bak")
     );
+}
+
+#[test]
+fn a_park_made_just_now_is_not_swept_however_old_its_content() {
+    let s = Scratch::new("youngpark");
+    let mut m = Mount::over(s, vec!["--park-max-age".into(), "1h".into()]);
+    skill(&m.root(), "cat/foo", "foo");
+    let old = filetime_days_ago(30);
+    set_mtime(&m.path("cat/foo/SKILL.md"), old);
+    set_mtime(&m.path("cat/foo"), old);
+    fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
+    m.umount();
+    m.remount();
+    assert!(
+        m.path("cat/foo.bak/SKILL.md").exists(),
+        "a fresh park was swept"
+    );
+}
+
+#[test]
+fn a_park_made_again_while_unmounted_is_merged_not_lost() {
+    let mut m = Mount::new("merge");
+    fs::create_dir(m.path(".curator_backups")).unwrap();
+    fs::write(m.path(".curator_backups/old.tar.gz"), "old snapshot").unwrap();
+    m.umount();
+    // The agent ran unmounted and made the backups directory again.
+    fs::create_dir(m.path(".curator_backups")).unwrap();
+    fs::write(m.path(".curator_backups/new.tar.gz"), "new snapshot").unwrap();
+    m.remount();
+    assert_eq!(
+        names(&m.path(".curator_backups")),
+        ["new.tar.gz", "old.tar.gz"]
+    );
+    assert!(names(&m.store().join("orphans")).is_empty());
 }
 
 fn filetime_days_ago(days: i64) -> i64 {
@@ -329,7 +359,7 @@ fn bad_rules_and_config_are_refused_with_one_line() {
         ("--hide=SKILL.md", "SKILL.md"),
         ("--hide=/", "root"),
         ("--hide=.usage.json", ".usage.json"),
-        ("--show=nothing-like-this", "matches no hide rule"),
+        ("--show=nothing-like-this", "matches no rule"),
         ("--park-max-age=soon", "duration"),
     ] {
         let out = skillfs(&["mount", r, arg]);
@@ -349,4 +379,19 @@ fn bad_rules_and_config_are_refused_with_one_line() {
         1,
         "only the config file"
     );
+}
+
+#[test]
+fn rmdir_of_a_hidden_directory_that_lists_entries_is_enotempty() {
+    let m = Mount::new("hiddenrmdir");
+    fs::create_dir(m.path("cat")).unwrap();
+    fs::create_dir(m.path("cat/foo.bak")).unwrap();
+    fs::write(m.path("cat/foo.bak/.x.tmp"), "t").unwrap();
+    fs::rename(m.path("cat"), m.path("cat.bak")).unwrap();
+    // cat.bak is hidden now; its listing shows foo.bak (attached to it).
+    assert_eq!(names(&m.path("cat.bak")), ["foo.bak"]);
+    let e = fs::remove_dir(m.path("cat.bak")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY));
+    fs::remove_dir_all(m.path("cat.bak")).unwrap();
+    assert!(!m.path("cat.bak").exists());
 }

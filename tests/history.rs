@@ -39,7 +39,12 @@ fn a_files_history_across_write_rename_truncate_delete_recreate() {
     fs::write(m.path("g.md"), "two").unwrap();
     fs::rename(m.path("g.md"), &p).unwrap();
     let id_two = last_id(&m);
-    OpenOptions::new().write(true).open(&p).unwrap().set_len(1).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(1)
+        .unwrap();
     let id_trunc = last_id(&m);
     fs::remove_file(&p).unwrap();
     let id_gone = last_id(&m);
@@ -48,7 +53,10 @@ fn a_files_history_across_write_rename_truncate_delete_recreate() {
     assert_eq!(fs::read(h(id_one)).unwrap(), b"one");
     assert_eq!(fs::read(h(id_two)).unwrap(), b"two");
     assert_eq!(fs::read(h(id_trunc)).unwrap(), b"t");
-    assert_eq!(fs::metadata(h(id_gone)).unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(
+        fs::metadata(h(id_gone)).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
     assert_eq!(fs::read(m.path(".history/latest/f.md")).unwrap(), b"three");
     // `ls .history` lists every id in order; `ls` of the root never shows it.
     let ids: Vec<u64> = fs::read_dir(m.path(".history"))
@@ -76,16 +84,26 @@ fn a_directorys_history_across_rename_and_removal() {
     );
     assert!(!m.path(&format!(".history/{renamed}/cat/foo")).exists());
     assert_eq!(names(&m.path(&format!(".history/{renamed}/cat"))), ["bar"]);
-    assert_eq!(names(&m.path(&format!(".history/{renamed}/cat/bar"))), ["SKILL.md", "references"]);
+    assert_eq!(
+        names(&m.path(&format!(".history/{renamed}/cat/bar"))),
+        ["SKILL.md", "references"]
+    );
     // Every visible directory answers `.history` with the changes under it.
     let cat_ids: Vec<u64> = fs::read_dir(m.path("cat/.history"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
         .collect();
     assert!(cat_ids.contains(&before) && cat_ids.contains(&renamed));
-    assert_eq!(cat_ids.len(), last_id(&m) as usize - 0, "every change so far was under cat/");
+    assert_eq!(
+        cat_ids.len(),
+        (last_id(&m) as usize),
+        "every change so far was under cat/"
+    );
     fs::write(m.path("top.md"), "not under cat").unwrap();
-    assert_eq!(fs::read_dir(m.path("cat/.history")).unwrap().count(), cat_ids.len());
+    assert_eq!(
+        fs::read_dir(m.path("cat/.history")).unwrap().count(),
+        cat_ids.len()
+    );
     // cat/.history/<id>/ is cat at that id.
     assert_eq!(names(&m.path(&format!("cat/.history/{before}"))), ["foo"]);
 }
@@ -121,7 +139,10 @@ fn aliases_resolve_by_lookup_at_exact_boundaries() {
     assert_eq!(at(format!("@{}", utc(t1, ':'))).unwrap(), b"first");
     assert_eq!(at(format!("@{}", utc(t1, '-'))).unwrap(), b"first");
     assert_eq!(at(format!("@{}", utc(t2, ':'))).unwrap(), b"second");
-    assert_eq!(at(format!("@{}", utc(t2 - 1_000_000_000, ':'))).unwrap(), b"first");
+    assert_eq!(
+        at(format!("@{}", utc(t2 - 1_000_000_000, ':'))).unwrap(),
+        b"first"
+    );
     assert_eq!(at("latest".into()).unwrap(), b"second");
     assert_eq!(at("@-0s".into()).unwrap(), b"second");
     // Before the first change, unparsable, unknown or future ids: ENOENT.
@@ -134,13 +155,19 @@ fn aliases_resolve_by_lookup_at_exact_boundaries() {
         "lates".into(),
     ] {
         assert_eq!(
-            fs::metadata(m.path(&format!(".history/{bad}"))).unwrap_err().kind(),
+            fs::metadata(m.path(&format!(".history/{bad}")))
+                .unwrap_err()
+                .kind(),
             ErrorKind::NotFound,
             "{bad}"
         );
     }
     // Aliases are not listed.
-    assert!(!names(&m.path(".history")).iter().any(|n| n.starts_with('@') || n == "latest"));
+    assert!(
+        !names(&m.path(".history"))
+            .iter()
+            .any(|n| n.starts_with('@') || n == "latest")
+    );
 }
 
 fn c(p: &Path) -> CString {
@@ -156,9 +183,15 @@ fn every_change_under_history_answers_erofs() {
     let f = v.join("d/f");
     let d = v.join("d");
     assert_eq!(errno(OpenOptions::new().write(true).open(&f)), libc::EROFS);
-    assert_eq!(errno(OpenOptions::new().read(true).write(true).open(&f)), libc::EROFS);
+    assert_eq!(
+        errno(OpenOptions::new().read(true).write(true).open(&f)),
+        libc::EROFS
+    );
     assert_eq!(errno(OpenOptions::new().append(true).open(&f)), libc::EROFS);
-    assert_eq!(errno(OpenOptions::new().write(true).truncate(true).open(&f)), libc::EROFS);
+    assert_eq!(
+        errno(OpenOptions::new().write(true).truncate(true).open(&f)),
+        libc::EROFS
+    );
     assert_eq!(errno(fs::write(d.join("new"), "x")), libc::EROFS);
     assert_eq!(errno(fs::create_dir(d.join("sub"))), libc::EROFS);
     assert_eq!(errno(fs::remove_file(&f)), libc::EROFS);
@@ -167,17 +200,38 @@ fn every_change_under_history_answers_erofs() {
     assert_eq!(errno(fs::rename(&f, m.path("stolen"))), libc::EROFS);
     assert_eq!(errno(fs::rename(m.path("d/f"), d.join("in"))), libc::EROFS);
     assert_eq!(errno(symlink("x", d.join("l"))), libc::EROFS);
-    assert_eq!(errno(fs::set_permissions(&f, fs::Permissions::from_mode(0o600))), libc::EROFS);
-    assert_eq!(errno(std::os::unix::fs::chown(&f, Some(1), Some(1))), libc::EROFS);
+    assert_eq!(
+        errno(fs::set_permissions(&f, fs::Permissions::from_mode(0o600))),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno(std::os::unix::fs::chown(&f, Some(1), Some(1))),
+        libc::EROFS
+    );
     assert_eq!(unsafe { libc::truncate(c(&f).as_ptr(), 0) }, -1);
-    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EROFS));
-    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, c(&f).as_ptr(), std::ptr::null(), 0) }, -1);
-    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EROFS));
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c(&f).as_ptr(), std::ptr::null(), 0) },
+        -1
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EROFS)
+    );
     // The name `.history` itself.
     assert_eq!(errno(fs::create_dir(m.path(".history"))), libc::EEXIST);
     assert_eq!(errno(fs::remove_dir(m.path(".history"))), libc::EROFS);
-    assert_eq!(errno(fs::rename(m.path(".history"), m.path("h"))), libc::EROFS);
-    assert_eq!(errno(fs::rename(m.path("d"), m.path(".history"))), libc::EROFS);
+    assert_eq!(
+        errno(fs::rename(m.path(".history"), m.path("h"))),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno(fs::rename(m.path("d"), m.path(".history"))),
+        libc::EROFS
+    );
     assert_eq!(fs::read(&f).unwrap(), b"x", "still readable");
 }
 
@@ -189,14 +243,27 @@ fn cp_a_restores_bytes_modes_mtimes_and_symlinks_exactly() {
     fs::write(skill.join("SKILL.md"), "---\nname: foo\n---\n").unwrap();
     let bin: Vec<u8> = (0..70_000u32).map(|i| (i * 7 % 256) as u8).collect();
     fs::write(skill.join("scripts/run.bin"), &bin).unwrap();
-    fs::set_permissions(skill.join("scripts/run.bin"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(
+        skill.join("scripts/run.bin"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
     symlink("scripts/run.bin", skill.join("link")).unwrap();
     let ts = [
-        libc::timespec { tv_sec: 1_600_000_000, tv_nsec: 5 },
-        libc::timespec { tv_sec: 1_600_000_000, tv_nsec: 123_456_789 },
+        libc::timespec {
+            tv_sec: 1_600_000_000,
+            tv_nsec: 5,
+        },
+        libc::timespec {
+            tv_sec: 1_600_000_000,
+            tv_nsec: 123_456_789,
+        },
     ];
     let skill_md = c(&skill.join("SKILL.md"));
-    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, skill_md.as_ptr(), ts.as_ptr(), 0) }, 0);
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, skill_md.as_ptr(), ts.as_ptr(), 0) },
+        0
+    );
     let good = last_id(&m);
     // The agent breaks the skill, then deletes it.
     fs::write(skill.join("SKILL.md"), "broken").unwrap();
@@ -213,15 +280,29 @@ fn cp_a_restores_bytes_modes_mtimes_and_symlinks_exactly() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
-    assert_eq!(fs::read(skill.join("SKILL.md")).unwrap(), b"---\nname: foo\n---\n");
+    assert_eq!(
+        fs::read(skill.join("SKILL.md")).unwrap(),
+        b"---\nname: foo\n---\n"
+    );
     assert_eq!(fs::read(skill.join("scripts/run.bin")).unwrap(), bin);
-    assert_eq!(fs::metadata(skill.join("scripts/run.bin")).unwrap().mode() & 0o7777, 0o755);
+    assert_eq!(
+        fs::metadata(skill.join("scripts/run.bin")).unwrap().mode() & 0o7777,
+        0o755
+    );
     let md = fs::metadata(skill.join("SKILL.md")).unwrap();
     assert_eq!((md.mtime(), md.mtime_nsec()), (1_600_000_000, 123_456_789));
-    assert_eq!(fs::read_link(skill.join("link")).unwrap(), Path::new("scripts/run.bin"));
+    assert_eq!(
+        fs::read_link(skill.join("link")).unwrap(),
+        Path::new("scripts/run.bin")
+    );
     // The restore is an ordinary, versioned write.
     let log = m.log();
-    assert!(log.iter().rev().take(8).any(|r| r["path"] == "cat/foo/SKILL.md" && r["op"] == "write"));
+    assert!(
+        log.iter()
+            .rev()
+            .take(8)
+            .any(|r| r["path"] == "cat/foo/SKILL.md" && r["op"] == "write")
+    );
     // Restoring into an existing skill with `cp -a dir/.history/<id>/. dir/`.
     fs::write(skill.join("SKILL.md"), "edited again").unwrap();
     let out = Command::new("cp")
@@ -231,7 +312,10 @@ fn cp_a_restores_bytes_modes_mtimes_and_symlinks_exactly() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
-    assert_eq!(fs::read(skill.join("SKILL.md")).unwrap(), b"---\nname: foo\n---\n");
+    assert_eq!(
+        fs::read(skill.join("SKILL.md")).unwrap(),
+        b"---\nname: foo\n---\n"
+    );
 }
 
 #[test]
@@ -273,33 +357,63 @@ fn show_diff_and_restore_commands() {
     let out = skillfs(&["diff", &good.to_string(), "cat/foo", "--root", &r]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("-line2\n+changed\n"), "{text}");
-    assert!(text.contains("Binary files a/cat/foo/data.bin and b/cat/foo/data.bin differ"), "{text}");
+    assert!(
+        text.contains("Binary files a/cat/foo/data.bin and b/cat/foo/data.bin differ"),
+        "{text}"
+    );
     assert!(text.contains("+++ b/cat/foo/extra.md"), "{text}");
 
     let out = skillfs(&["restore", &good.to_string(), "cat/foo", "--root", &r]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("restored cat/foo as of change {good}")));
-    assert_eq!(fs::read(m.path("cat/foo/SKILL.md")).unwrap(), b"line1\nline2\n");
-    assert_eq!(fs::read(m.path("cat/foo/data.bin")).unwrap(), [0u8, 1, 2, 255]);
-    assert!(!m.path("cat/foo/extra.md").exists(), "files that did not exist then are removed");
-    assert_eq!(names(&m.path("cat")), ["foo"], "no staging name is left or listed");
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains(&format!("restored cat/foo as of change {good}"))
+    );
+    assert_eq!(
+        fs::read(m.path("cat/foo/SKILL.md")).unwrap(),
+        b"line1\nline2\n"
+    );
+    assert_eq!(
+        fs::read(m.path("cat/foo/data.bin")).unwrap(),
+        [0u8, 1, 2, 255]
+    );
+    assert!(
+        !m.path("cat/foo/extra.md").exists(),
+        "files that did not exist then are removed"
+    );
+    assert_eq!(
+        names(&m.path("cat")),
+        ["foo"],
+        "no staging name is left or listed"
+    );
     // Nothing is lost by a restore: the replaced state is one id back.
     let out = skillfs(&["show", "latest:cat/foo/extra.md", "--root", &r]);
     assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
     let log = m.log();
-    let park = log.iter().rposition(|r| r["op"] == "park" && r["path"] == "cat/foo").unwrap();
+    let park = log
+        .iter()
+        .rposition(|r| r["op"] == "park" && r["path"] == "cat/foo")
+        .unwrap();
     let before_restore = log[park - 1]["seq"].as_u64().unwrap();
     assert_eq!(
         fs::read(m.path(&format!(".history/{before_restore}/cat/foo/extra.md"))).unwrap(),
         b"added later"
     );
     // Bad input: one line, exit 8.
-    for spec in ["9999:cat", "@yesterday:cat", "@1999-01-01T00:00:00Z:cat", &format!("{good}:nope")] {
+    for spec in [
+        "9999:cat",
+        "@yesterday:cat",
+        "@1999-01-01T00:00:00Z:cat",
+        &format!("{good}:nope"),
+    ] {
         let out = skillfs(&["show", spec, "--root", &r]);
         assert_eq!(out.status.code(), Some(8), "{spec}: {}", describe(&out));
         assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
     }
     let out = skillfs(&["status", "--root", &r]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("mounted (daemon pid") && text.contains("changes:"), "{text}");
+    assert!(
+        text.contains("mounted (daemon pid") && text.contains("changes:"),
+        "{text}"
+    );
 }

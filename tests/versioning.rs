@@ -313,3 +313,82 @@ fn a_writer_killed_mid_write_leaves_the_old_version() {
             .is_none()
     );
 }
+
+fn has_content(m: &Mount, bytes: &[u8]) -> bool {
+    m.log()
+        .iter()
+        .filter_map(|r| r["state"]["blob"].as_str())
+        .any(|b| m.blob(b) == bytes)
+}
+
+#[test]
+fn staged_bytes_are_kept_when_the_file_is_deleted_replaced_or_truncated() {
+    let m = Mount::new("staged");
+    for (i, action) in ["unlink", "rename-over", "o_trunc", "truncate"]
+        .iter()
+        .enumerate()
+    {
+        let p = m.path(&format!("f{i}"));
+        fs::write(&p, "published").unwrap();
+        let staged = format!("staged by a writer that has not closed ({action})");
+        let mut w = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        w.write_all(staged.as_bytes()).unwrap();
+        // Another process sees those bytes, then changes the file.
+        assert_eq!(fs::read(&p).unwrap(), staged.as_bytes());
+        match *action {
+            "unlink" => fs::remove_file(&p).unwrap(),
+            "rename-over" => {
+                fs::write(m.path("other"), "replacement").unwrap();
+                fs::rename(m.path("other"), &p).unwrap();
+            }
+            "o_trunc" => drop(
+                OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .open(&p)
+                    .unwrap(),
+            ),
+            _ => OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_len(3)
+                .unwrap(),
+        }
+        assert!(
+            has_content(&m, staged.as_bytes()),
+            "{action}: staged bytes lost"
+        );
+        drop(w);
+    }
+}
+
+#[test]
+fn untracked_files_are_written_safely_but_keep_no_versions() {
+    let m = Mount::new("untracked");
+    fs::write(m.path(".usage.json"), "{\"a\": 1}").unwrap();
+    fs::write(m.path(".usage.json"), "{\"a\": 2}").unwrap();
+    fs::write(m.path(".curator_ledger.jsonl"), "{}\n").unwrap();
+    fs::create_dir(m.path("cat")).unwrap();
+    fs::write(m.path("cat/.usage.json"), "tracked: not at the root").unwrap();
+    let log = m.log();
+    assert!(
+        !log.iter()
+            .any(|r| r["path"] == ".usage.json" || r["path"] == ".curator_ledger.jsonl"),
+        "{log:?}"
+    );
+    assert!(log.iter().any(|r| r["path"] == "cat/.usage.json"));
+    assert_eq!(fs::read(m.path(".usage.json")).unwrap(), b"{\"a\": 2}");
+    let names: Vec<String> = fs::read_dir(m.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        names.contains(&".usage.json".to_string()),
+        "untracked is still listed"
+    );
+}

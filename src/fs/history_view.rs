@@ -78,7 +78,10 @@ fn stat_from_state(s: &EntryState) -> libc::stat {
     };
     st.st_blocks = (st.st_size + 511) / 512;
     st.st_blksize = 4096;
-    let (sec, nsec) = (s.mtime_ns.div_euclid(1_000_000_000), s.mtime_ns.rem_euclid(1_000_000_000));
+    let (sec, nsec) = (
+        s.mtime_ns.div_euclid(1_000_000_000),
+        s.mtime_ns.rem_euclid(1_000_000_000),
+    );
     st.st_mtime = sec;
     st.st_mtime_nsec = nsec;
     st.st_atime = sec;
@@ -270,7 +273,11 @@ impl SkillFs {
             return Err(FsError::EROFS);
         }
         if name == HISTORY {
-            return Err(if creating { FsError::EEXIST } else { FsError::EROFS });
+            return Err(if creating {
+                FsError::EEXIST
+            } else {
+                FsError::EROFS
+            });
         }
         Ok(())
     }

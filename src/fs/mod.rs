@@ -66,6 +66,15 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The daemon itself (work at unmount, with no request behind it).
+    fn kernel() -> Caller {
+        Caller {
+            uid: sys::geteuid(),
+            gid: 0,
+            pid: std::process::id(),
+        }
+    }
+
     fn actor(&self) -> Actor {
         Actor {
             uid: self.uid,
@@ -159,10 +168,18 @@ struct OpenFile {
 }
 
 enum Handle {
-    File { ino: Ino, write: bool, append: bool },
-    Dir { entries: Arc<Vec<DirEntry>> },
+    File {
+        ino: Ino,
+        write: bool,
+        append: bool,
+    },
+    Dir {
+        entries: Arc<Vec<DirEntry>>,
+    },
     /// A file under `.history`: its blob, read-only.
-    Blob { file: Arc<File> },
+    Blob {
+        file: Arc<File>,
+    },
 }
 
 pub struct SkillFs {
@@ -412,6 +429,37 @@ impl SkillFs {
         }
     }
 
+    /// The path to journal a change of the entry at `loc` under: its visible
+    /// path, unless it is hidden or untracked (not versioned).
+    fn versioned(&self, loc: &Location) -> Option<RelPath> {
+        loc.visible
+            .as_ref()
+            .filter(|p| !self.rules.is_untracked(p))
+            .cloned()
+    }
+
+    /// Publishes the staged bytes of open files at or below `under` before
+    /// that entry is removed, replaced, parked or truncated: what a reader
+    /// sees is content, and G1 keeps it. Called under the namespace lock.
+    fn publish_dirty_under(&self, under: &Location, caller: &Caller) {
+        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        for ino in inos {
+            let Ok(loc) = self.loc(ino) else { continue };
+            if !loc.logical.starts_with(&under.logical) {
+                continue;
+            }
+            let Some(of) = self.open_file(ino) else {
+                continue;
+            };
+            let mut s = of.state.lock();
+            if s.staging.as_ref().is_some_and(|stg| stg.dirty)
+                && let Err(e) = self.publish_locked(&mut s, &loc, Op::Write, false, caller)
+            {
+                tracing::error!("could not publish {} before it changed: {e:?}", loc.logical);
+            }
+        }
+    }
+
     /// Moves the attached area of a removed directory to the orphans.
     fn orphan_attached(&self, key: &str, logical: &RelPath, caller: &Caller) {
         let mut ledger = self.ledger.lock();
@@ -555,7 +603,7 @@ impl SkillFs {
                 apply_meta_fd(stg, &attr)?;
             }
             if let Ok(l) = &loc
-                && let Some(p) = &l.visible
+                && let Some(p) = &self.versioned(l)
             {
                 let op = match (
                     attr.mode.is_some(),
@@ -567,8 +615,12 @@ impl SkillFs {
                     (false, false, true) => Op::Utimes,
                     _ => Op::Setattr,
                 };
-                let state = self.state_of(l, p)?;
-                self.record(Change::new(op, p.clone(), Some(state)), caller);
+                // The change is made; a failure to describe it is left to
+                // the next mount's scan.
+                match self.state_of(l, p) {
+                    Ok(state) => self.record(Change::new(op, p.clone(), Some(state)), caller),
+                    Err(e) => tracing::error!("could not journal {} of {p}: {e:?}", op.name()),
+                }
             }
         }
         drop(_ns);
@@ -591,6 +643,12 @@ impl SkillFs {
         };
         let result = (|| {
             let mut s = of.state.lock();
+            // The content just before the truncation is kept.
+            if s.staging.as_ref().is_some_and(|stg| stg.dirty)
+                && let Some(l) = loc
+            {
+                self.publish_locked(&mut s, l, Op::Write, false, caller)?;
+            }
             self.ensure_staging(&mut s, size == 0)?;
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;
@@ -626,7 +684,7 @@ impl SkillFs {
         self.give_to_caller(&loc, caller);
         let st = loc.lstat()?;
         let ino = self.tree.lock().link(parent, name, Kind::Dir, attached);
-        if let Some(p) = &loc.visible {
+        if let Some(p) = &self.versioned(&loc) {
             self.record(
                 Change::new(Op::Mkdir, p.clone(), Some(state_from_stat(&st, Kind::Dir))),
                 caller,
@@ -661,7 +719,7 @@ impl SkillFs {
         self.give_to_caller(&loc, caller);
         let st = loc.lstat()?;
         let ino = self.tree.lock().link(parent, name, Kind::Symlink, attached);
-        if let Some(p) = &loc.visible {
+        if let Some(p) = &self.versioned(&loc) {
             let mut state = state_from_stat(&st, Kind::Symlink);
             state.target = Some(ByteString(target.to_vec()));
             self.record(Change::new(Op::Symlink, p.clone(), Some(state)), caller);
@@ -687,6 +745,17 @@ impl SkillFs {
         let ploc = self.loc(parent)?;
         let f = self.find(parent, &ploc, name)?;
         let is_dir = f.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        if dir && is_dir && f.loc.is_hidden() {
+            // Inside a hidden tree the listing shows attached children too:
+            // a directory that lists entries is not empty.
+            let key = sys::dir_key(f.loc.dirfd, &f.loc.phys)?;
+            if sys::read_dir_at(self.parked_raw(), key.as_bytes()).is_ok_and(|v| !v.is_empty()) {
+                return Err(FsError::ENOTEMPTY);
+            }
+        }
+        if !is_dir {
+            self.publish_dirty_under(&f.loc, caller);
+        }
         // A directory whose only children are hidden is empty underneath
         // (they are attached, elsewhere): it is removed and they become
         // orphans. Its key is taken before it is gone.
@@ -697,7 +766,7 @@ impl SkillFs {
         };
         sys::unlinkat(f.loc.dirfd, &f.loc.phys, dir)?;
         self.tree.lock().detach(parent, name);
-        if let Some(p) = &f.loc.visible {
+        if let Some(p) = &self.versioned(&f.loc) {
             let op = if dir { Op::Rmdir } else { Op::Unlink };
             self.record(Change::new(op, p.clone(), None), caller);
         }
@@ -752,6 +821,14 @@ impl SkillFs {
             }
             (d, att)
         };
+        // Staged bytes of what is replaced, or leaves the versioned tree,
+        // are published first.
+        if dst.lstat().is_ok() {
+            self.publish_dirty_under(&dst, caller);
+        }
+        if exchange || dst.is_hidden() {
+            self.publish_dirty_under(&src.loc, caller);
+        }
         // A directory replaced by this rename takes its hidden children's
         // attachment with it: they become orphans.
         let replaced_key = if exchange {
@@ -778,7 +855,7 @@ impl SkillFs {
         }
         let noreplace = flags & libc::RENAME_NOREPLACE != 0;
         if exchange {
-            match (&src.loc.visible, &dst.visible) {
+            match (self.versioned(&src.loc), self.versioned(&dst)) {
                 (Some(a), Some(b)) => {
                     let mut c = Change::new(Op::Exchange, a.clone(), None);
                     c.to = Some(b.clone());
@@ -787,49 +864,47 @@ impl SkillFs {
                 // Each entry now sits where the other was. What left the
                 // visible tree is journaled before what entered it.
                 (Some(_), None) => {
-                    self.journal_move(&src.loc, &dst, false, caller)?;
-                    self.journal_move(&dst, &src.loc, false, caller)?;
+                    self.journal_move(&src.loc, &dst, false, caller);
+                    self.journal_move(&dst, &src.loc, false, caller);
                 }
                 _ => {
-                    self.journal_move(&dst, &src.loc, false, caller)?;
-                    self.journal_move(&src.loc, &dst, false, caller)?;
+                    self.journal_move(&dst, &src.loc, false, caller);
+                    self.journal_move(&src.loc, &dst, false, caller);
                 }
             }
         } else {
-            self.journal_move(&src.loc, &dst, noreplace, caller)?;
+            self.journal_move(&src.loc, &dst, noreplace, caller);
         }
         Ok(())
     }
 
     /// Journals one entry moving from `from` to `to` (its new location),
-    /// by visibility: a rename, a park, an unpark, or nothing.
-    fn journal_move(
-        &self,
-        from: &Location,
-        to: &Location,
-        noreplace: bool,
-        caller: &Caller,
-    ) -> FsResult<()> {
-        match (&from.visible, &to.visible) {
+    /// by versioning: a rename, a park, an unpark, or nothing. The move is
+    /// made; a failure to journal it is logged and left to the next scan.
+    fn journal_move(&self, from: &Location, to: &Location, noreplace: bool, caller: &Caller) {
+        match (self.versioned(from), self.versioned(to)) {
             (Some(a), Some(b)) => {
-                let mut c = Change::new(Op::Rename, a.clone(), None);
-                c.to = Some(b.clone());
+                let mut c = Change::new(Op::Rename, a, None);
+                c.to = Some(b);
                 c.noreplace = noreplace;
                 self.record(c, caller);
             }
             (Some(a), None) => {
-                let mut c = Change::new(Op::Park, a.clone(), None);
+                let mut c = Change::new(Op::Park, a, None);
                 c.hidden = Some(to.logical.clone());
                 self.record(c, caller);
             }
-            (None, Some(b)) => self.unpark(b, &from.logical, caller)?,
+            (None, Some(b)) => {
+                if let Err(e) = self.unpark(&b, &from.logical, caller) {
+                    tracing::error!("could not settle {b} after it became visible: {e:?}");
+                }
+            }
             (None, None) => {}
         }
-        Ok(())
     }
 
-    /// A hidden entry became visible at `path`: settle its subtree (hide
-    /// what the rules hide inside it, record the rest as unparked).
+    /// A hidden (or untracked) entry became versioned at `path`: settle its
+    /// subtree (hide what the rules hide inside it, record the rest).
     fn unpark(&self, path: &RelPath, hidden: &RelPath, caller: &Caller) -> FsResult<()> {
         let in_pkg = {
             let mut dir = path.parent();
@@ -843,18 +918,17 @@ impl SkillFs {
             }
             found
         };
-        let moved = {
-            let mut ledger = self.ledger.lock();
-            let mut settler = Settler::new(
-                self.areas(),
-                &self.rules,
-                &mut ledger,
-                &self.blobs,
-                caller.actor(),
-            );
-            settler.settle(path, Op::Unpark, true, in_pkg, Some(hidden.clone()))?;
-            settler.moved_to_hidden
-        };
+        let mut ledger = self.ledger.lock();
+        let mut settler = Settler::new(
+            self.areas(),
+            &self.rules,
+            &mut ledger,
+            &self.blobs,
+            caller.actor(),
+        );
+        let result = settler.settle(path, Op::Unpark, true, in_pkg, Some(hidden.clone()));
+        let moved = std::mem::take(&mut settler.moved_to_hidden);
+        drop(ledger);
         if !moved.is_empty() {
             let mut tree = self.tree.lock();
             for p in moved {
@@ -863,7 +937,7 @@ impl SkillFs {
                 }
             }
         }
-        Ok(())
+        Ok(result?)
     }
 
     // ------------------------------------------------------------ files
@@ -953,22 +1027,35 @@ impl SkillFs {
         fh
     }
 
-    pub fn open(&self, ino: Ino, flags: i32) -> FsResult<OpenReply> {
+    pub fn open(&self, ino: Ino, flags: i32, caller: &Caller) -> FsResult<OpenReply> {
         if let Some(v) = decode(ino) {
             return self.vopen(v, flags);
         }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;
         let of = self.open_live(ino, &loc)?;
-        self.finish_open(ino, of, flags)
+        self.finish_open(ino, &loc, of, flags, caller)
     }
 
-    fn finish_open(&self, ino: Ino, of: Arc<OpenFile>, flags: i32) -> FsResult<OpenReply> {
+    fn finish_open(
+        &self,
+        ino: Ino,
+        loc: &Location,
+        of: Arc<OpenFile>,
+        flags: i32,
+        caller: &Caller,
+    ) -> FsResult<OpenReply> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if write {
             let mut s = of.state.lock();
             s.writers += 1;
             if flags & libc::O_TRUNC != 0 {
+                // Another writer's staged bytes were visible: keep them.
+                if s.staging.as_ref().is_some_and(|stg| stg.dirty)
+                    && let Err(e) = self.publish_locked(&mut s, loc, Op::Write, false, caller)
+                {
+                    tracing::error!("could not publish {} before O_TRUNC: {e:?}", loc.logical);
+                }
                 if let Err(e) = self.ensure_staging(&mut s, true) {
                     drop(s);
                     self.release_open(ino, true);
@@ -1024,12 +1111,14 @@ impl SkillFs {
             return Err(FsError::EISDIR);
         }
         let ino = self.tree.lock().link(parent, name, kind, attached);
-        if created && let Some(p) = &loc.visible {
-            let blob = self.blobs.put_bytes(b"", false)?;
-            self.record(
-                Change::new(Op::Create, p.clone(), Some(empty_blob_state(&st, blob))),
-                caller,
-            );
+        if created && let Some(p) = &self.versioned(&loc) {
+            match self.blobs.put_bytes(b"", false) {
+                Ok(blob) => self.record(
+                    Change::new(Op::Create, p.clone(), Some(empty_blob_state(&st, blob))),
+                    caller,
+                ),
+                Err(e) => tracing::error!("could not journal the creation of {p}: {e}"),
+            }
         }
         let of = match self.open_live(ino, &loc) {
             Ok(of) => of,
@@ -1038,7 +1127,13 @@ impl SkillFs {
                 return Err(e);
             }
         };
-        let reply = self.finish_open(ino, of, flags)?;
+        let reply = match self.finish_open(ino, &loc, of, flags, caller) {
+            Ok(r) => r,
+            Err(e) => {
+                self.tree.lock().forget(ino, 1);
+                return Err(e);
+            }
+        };
         Ok((
             Entry {
                 ino,
@@ -1145,19 +1240,27 @@ impl SkillFs {
             Some(Handle::Blob { .. }) => return Ok(()),
             _ => return Err(FsError::EBADF),
         };
-        let result = if write {
-            let last_writer = self
-                .open_file(ino)
-                .is_some_and(|of| of.state.lock().writers <= 1);
-            if last_writer {
-                self.publish(ino, false, caller)
-            } else {
-                Ok(())
+        let mut result = Ok(());
+        if write {
+            // The last writer publishes; deciding that and publishing happen
+            // under the open file's lock, so two releases cannot both skip it.
+            let _ns = self.namespace.read();
+            let loc = self.loc(ino).ok();
+            if let Some(of) = self.open_file(ino) {
+                let mut s = of.state.lock();
+                s.writers = s.writers.saturating_sub(1);
+                if s.writers == 0
+                    && s.staging.as_ref().is_some_and(|stg| stg.dirty)
+                    && let Some(loc) = &loc
+                {
+                    result = self.publish_locked(&mut s, loc, Op::Write, false, caller);
+                    if let Err(e) = &result {
+                        tracing::error!("could not publish {} at close: {e:?}", loc.logical);
+                    }
+                }
             }
-        } else {
-            Ok(())
-        };
-        self.release_open(ino, write);
+        }
+        self.release_open(ino, false);
         result
     }
 
@@ -1178,13 +1281,13 @@ impl SkillFs {
             // Already published: make it durable in the same order.
             self.ledger.lock().sync(&self.blobs)?;
             sys::fsync(&*s.live)?;
-            self.sync_parent(ino)?;
+            sync_parent_of(&loc)?;
         }
         Ok(())
     }
 
     /// Durability order: blob, journal record, then the live file replaced.
-    /// A hidden file skips the first two: it is not versioned.
+    /// A hidden or untracked file skips the first two: it is not versioned.
     fn publish_locked(
         &self,
         s: &mut OpenState,
@@ -1194,7 +1297,7 @@ impl SkillFs {
         caller: &Caller,
     ) -> FsResult<()> {
         let stg = s.staging.as_ref().expect("caller checked");
-        if let Some(path) = &loc.visible {
+        if let Some(path) = &self.versioned(loc) {
             let (blob, size) = self.blobs.put_file(&stg.file, durable)?;
             let st = sys::fstat(&*stg.file)?;
             let mut state = state_from_stat(&st, Kind::File);
@@ -1231,30 +1334,16 @@ impl SkillFs {
             0,
         )?;
         if durable {
-            let parent_phys = match loc.phys.iter().rposition(|&b| b == b'/') {
-                Some(i) => &loc.phys[..i],
-                None => &b""[..],
-            };
-            sys::fsync(&sys::open_dir(loc.dirfd, parent_phys)?)?;
+            sync_parent_of(loc)?;
         }
         let stg = s.staging.take().expect("checked above");
         s.live = stg.file;
         Ok(())
     }
 
-    fn sync_parent(&self, ino: Ino) -> FsResult<()> {
-        let loc = self.loc(ino)?;
-        let parent_phys = match loc.phys.iter().rposition(|&b| b == b'/') {
-            Some(i) => &loc.phys[..i],
-            None => &b""[..],
-        };
-        sys::fsync(&sys::open_dir(loc.dirfd, parent_phys)?)?;
-        Ok(())
-    }
-
     // ------------------------------------------------------------ directories
 
-    /// Opens a directory listing; `true` when it never changes.
+    /// Opens a directory listing; `true` when the kernel may cache it.
     pub fn opendir(&self, ino: Ino) -> FsResult<(u64, bool)> {
         if let Some(v) = decode(ino) {
             return self.vopendir(ino, v);
@@ -1317,7 +1406,9 @@ impl SkillFs {
         let fh = self.new_handle(Handle::Dir {
             entries: Arc::new(entries),
         });
-        Ok((fh, false))
+        // A hidden directory's listing is whole, hidden names included: the
+        // kernel must not keep it for when the directory becomes visible.
+        Ok((fh, !loc.is_hidden()))
     }
 
     /// The listing taken at `opendir`; offsets are indexes + 1.
@@ -1346,11 +1437,7 @@ impl SkillFs {
     /// Called at unmount: publish what writers left and make it durable.
     pub fn shutdown(&self) {
         let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
-        let daemon = Caller {
-            uid: sys::geteuid(),
-            gid: 0,
-            pid: std::process::id(),
-        };
+        let daemon = Caller::kernel();
         for ino in inos {
             if let Err(e) = self.publish(ino, false, &daemon) {
                 tracing::error!("could not publish inode {ino} at unmount: {e:?}");
@@ -1359,7 +1446,20 @@ impl SkillFs {
         if let Err(e) = self.ledger.lock().sync(&self.blobs) {
             tracing::error!("could not sync the journal at unmount: {e}");
         }
+        // Live files replaced by plain closes become durable too.
+        if unsafe { libc::syncfs(self.root_raw()) } != 0 {
+            tracing::error!("syncfs at unmount: {}", std::io::Error::last_os_error());
+        }
     }
+}
+
+fn sync_parent_of(loc: &Location) -> FsResult<()> {
+    let parent_phys = match loc.phys.iter().rposition(|&b| b == b'/') {
+        Some(i) => &loc.phys[..i],
+        None => &b""[..],
+    };
+    sys::fsync(&sys::open_dir(loc.dirfd, parent_phys)?)?;
+    Ok(())
 }
 
 fn apply_meta_fd(f: &File, attr: &SetAttr) -> FsResult<()> {

@@ -31,6 +31,7 @@ pub struct BlobStore {
     /// Blobs (and their fan-out directories) renamed into place but not yet
     /// fsynced.
     unsynced: Mutex<Vec<PathBuf>>,
+    sync_lock: Mutex<()>,
 }
 
 pub fn hash_bytes(data: &[u8]) -> BlobId {
@@ -44,6 +45,7 @@ impl BlobStore {
             tmp,
             counter: AtomicU64::new(0),
             unsynced: Mutex::new(Vec::new()),
+            sync_lock: Mutex::new(()),
         }
     }
 
@@ -53,6 +55,13 @@ impl BlobStore {
 
     pub fn contains(&self, id: &str) -> bool {
         id.len() == 64 && self.path(id).exists()
+    }
+
+    /// Present with the expected size. After a power loss a blob stored
+    /// without `durable` can be an empty file under its final name; it must
+    /// not be trusted as a copy of the content.
+    pub fn has_intact(&self, id: &str, size: u64) -> bool {
+        id.len() == 64 && std::fs::metadata(self.path(id)).is_ok_and(|m| m.len() == size)
     }
 
     pub fn read(&self, id: &str) -> io::Result<Vec<u8>> {
@@ -78,7 +87,7 @@ impl BlobStore {
         }
         let id = hex(hasher.finalize().as_slice());
         let size = off;
-        if !self.contains(&id) {
+        if !self.has_intact(&id, size) {
             self.write_new(&id, durable, |tmp| copy_range(src, tmp, size))?;
         }
         if durable {
@@ -90,7 +99,7 @@ impl BlobStore {
     /// Stores `data` (hash computed here).
     pub fn put_bytes(&self, data: &[u8], durable: bool) -> io::Result<BlobId> {
         let id = hash_bytes(data);
-        if !self.contains(&id) {
+        if !self.has_intact(&id, data.len() as u64) {
             self.write_new(&id, durable, |tmp| tmp.write_all_at(data, 0))?;
         }
         Ok(id)
@@ -116,7 +125,7 @@ impl BlobStore {
                 off += n as u64;
             }
             let id = hex(hasher.finalize().as_slice());
-            if !self.contains(&id) {
+            if !self.has_intact(&id, off) {
                 self.install(&tmp_path, &id, false)?;
             }
             Ok((id, off))
@@ -163,18 +172,23 @@ impl BlobStore {
             created_fan = true;
         }
         let dest = fan.join(id);
+        if !durable {
+            // Pending before it is visible: a durable writer that finds it
+            // by name also finds it here, and syncs it first.
+            let mut pending = self.unsynced.lock();
+            if created_fan {
+                pending.push(fan.clone());
+            }
+            pending.push(dest.clone());
+        }
+        // Replaces only a damaged copy (callers checked `has_intact`); two
+        // writers of the same content write the same bytes.
         fs::rename(tmp_path, &dest)?;
         if durable {
             sync_dir(&fan)?;
             if created_fan {
                 sync_dir(&self.dir)?;
             }
-        } else {
-            let mut pending = self.unsynced.lock();
-            if created_fan {
-                pending.push(fan);
-            }
-            pending.push(dest);
         }
         Ok(())
     }
@@ -182,6 +196,9 @@ impl BlobStore {
     /// Makes every blob stored without `durable` durable (file data, then the
     /// directory entries naming it).
     pub fn sync_pending(&self) -> io::Result<()> {
+        // One sync at a time: a second caller must not return while the
+        // first is still flushing blobs the second depends on.
+        let _one = self.sync_lock.lock();
         let pending = std::mem::take(&mut *self.unsynced.lock());
         if pending.is_empty() {
             return Ok(());
