@@ -479,28 +479,13 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     }
     block_signals();
 
-    let mut config = fuser::Config::default();
     let fsname = format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display());
-    config.mount_options = vec![
-        fuser::MountOption::FSName(fsname.clone()),
-        fuser::MountOption::Subtype("skillfs".to_string()),
-        fuser::MountOption::DefaultPermissions,
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-    ];
-    config.n_threads = Some(args.threads.max(1));
-    config.clone_fd = true;
-    let adapter = crate::fuse::FuseAdapter {
-        fs: Arc::clone(&prepared.fs),
-    };
-    let session = if crate::sys::geteuid() == 0 {
-        fuser::Session::new(adapter, &prepared.root, &config)
-    } else {
-        let opts = format!("fsname={fsname},subtype=skillfs,default_permissions,nodev,nosuid");
-        crate::fusermount::mount(&prepared.root, &opts).and_then(|fd| {
-            fuser::Session::from_fd(adapter, fd, fuser::SessionACL::Owner, config.clone())
-        })
-    };
+    let session = crate::fuse::mount(
+        Arc::clone(&prepared.fs),
+        &prepared.root,
+        &fsname,
+        args.threads,
+    );
     let session = match session {
         Ok(s) => s,
         Err(e) => {

@@ -29,7 +29,9 @@ use crate::sys::Time;
 
 const TTL: Duration = Duration::from_secs(24 * 3600);
 const TTL_IMMUTABLE: Duration = Duration::from_secs(365 * 24 * 3600);
-const TTL_VOLATILE: Duration = Duration::from_secs(1);
+/// A `.history` listing's attributes are fetched at every listing, so its
+/// mtime (the time of its newest id) tells the kernel's cache it grew.
+const TTL_VOLATILE: Duration = Duration::ZERO;
 
 /// (attribute TTL, entry TTL) for an entry.
 fn ttls(t: Ttl) -> (Duration, Duration) {
@@ -43,6 +45,67 @@ fn ttls(t: Ttl) -> (Duration, Duration) {
 
 pub struct FuseAdapter {
     pub fs: Arc<SkillFs>,
+}
+
+/// A mounted session, ready to serve.
+pub struct Mounted(fuser::Session<FuseAdapter>);
+
+impl Mounted {
+    /// Serves requests until the filesystem is unmounted.
+    pub fn run(self) -> std::io::Result<()> {
+        self.0.run()
+    }
+}
+
+/// Mounts `fs` on `root` (as root through mount(2), otherwise through
+/// `fusermount3`) and wires the core's cache invalidations to the kernel.
+pub fn mount(
+    fs: Arc<SkillFs>,
+    root: &Path,
+    fsname: &str,
+    threads: usize,
+) -> std::io::Result<Mounted> {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(fsname.to_string()),
+        fuser::MountOption::Subtype("skillfs".to_string()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    config.n_threads = Some(threads.max(1));
+    config.clone_fd = true;
+    let adapter = FuseAdapter {
+        fs: Arc::clone(&fs),
+    };
+    let session = if crate::sys::geteuid() == 0 {
+        fuser::Session::new(adapter, root, &config)?
+    } else {
+        let opts = format!("fsname={fsname},subtype=skillfs,default_permissions,nodev,nosuid");
+        let fd = crate::fusermount::mount(root, &opts)?;
+        fuser::Session::from_fd(adapter, fd, fuser::SessionACL::Owner, config)?
+    };
+    // Invalidations are sent from their own thread: a notification written
+    // from inside a request handler can wait on the very kernel locks that
+    // request holds.
+    let notifier = session.notifier();
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    std::thread::Builder::new()
+        .name("invalidate".into())
+        .spawn(move || {
+            for ino in rx {
+                if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
+                    tracing::debug!("invalidate inode {ino}: {e}");
+                }
+            }
+        })?;
+    let tx = std::sync::Mutex::new(tx);
+    fs.set_invalidator(Box::new(move |ino| {
+        if let Ok(tx) = tx.lock() {
+            let _ = tx.send(ino);
+        }
+    }));
+    Ok(Mounted(session))
 }
 
 fn caller(req: &Request) -> Caller {
@@ -404,31 +467,30 @@ impl Filesystem for FuseAdapter {
         reply_empty(reply, self.fs.fsync(fh.0, &caller(req)));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.opendir(ino.0) {
-            // A `.history` listing grows with every change, and a hidden
-            // directory's may not be kept for when it becomes visible.
-            Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Ok((fh, true)) => reply.opened(
-                FileHandle(fh),
-                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-            ),
-            Err(e) => reply.error(errno(e)),
-        }
+    /// Directories are listed without open handles: ENOSYS makes the kernel
+    /// stop sending OPENDIR and RELEASEDIR (two round trips per directory a
+    /// walk visits) and cache listings, checked against the directory's
+    /// mtime and change counter. What changes a directory behind the kernel's
+    /// back invalidates it (`SkillFs::set_invalidator`).
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
+        ino: INodeNo,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match self.fs.readdir(fh.0) {
+        let entries = match self.fs.readdir_at(ino.0, offset) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(e)),
         };
+        if offset as usize >= entries.len() {
+            self.fs.readdir_done(ino.0);
+        }
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
             if reply.add(
                 INodeNo(e.ino),
@@ -446,14 +508,17 @@ impl Filesystem for FuseAdapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let entries = match self.fs.readdir(fh.0) {
+        let entries = match self.fs.readdir_at(ino.0, offset) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(e)),
         };
+        if offset as usize >= entries.len() {
+            self.fs.readdir_done(ino.0);
+        }
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
             let name = OsStr::from_bytes(&e.name);
             // The kernel takes no lookup reference for `.` and `..`.

@@ -174,6 +174,28 @@ impl Ledger {
         blobs.sync_pending()?;
         self.journal.sync()
     }
+
+    /// The first half of a single-commit durability point: blobs, then
+    /// records, written out in that order; `commit` is the caller's `fsync`
+    /// of the file whose replacement they describe, which commits them all.
+    pub fn write_out_then(
+        &mut self,
+        blobs: &BlobStore,
+        commit: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
+        let pending = blobs.write_out_pending()?;
+        let r = self.journal.write_out().and_then(|()| commit());
+        match r {
+            Ok(()) => {
+                self.journal.mark_synced();
+                Ok(())
+            }
+            Err(e) => {
+                blobs.restore_pending(pending);
+                Err(e)
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -259,9 +259,22 @@ pub fn read_dir_fd(fd: OwnedFd) -> io::Result<Vec<RawDirEntry>> {
     result.map(|()| out)
 }
 
-/// The process name of `pid` (from `/proc/<pid>/comm`), or `?`.
+/// The process name of `pid` (from `/proc/<pid>/comm`), or `?`. Names are
+/// remembered for a second: a writer makes many changes in a row, and a pid
+/// is not reused that fast.
 pub fn process_name(pid: u32) -> String {
-    match std::fs::read(format!("/proc/{pid}/comm")) {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    static CACHE: Mutex<Option<HashMap<u32, (String, Instant)>>> = Mutex::new(None);
+    let now = Instant::now();
+    if let Ok(mut c) = CACHE.lock()
+        && let Some((name, at)) = c.get_or_insert_with(HashMap::new).get(&pid)
+        && now.duration_since(*at) < Duration::from_secs(1)
+    {
+        return name.clone();
+    }
+    let name = match std::fs::read(format!("/proc/{pid}/comm")) {
         Ok(mut b) => {
             while b.last() == Some(&b'\n') {
                 b.pop();
@@ -269,7 +282,59 @@ pub fn process_name(pid: u32) -> String {
             String::from_utf8_lossy(&b).into_owned()
         }
         Err(_) => "?".to_string(),
+    };
+    if let Ok(mut c) = CACHE.lock() {
+        let map = c.get_or_insert_with(HashMap::new);
+        if map.len() > 4096 {
+            map.clear();
+        }
+        map.insert(pid, (name.clone(), now));
     }
+    name
+}
+
+/// Writes the dirty pages of `fd` and waits for them, without flushing the
+/// device cache or committing metadata (`sync_file_range`).
+pub fn write_out(fd: &impl AsRawFd) -> io::Result<()> {
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    check(unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, flags) }).map(drop)
+}
+
+/// `syncfs`: everything dirty on the filesystem of `fd`, one commit.
+pub fn syncfs(fd: &impl AsRawFd) -> io::Result<()> {
+    check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+}
+
+/// Whether one `fsync` on the filesystem of `fd` commits every metadata
+/// change made before it, so data written out beforehand plus one `fsync` is
+/// a full durability point. True of XFS (one log) and of ext4 *with* its
+/// journal (one jbd2 transaction at a time); an ext4 made without a journal
+/// writes only the inodes it is asked to, so it is not.
+pub fn has_ordered_commit(fd: &impl AsRawFd) -> bool {
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    match st.f_type as i64 {
+        XFS => true,
+        EXT4 => ext4_has_journal(fd).unwrap_or(false),
+        _ => false,
+    }
+}
+
+/// `/sys/fs/ext4/<device>/journal_task` names the journal thread, or
+/// `<none>` on an ext4 without a journal.
+fn ext4_has_journal(fd: &impl AsRawFd) -> Option<bool> {
+    let st = fstat(fd).ok()?;
+    let (maj, min) = (libc::major(st.st_dev), libc::minor(st.st_dev));
+    let dev = std::fs::read_link(format!("/sys/dev/block/{maj}:{min}")).ok()?;
+    let name = dev.file_name()?.to_str()?.to_string();
+    let task = std::fs::read_to_string(format!("/sys/fs/ext4/{name}/journal_task")).ok()?;
+    Some(!task.trim().is_empty() && task.trim() != "<none>")
 }
 
 pub fn mtime_ns(st: &libc::stat) -> i64 {

@@ -121,8 +121,14 @@ impl SkillFs {
         let ledger = self.ledger.lock();
         let h = ledger.history();
         let stat = match v {
-            VNode::Listing(_) => {
-                let t = h.time_of(h.last()).unwrap_or(0);
+            VNode::Listing(scope) => {
+                // Its mtime moves with its newest id, which is how the
+                // kernel's listing cache learns it grew.
+                let t = h
+                    .ids(scope)
+                    .last()
+                    .and_then(|id| h.time_of(id))
+                    .unwrap_or(0);
                 drop(ledger);
                 self.virtual_dir_stat(t)?
             }

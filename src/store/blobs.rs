@@ -23,6 +23,8 @@ use crate::sys;
 pub type BlobId = String;
 
 const CHUNK: usize = 256 * 1024;
+/// Past this many pending blobs one `syncfs` beats one `fsync` each.
+const MANY: usize = 64;
 
 pub struct BlobStore {
     dir: PathBuf,
@@ -203,6 +205,9 @@ impl BlobStore {
         if pending.is_empty() {
             return Ok(());
         }
+        if pending.len() > MANY {
+            return self.sync_all(pending);
+        }
         let mut dirs: Vec<PathBuf> = Vec::new();
         let result = (|| {
             for p in &pending {
@@ -224,6 +229,44 @@ impl BlobStore {
             self.unsynced.lock().extend(pending);
         }
         result
+    }
+}
+
+impl BlobStore {
+    fn sync_all(&self, pending: Vec<PathBuf>) -> io::Result<()> {
+        let r = File::open(&self.dir).and_then(|d| sys::syncfs(&d));
+        if r.is_err() {
+            self.unsynced.lock().extend(pending);
+        }
+        r
+    }
+
+    /// Writes out the data of every pending blob and waits for it, without
+    /// the commit: the caller's one `fsync` afterwards makes them durable
+    /// (on a filesystem with an ordered commit, see `sys::has_ordered_commit`).
+    /// Until that succeeds they stay pending.
+    pub fn write_out_pending(&self) -> io::Result<Vec<PathBuf>> {
+        let _one = self.sync_lock.lock();
+        let pending = std::mem::take(&mut *self.unsynced.lock());
+        if pending.len() > MANY {
+            self.sync_all(pending)?;
+            return Ok(Vec::new());
+        }
+        for p in &pending {
+            if p.is_dir() {
+                continue; // a fan-out directory: metadata, in the commit
+            }
+            if let Err(e) = File::open(p).and_then(|f| sys::write_out(&f)) {
+                self.unsynced.lock().extend(pending.iter().cloned());
+                return Err(e);
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Puts back blobs whose commit failed.
+    pub fn restore_pending(&self, pending: Vec<PathBuf>) {
+        self.unsynced.lock().extend(pending);
     }
 }
 

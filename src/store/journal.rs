@@ -405,6 +405,20 @@ impl Journal {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Writes appended records out and waits, without the commit (see
+    /// `BlobStore::write_out_pending`).
+    pub fn write_out(&mut self) -> io::Result<()> {
+        if self.unsynced {
+            sys::write_out(&self.file)?;
+        }
+        Ok(())
+    }
+
+    /// The records written out were committed by the caller's `fsync`.
+    pub fn mark_synced(&mut self) {
+        self.unsynced = false;
+    }
 }
 
 #[cfg(test)]
