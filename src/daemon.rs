@@ -463,6 +463,8 @@ fn report_ready(ready: &mut Option<File>, msg: &str) {
 fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // Modes arrive from the kernel with the caller's umask applied already.
     unsafe { libc::umask(0) };
+    // Before any thread starts: only the signal thread may take them.
+    block_signals();
     let background = ready.is_some();
     let prepared = match prepare(&args) {
         Ok(p) => p,
@@ -477,7 +479,6 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     if background {
         redirect_stderr(&prepared.layout.log());
     }
-    block_signals();
 
     let fsname = format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display());
     let session = crate::fuse::mount(

@@ -206,10 +206,19 @@ pub struct SkillFs {
     /// swaps out of the live tree. Reusing them, instead of freeing one
     /// inode and allocating another per version, keeps ext4 off its slow
     /// path through block groups crowded with recently freed inodes.
-    spares: Mutex<Vec<(PathBuf, File)>>,
+    spares: Arc<Mutex<Vec<(PathBuf, File)>>>,
+    /// Empties swapped-out inodes off the request path (freeing their
+    /// blocks can take hundreds of microseconds).
+    janitor: Mutex<Option<Janitor>>,
 }
 
 const MAX_SPARES: usize = 32;
+
+/// The janitor thread's inbox and handle.
+type Janitor = (
+    std::sync::mpsc::Sender<(Arc<File>, PathBuf)>,
+    std::thread::JoinHandle<()>,
+);
 
 fn empty_blob_state(st: &libc::stat, blob: String) -> EntryState {
     let mut s = state_from_stat(st, Kind::File);
@@ -247,6 +256,7 @@ impl SkillFs {
         ledger: Ledger,
     ) -> FsResult<SkillFs> {
         let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
+        let spares = Arc::new(Mutex::new(Vec::new()));
         let ordered_commit = std::env::var_os("SKILLFS_PORTABLE_FSYNC").is_none()
             && sys::has_ordered_commit(&dirs.parked_fd);
         tracing::info!(
@@ -273,7 +283,8 @@ impl SkillFs {
             listings: Mutex::new(HashMap::new()),
             invalidator: std::sync::OnceLock::new(),
             ordered_commit,
-            spares: Mutex::new(Vec::new()),
+            janitor: Mutex::new(Some(start_janitor(Arc::clone(&spares)))),
+            spares,
         })
     }
 
@@ -1447,24 +1458,15 @@ impl SkillFs {
     /// keep it, emptied, for the next writer, unless a read still holds it
     /// (it keeps its bytes) or enough are kept already.
     fn recycle(&self, old: Arc<File>, path: PathBuf) {
-        let reusable = Arc::strong_count(&old) == 1 && self.spares.lock().len() < MAX_SPARES;
-        drop(old);
-        let is_file = |p: &PathBuf| {
-            sys::lstatat(libc::AT_FDCWD, p.as_os_str().as_encoded_bytes())
-                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
-        };
-        if reusable && is_file(&path) {
-            let emptied = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .and_then(|f| sys::ftruncate(&f, 0).map(|()| f));
-            if let Ok(f) = emptied {
-                self.spares.lock().push((path, f));
-                return;
+        match self.janitor.lock().as_ref() {
+            Some((tx, _)) => {
+                let _ = tx.send((old, path));
+            }
+            None => {
+                drop(old);
+                let _ = std::fs::remove_file(&path);
             }
         }
-        let _ = std::fs::remove_file(&path);
     }
 
     // ------------------------------------------------------------ directories
@@ -1594,6 +1596,10 @@ impl SkillFs {
         if let Err(e) = self.ledger.lock().sync(&self.blobs) {
             tracing::error!("could not sync the journal at unmount: {e}");
         }
+        if let Some((tx, handle)) = self.janitor.lock().take() {
+            drop(tx);
+            let _ = handle.join();
+        }
         for (path, _) in self.spares.lock().drain(..) {
             let _ = std::fs::remove_file(path);
         }
@@ -1602,6 +1608,44 @@ impl SkillFs {
             tracing::error!("syncfs at unmount: {}", std::io::Error::last_os_error());
         }
     }
+}
+
+/// The thread that empties swapped-out inodes into `spares`, unless a read
+/// still holds one (it keeps its bytes) or enough are kept already.
+fn start_janitor(
+    spares: Arc<Mutex<Vec<(PathBuf, File)>>>,
+) -> (
+    std::sync::mpsc::Sender<(Arc<File>, PathBuf)>,
+    std::thread::JoinHandle<()>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel::<(Arc<File>, PathBuf)>();
+    let handle = std::thread::spawn(move || {
+        for (old, path) in rx {
+            // A read in flight holds the old file: wait for it to finish.
+            let mut waited = 0;
+            while Arc::strong_count(&old) > 1 && waited < 100 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                waited += 1;
+            }
+            let reusable = Arc::strong_count(&old) == 1 && spares.lock().len() < MAX_SPARES;
+            drop(old);
+            let is_file = sys::lstatat(libc::AT_FDCWD, path.as_os_str().as_encoded_bytes())
+                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+            if reusable && is_file {
+                let emptied = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .and_then(|f| sys::ftruncate(&f, 0).map(|()| f));
+                if let Ok(f) = emptied {
+                    spares.lock().push((path, f));
+                    continue;
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+    });
+    (tx, handle)
 }
 
 fn sync_parent_of(loc: &Location) -> FsResult<()> {
