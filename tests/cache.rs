@@ -1,0 +1,142 @@
+//! No cache shows stale data: the kernel may cache entries, attributes,
+//! listings and pages for long, so after each kind of change made through
+//! the mount, another process that had the old state cached must see the
+//! new state at once (stat, ls, read).
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::{Mount, describe, skillfs};
+
+/// Runs `script` in a separate process (sh) and returns its stdout.
+fn other(script: &str) -> String {
+    let out = Command::new("sh").arg("-c").arg(script).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Caches everything about `p` in the kernel: entry, attributes, pages,
+/// and its directory's listing.
+fn prime(p: &Path) {
+    let dir = p.parent().unwrap();
+    other(&format!(
+        "cat '{0}' >/dev/null 2>&1; stat '{0}' >/dev/null 2>&1; ls -la '{1}' >/dev/null",
+        p.display(),
+        dir.display()
+    ));
+}
+
+fn read(p: &Path) -> String {
+    other(&format!("cat '{}' 2>&1", p.display()))
+}
+
+fn stat(p: &Path, fmt: &str) -> String {
+    other(&format!("stat -c '{fmt}' '{}' 2>&1", p.display()))
+        .trim()
+        .to_string()
+}
+
+fn ls(p: &Path) -> String {
+    other(&format!("ls -A '{}'", p.display()))
+}
+
+#[test]
+fn writes_truncates_and_attribute_changes_are_seen_at_once() {
+    let m = Mount::new("cache-write");
+    let f = m.path("f.md");
+    fs::write(&f, "old content").unwrap();
+    prime(&f);
+    fs::write(&f, "new, longer content").unwrap();
+    assert_eq!(read(&f), "new, longer content");
+    assert_eq!(stat(&f, "%s"), "19");
+    prime(&f);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(3)
+        .unwrap();
+    assert_eq!(read(&f), "new");
+    assert_eq!(stat(&f, "%s"), "3");
+    prime(&f);
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(stat(&f, "%a"), "600");
+    prime(&f);
+    let out = Command::new("touch")
+        .args(["-m", "-d", "@1234567890"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(stat(&f, "%Y"), "1234567890");
+}
+
+#[test]
+fn renames_unlinks_and_directory_changes_are_seen_at_once() {
+    let m = Mount::new("cache-names");
+    let (a, b) = (m.path("a.md"), m.path("b.md"));
+    fs::write(&a, "from a").unwrap();
+    fs::write(&b, "old b").unwrap();
+    prime(&a);
+    prime(&b);
+    fs::rename(&a, &b).unwrap();
+    assert_eq!(read(&b), "from a");
+    assert!(read(&a).contains("No such file"));
+    assert_eq!(ls(&m.root()), "b.md\n");
+    prime(&b);
+    fs::remove_file(&b).unwrap();
+    assert!(stat(&b, "%s").contains("No such file"));
+    assert_eq!(ls(&m.root()), "");
+    let d = m.path("d");
+    fs::create_dir(&d).unwrap();
+    prime(&d.join("x"));
+    fs::create_dir(d.join("sub")).unwrap();
+    assert_eq!(ls(&d), "sub\n");
+    fs::remove_dir(d.join("sub")).unwrap();
+    assert_eq!(ls(&d), "");
+}
+
+#[test]
+fn a_restore_from_history_is_seen_at_once() {
+    let m = Mount::new("cache-restore");
+    let r = m.root().display().to_string();
+    fs::create_dir(m.path("skill")).unwrap();
+    fs::write(m.path("skill/SKILL.md"), "good").unwrap();
+    let good = m.log().last().unwrap()["seq"].as_u64().unwrap();
+    fs::write(m.path("skill/SKILL.md"), "broken").unwrap();
+    fs::write(m.path("skill/extra.md"), "extra").unwrap();
+    prime(&m.path("skill/SKILL.md"));
+    prime(&m.path("skill/extra.md"));
+    let out = skillfs(&["restore", &good.to_string(), "skill", "--root", &r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(read(&m.path("skill/SKILL.md")), "good");
+    assert_eq!(ls(&m.path("skill")), "SKILL.md\n");
+    // And by copy from .history.
+    fs::write(m.path("skill/SKILL.md"), "broken again").unwrap();
+    prime(&m.path("skill/SKILL.md"));
+    let src = m.path(&format!(".history/{good}/skill/SKILL.md"));
+    fs::copy(&src, m.path("skill/SKILL.md")).unwrap();
+    assert_eq!(read(&m.path("skill/SKILL.md")), "good");
+    // A .history listing seen before a change lists the new id after it.
+    let before = ls(&m.path(".history")).lines().count();
+    fs::write(m.path("skill/SKILL.md"), "one more").unwrap();
+    assert_eq!(ls(&m.path(".history")).lines().count(), before + 1);
+}
+
+#[test]
+fn a_directory_listed_while_hidden_hides_its_parks_once_visible() {
+    let m = Mount::new("cache-unpark");
+    let staging = m.path(".rollback-staging-1");
+    fs::create_dir(&staging).unwrap();
+    fs::create_dir(staging.join("cat")).unwrap();
+    fs::create_dir(staging.join("cat/foo.bak")).unwrap();
+    fs::write(staging.join("cat/keep.md"), "k").unwrap();
+    // Inside a hidden tree nothing is filtered, and the kernel caches that.
+    assert_eq!(ls(&staging.join("cat")), "foo.bak\nkeep.md\n");
+    fs::rename(staging.join("cat"), m.path("cat")).unwrap();
+    assert_eq!(ls(&m.path("cat")), "keep.md\n");
+    assert!(m.path("cat/foo.bak").is_dir(), "still reachable by name");
+}
