@@ -33,3 +33,18 @@ set -x
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked
+
+# Both fsync strategies: the one-commit path runs where the filesystem has a
+# journal (ext4 with its journal, XFS), the step-by-step path elsewhere.
+# Force the step-by-step one here, and, as root, run the durability tests
+# again on a journaled ext4 image so the one-commit path runs too.
+SKILLFS_PORTABLE_FSYNC=1 SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash
+if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null 2>&1; then
+    img=$(mktemp /tmp/skillfs-ext4.XXXXXX)
+    mnt=$(mktemp -d /tmp/skillfs-ext4-mnt.XXXXXX)
+    trap 'umount -l "$mnt" 2>/dev/null; rm -rf "$img" "$mnt"' EXIT
+    truncate -s 1G "$img"
+    mkfs.ext4 -q -F "$img"
+    mount -o loop "$img" "$mnt"
+    TMPDIR="$mnt" SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash --test history
+fi
