@@ -7,7 +7,7 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::error::{Exit, Failure};
 use crate::history::{HistoryIndex, PathIdx, ROOT_IDX, parse_alias};
@@ -343,17 +343,17 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     let st = st.expect("not the root").clone();
     let target = root.join(path.as_os_str());
     let parent = target.parent().expect("below root").to_path_buf();
-    let pid = std::process::id();
-    let name = String::from_utf8_lossy(path.file_name()).into_owned();
-    // Hidden names by the default rules, so no listing ever shows them.
-    let stage_name = |tag: &str| -> PathBuf {
-        if st.kind == Kind::Dir {
-            parent.join(format!(".rollback-staging-skillfs-{tag}-{pid}"))
-        } else {
-            parent.join(format!(".{name}.tmp.skillfs-{tag}-{pid}"))
-        }
-    };
-    let stage = stage_name("restore");
+    // Built inside a directory the default rules hide wherever it is, so no
+    // listing shows any of it, whatever kind the restored entry is; what
+    // the swap replaces stays there, hidden, until the park sweep (its
+    // hidden and untracked entries, which are in no history, are kept).
+    let park = parent.join(format!(
+        ".rollback-staging-skillfs-restore-{}-{}",
+        std::process::id(),
+        crate::time::now_ns()
+    ));
+    fs::create_dir(&park).map_err(|e| Failure::io(Exit::Internal, "create", &park, &e))?;
+    let stage = park.join(std::ffi::OsStr::from_bytes(path.file_name()));
     let mut done = Restored {
         files: 0,
         dirs: 0,
@@ -365,7 +365,6 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
         Kind::Dir => d.dirs += 1,
         Kind::Symlink => d.symlinks += 1,
     };
-    let _ = fs::remove_dir_all(&stage).or_else(|_| fs::remove_file(&stage));
     let build = || -> Result<(), Failure> {
         materialize(store, &stage, &st)?;
         let mut dirs = Vec::new();
@@ -388,7 +387,7 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
         Ok(())
     };
     if let Err(f) = build() {
-        let _ = fs::remove_dir_all(&stage).or_else(|_| fs::remove_file(&stage));
+        let _ = fs::remove_dir_all(&park);
         return Err(f);
     }
     count(&mut done, st.kind);
@@ -409,7 +408,7 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     };
     if r != 0 {
         let e = std::io::Error::last_os_error();
-        let _ = fs::remove_dir_all(&stage).or_else(|_| fs::remove_file(&stage));
+        let _ = fs::remove_dir_all(&park);
         return Err(Failure::io(
             Exit::Internal,
             "swap the restored entry into",
@@ -419,15 +418,8 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     }
     if exists {
         done.replaced = true;
-        // What was replaced now sits at the hidden stage name.
-        let gone = fs::symlink_metadata(&stage)
-            .map(|m| m.is_dir())
-            .unwrap_or(false);
-        let _ = if gone {
-            fs::remove_dir_all(&stage)
-        } else {
-            fs::remove_file(&stage)
-        };
+    } else {
+        let _ = fs::remove_dir(&park);
     }
     Ok(done)
 }

@@ -484,17 +484,18 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match self.fs.readdir_at(ino.0, offset) {
+        let (snap, entries, start) = match self.fs.readdir_at(ino.0, offset) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(e)),
         };
-        if offset as usize >= entries.len() {
-            self.fs.readdir_done(ino.0);
+        if start >= entries.len() {
+            self.fs.readdir_done(snap);
         }
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+        for (i, e) in entries.iter().enumerate().skip(start) {
+            let next = snap << 32 | (i as u64 + 1);
             if reply.add(
                 INodeNo(e.ino),
-                (i + 1) as u64,
+                next,
                 kind_type(e.kind),
                 OsStr::from_bytes(&e.name),
             ) {
@@ -512,14 +513,14 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let entries = match self.fs.readdir_at(ino.0, offset) {
+        let (snap, entries, start) = match self.fs.readdir_at(ino.0, offset) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(e)),
         };
-        if offset as usize >= entries.len() {
-            self.fs.readdir_done(ino.0);
+        if start >= entries.len() {
+            self.fs.readdir_done(snap);
         }
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+        for (i, e) in entries.iter().enumerate().skip(start) {
             let name = OsStr::from_bytes(&e.name);
             // The kernel takes no lookup reference for `.` and `..`.
             let dot = e.name == b"." || e.name == b"..";
@@ -529,11 +530,12 @@ impl Filesystem for FuseAdapter {
                 self.fs.lookup(ino.0, &e.name)
             };
             let Ok(entry) = found else {
-                continue; // gone since opendir
+                continue; // gone since the listing was taken
             };
+            let next = snap << 32 | (i as u64 + 1);
             if reply.add(
                 INodeNo(entry.ino),
-                (i + 1) as u64,
+                next,
                 name,
                 &ttls(entry.ttl).0,
                 &attr(&entry),

@@ -104,7 +104,9 @@ impl HistoryIndex {
     /// Adds change `seq` (the next id) made at `ts`, with its effects.
     pub fn add(&mut self, seq: u64, ts: i64, effects: &[(RelPath, Option<EntryState>)]) {
         debug_assert_eq!(seq, self.last() + 1);
-        let ts = ts.max(self.times.last().copied().unwrap_or(i64::MIN));
+        // Strictly increasing: a listing's mtime (its newest id's time)
+        // must move whenever it grows.
+        let ts = ts.max(self.times.last().map_or(i64::MIN, |t| t + 1));
         self.times.push(ts);
         for (path, state) in effects {
             let i = self.intern(path);

@@ -302,6 +302,12 @@ pub fn write_out(fd: &impl AsRawFd) -> io::Result<()> {
     check(unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, flags) }).map(drop)
 }
 
+/// Starts writing the dirty pages of `fd` out, without waiting.
+pub fn start_write_out(fd: &impl AsRawFd) -> io::Result<()> {
+    check(unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) })
+        .map(drop)
+}
+
 /// `syncfs`: everything dirty on the filesystem of `fd`, one commit.
 pub fn syncfs(fd: &impl AsRawFd) -> io::Result<()> {
     check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)

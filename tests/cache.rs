@@ -140,3 +140,28 @@ fn a_directory_listed_while_hidden_hides_its_parks_once_visible() {
     assert_eq!(ls(&m.path("cat")), "keep.md\n");
     assert!(m.path("cat/foo.bak").is_dir(), "still reachable by name");
 }
+
+#[test]
+fn a_directory_moved_between_hidden_and_visible_lists_anew() {
+    let m = Mount::new("cache-hidemove");
+    fs::create_dir_all(m.path("cat/foo")).unwrap();
+    fs::write(m.path("cat/foo/SKILL.md"), "---\nname: foo\n---\n").unwrap();
+    fs::create_dir(m.path("cat/foo.bak")).unwrap();
+    fs::write(
+        m.path("cat/foo.bak/SKILL.md"),
+        "---\nname: foo\n---\nstale\n",
+    )
+    .unwrap();
+    assert_eq!(ls(&m.path("cat")), "foo\n");
+    // Hidden: its listing is whole, and the kernel caches that.
+    fs::rename(m.path("cat"), m.path(".rollback-staging-1")).unwrap();
+    assert_eq!(ls(&m.path(".rollback-staging-1")), "foo\nfoo.bak\n");
+    // Visible again: filtered again, at once.
+    fs::rename(m.path(".rollback-staging-1"), m.path("cat")).unwrap();
+    assert_eq!(ls(&m.path("cat")), "foo\n");
+    let found = other(&format!(
+        "find '{}' -name SKILL.md | sort",
+        m.root().display()
+    ));
+    assert_eq!(found.lines().count(), 1, "{found}");
+}

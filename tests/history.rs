@@ -417,3 +417,28 @@ fn show_diff_and_restore_commands() {
         "{text}"
     );
 }
+
+#[test]
+fn restore_keeps_what_it_replaces_hidden_instead_of_deleting_it() {
+    let m = Mount::new("restorekeep");
+    let r = m.root().display().to_string();
+    fs::create_dir_all(m.path("cat/foo")).unwrap();
+    fs::write(m.path("cat/foo/SKILL.md"), "v1").unwrap();
+    let good = last_id(&m);
+    fs::write(m.path("cat/foo/SKILL.md"), "v2").unwrap();
+    // A temp file a killed writer left: hidden, so in no history.
+    fs::write(m.path("cat/foo/.SKILL.md.tmp.deadbeef"), "unsaved work").unwrap();
+    let out = skillfs(&["restore", &good.to_string(), "cat/foo", "--root", &r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(fs::read(m.path("cat/foo/SKILL.md")).unwrap(), b"v1");
+    assert_eq!(names(&m.path("cat")), ["foo"]);
+    let kept = Command::new("grep")
+        .args(["-rl", "unsaved work"])
+        .arg(m.store().join("parked"))
+        .output()
+        .unwrap();
+    assert!(
+        !kept.stdout.is_empty(),
+        "the replaced tree's hidden file was deleted"
+    );
+}

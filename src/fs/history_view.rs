@@ -159,7 +159,8 @@ impl SkillFs {
                     .resolve(scope, alias)
                     .ok_or(FsError::ENOENT)?;
                 let ttl = match alias {
-                    Alias::Id(_) => Ttl::Immutable,
+                    Alias::Id(_) if scope != ROOT_IDX => Ttl::Immutable,
+                    Alias::Id(_) => Ttl::Volatile,
                     _ => Ttl::Alias,
                 };
                 self.vattr(VNode::Snap(scope, id), ttl)
@@ -240,6 +241,11 @@ impl SkillFs {
                 entries.reserve(ids.len());
                 for i in 0..ids.len() {
                     let id = ids.get(i).expect("in range");
+                    // The change that removed or renamed away the directory
+                    // is one of its ids, but there is no directory to show.
+                    if !h.exists_at(scope, id) {
+                        continue;
+                    }
                     entries.push(DirEntry {
                         name: id.to_string().into_bytes(),
                         kind: Kind::Dir,

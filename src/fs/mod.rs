@@ -39,6 +39,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::error::{FsError, FsResult};
 use crate::hide::HideRules;
+use crate::history;
 use crate::ledger::Ledger;
 use crate::relpath::{ByteString, RelPath};
 use crate::scan::{Areas, Settler, kind_of, state_from_stat};
@@ -196,8 +197,8 @@ pub struct SkillFs {
     next_staging: AtomicU64,
     /// The daemon runs as root: new entries are given to their caller.
     chown_new: bool,
-    /// Listings being read without a handle, taken at offset 0.
-    listings: Mutex<HashMap<Ino, Arc<Vec<DirEntry>>>>,
+    /// Listings being read without a handle, by snapshot number.
+    listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     /// Tells the kernel to drop what it cached of an inode.
     invalidator: std::sync::OnceLock<Box<dyn Fn(Ino) + Send + Sync>>,
     /// One `fsync` commits all earlier metadata here (ext4, XFS).
@@ -552,7 +553,9 @@ impl SkillFs {
     pub fn getattr(&self, ino: Ino) -> FsResult<Entry> {
         if let Some(v) = decode(ino) {
             let ttl = match v {
-                VNode::Listing(_) => Ttl::Volatile,
+                // The root's own mode and owner are not versioned: a
+                // snapshot of the root shows the current ones.
+                VNode::Listing(_) | VNode::Snap(history::ROOT_IDX, _) => Ttl::Volatile,
                 VNode::Snap(..) => Ttl::Immutable,
             };
             return self.vattr(v, ttl);
@@ -903,6 +906,24 @@ impl SkillFs {
         if let Some(key) = replaced_key {
             self.orphan_attached(&key, &dst.logical, caller);
         }
+        // A directory that moved between the hidden and the visible tree
+        // lists differently (whole while hidden, filtered while visible);
+        // nothing in it changed, so the kernel would keep the old listing.
+        if src.loc.is_hidden() != dst.is_hidden() {
+            let moved: Vec<Ino> = {
+                let tree = self.tree.lock();
+                let mut v = Vec::new();
+                for (p, n) in [(newparent, newname), (parent, name)] {
+                    if let Some(i) = tree.child(p, n) {
+                        v.extend(tree.subtree(i));
+                    }
+                }
+                v
+            };
+            for i in moved {
+                self.invalidate(i);
+            }
+        }
         let noreplace = flags & libc::RENAME_NOREPLACE != 0;
         if exchange {
             match (self.versioned(&src.loc), self.versioned(&dst)) {
@@ -1054,7 +1075,11 @@ impl SkillFs {
         }
         let spare = self.spares.lock().pop();
         let (path, file) = match spare {
-            Some(spare) => spare,
+            Some((path, file)) => {
+                // Emptied a while ago: an O_TRUNC open is a change now.
+                sys::futimens(&file, Time::Now, Time::Now)?;
+                (path, file)
+            }
             None => {
                 let n = self.next_staging.fetch_add(1, Ordering::Relaxed);
                 let path = self.dirs.staging.join(format!("{n}"));
@@ -1382,32 +1407,17 @@ impl SkillFs {
         let stg = s.staging.as_ref().expect("caller checked");
         let fast = durable && self.ordered_commit;
         let stg_file = Arc::clone(&stg.file);
-        let stg_path = stg.path.clone();
-        // Swapped, not renamed over: the replaced inode lands at the staging
-        // path, to be reused (see `spares`).
-        let replace = || -> std::io::Result<()> {
-            let from = stg_path.as_os_str().as_encoded_bytes();
-            match sys::renameat2(
-                libc::AT_FDCWD,
-                from,
-                loc.dirfd,
-                &loc.phys,
-                libc::RENAME_EXCHANGE,
-            ) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                    sys::renameat2(libc::AT_FDCWD, from, loc.dirfd, &loc.phys, 0)
-                }
-                r => r,
-            }
-        };
-        let one_commit = || -> std::io::Result<()> {
+        let one_commit = |s: &mut OpenState| -> std::io::Result<()> {
             sys::write_out(&*stg_file)?;
-            replace()?;
+            self.swap_in(s, loc)?;
             sys::fsync(&*stg_file)
         };
         let mut replaced = false;
         if let Some(path) = &self.versioned(loc) {
             let (blob, size) = self.blobs.put_file(&stg_file, durable && !fast)?;
+            if fast {
+                self.blobs.mark_pending(&blob);
+            }
             let st = sys::fstat(&*stg_file)?;
             let mut state = state_from_stat(&st, Kind::File);
             state.size = size;
@@ -1429,7 +1439,7 @@ impl SkillFs {
                 return Err(e.into());
             }
             if fast {
-                ledger.write_out_then(&self.blobs, one_commit)?;
+                ledger.write_out_then(&self.blobs, || one_commit(s))?;
                 replaced = true;
             } else if durable {
                 ledger.sync(&self.blobs)?;
@@ -1437,20 +1447,48 @@ impl SkillFs {
         }
         if !replaced {
             if fast {
-                one_commit()?;
+                one_commit(s)?;
+            } else if durable {
+                sys::fsync(&*stg_file)?;
+                self.swap_in(s, loc)?;
+                sync_parent_of(loc)?;
             } else {
-                if durable {
-                    sys::fsync(&*stg_file)?;
-                }
-                replace()?;
-                if durable {
-                    sync_parent_of(loc)?;
-                }
+                // What a rename over a file would have done on ext4
+                // (auto_da_alloc): start writing the new content now, so a
+                // later commit of the swap does not expose an empty file.
+                sys::start_write_out(&*stg_file)?;
+                self.swap_in(s, loc)?;
             }
         }
-        let stg = s.staging.take().expect("checked above");
+        Ok(())
+    }
+
+    /// Swaps the staging file in for the live one, and the open state with
+    /// it at once (an error after this point must not leave the two apart).
+    /// Swapped, not renamed over: the replaced inode lands at the staging
+    /// path, to be reused (see `spares`).
+    fn swap_in(&self, s: &mut OpenState, loc: &Location) -> std::io::Result<()> {
+        let stg_path = s.staging.as_ref().expect("caller checked").path.clone();
+        let from = stg_path.as_os_str().as_encoded_bytes();
+        let exchanged = match sys::renameat2(
+            libc::AT_FDCWD,
+            from,
+            loc.dirfd,
+            &loc.phys,
+            libc::RENAME_EXCHANGE,
+        ) {
+            Ok(()) => true,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                sys::renameat2(libc::AT_FDCWD, from, loc.dirfd, &loc.phys, 0)?;
+                false
+            }
+            Err(e) => return Err(e),
+        };
+        let stg = s.staging.take().expect("caller checked");
         let old = std::mem::replace(&mut s.live, stg.file);
-        self.recycle(old, stg.path);
+        if exchanged {
+            self.recycle(old, stg.path);
+        }
         Ok(())
     }
 
@@ -1551,26 +1589,34 @@ impl SkillFs {
         self.handles.lock().remove(&fh);
     }
 
-    /// The listing of `ino` for a read at `offset` with no open handle: it is
-    /// taken at offset 0 and kept until read to its end, so one pass sees
-    /// one listing.
-    pub fn readdir_at(&self, ino: Ino, offset: u64) -> FsResult<Arc<Vec<DirEntry>>> {
+    /// The listing of `ino` for a read at `offset` with no open handle, and
+    /// the index to continue at. Offsets name a snapshot and an index
+    /// (`snapshot << 32 | index + 1`): a listing is taken at offset 0 and
+    /// kept until read to its end, so each pass reads one consistent listing
+    /// even while another pass of the same directory starts.
+    pub fn readdir_at(&self, ino: Ino, offset: u64) -> FsResult<(u64, Arc<Vec<DirEntry>>, usize)> {
+        let (snap, index) = (offset >> 32, (offset & 0xffff_ffff) as usize);
         if offset > 0
-            && let Some(e) = self.listings.lock().get(&ino)
+            && let Some(e) = self.listings.lock().get(&snap)
         {
-            return Ok(Arc::clone(e));
+            return Ok((snap, Arc::clone(e), index));
         }
         let (fh, _) = self.opendir(ino)?;
         let entries = self.readdir(fh);
         self.releasedir(fh);
         let entries = entries?;
-        self.listings.lock().insert(ino, Arc::clone(&entries));
-        Ok(entries)
+        let snap = self.next_fh.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
+        let mut listings = self.listings.lock();
+        if listings.len() > 1024 {
+            listings.clear(); // abandoned passes; a later read takes a new listing
+        }
+        listings.insert(snap, Arc::clone(&entries));
+        Ok((snap, entries, index))
     }
 
     /// A handle-less listing was read to its end.
-    pub fn readdir_done(&self, ino: Ino) {
-        self.listings.lock().remove(&ino);
+    pub fn readdir_done(&self, snap: u64) {
+        self.listings.lock().remove(&snap);
     }
 
     pub fn fsyncdir(&self, ino: Ino) -> FsResult<()> {
@@ -1628,15 +1674,23 @@ fn start_janitor(
                 waited += 1;
             }
             let reusable = Arc::strong_count(&old) == 1 && spares.lock().len() < MAX_SPARES;
+            let identity = sys::fstat(&*old).ok().map(|st| (st.st_dev, st.st_ino));
             drop(old);
             let is_file = sys::lstatat(libc::AT_FDCWD, path.as_os_str().as_encoded_bytes())
                 .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
             if reusable && is_file {
+                // Empty only the very inode that was swapped out.
                 let emptied = std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
                     .open(&path)
-                    .and_then(|f| sys::ftruncate(&f, 0).map(|()| f));
+                    .and_then(|f| {
+                        let st = sys::fstat(&f)?;
+                        if Some((st.st_dev, st.st_ino)) != identity {
+                            return Err(std::io::Error::other("not the swapped-out inode"));
+                        }
+                        sys::ftruncate(&f, 0).map(|()| f)
+                    });
                 if let Ok(f) = emptied {
                     spares.lock().push((path, f));
                     continue;

@@ -215,6 +215,25 @@ impl Tree {
         Some(cur)
     }
 
+    /// `ino` and every inode the kernel knows below it.
+    pub fn subtree(&self, ino: Ino) -> Vec<Ino> {
+        let mut children: HashMap<Ino, Vec<Ino>> = HashMap::new();
+        for (&i, n) in &self.nodes {
+            if i != ROOT_INO && !n.unlinked {
+                children.entry(n.parent).or_default().push(i);
+            }
+        }
+        let mut out = vec![ino];
+        let mut k = 0;
+        while k < out.len() {
+            if let Some(c) = children.get(&out[k]) {
+                out.extend(c.iter().copied());
+            }
+            k += 1;
+        }
+        out
+    }
+
     pub fn set_attached(&mut self, ino: Ino, attached: bool) {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.attached = attached;

@@ -91,11 +91,25 @@ impl BlobStore {
         let size = off;
         if !self.has_intact(&id, size) {
             self.write_new(&id, durable, |tmp| copy_range(src, tmp, size))?;
+        } else if durable {
+            // Present, but maybe stored without a sync (by a plain close, or
+            // by a daemon that died): sync it before relying on it.
+            self.mark_pending(&id);
         }
         if durable {
             self.sync_pending()?;
         }
         Ok((id, size))
+    }
+
+    /// Makes `id` part of the next durability point, even though it was
+    /// found already stored (deduplicated).
+    pub fn mark_pending(&self, id: &str) {
+        let p = self.path(id);
+        let mut pending = self.unsynced.lock();
+        if !pending.contains(&p) {
+            pending.push(p);
+        }
     }
 
     /// Stores `data` (hash computed here).
