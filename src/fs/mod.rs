@@ -1456,7 +1456,11 @@ impl SkillFs {
                 // What a rename over a file would have done on ext4
                 // (auto_da_alloc): start writing the new content now, so a
                 // later commit of the swap does not expose an empty file.
-                sys::start_write_out(&*stg_file)?;
+                // Replacing an empty file (a fresh create) risks nothing:
+                // empty is the version it had.
+                if sys::fstat(&*s.live).is_ok_and(|st| st.st_size > 0) {
+                    sys::start_write_out(&*stg_file)?;
+                }
                 self.swap_in(s, loc)?;
             }
         }

@@ -34,6 +34,8 @@ pub struct BlobStore {
     /// fsynced.
     unsynced: Mutex<Vec<PathBuf>>,
     sync_lock: Mutex<()>,
+    /// Fan-out directories known to exist (saves a mkdir per blob).
+    fans: Mutex<[bool; 256]>,
 }
 
 pub fn hash_bytes(data: &[u8]) -> BlobId {
@@ -48,6 +50,7 @@ impl BlobStore {
             counter: AtomicU64::new(0),
             unsynced: Mutex::new(Vec::new()),
             sync_lock: Mutex::new(()),
+            fans: Mutex::new([false; 256]),
         }
     }
 
@@ -180,12 +183,16 @@ impl BlobStore {
     fn install(&self, tmp_path: &Path, id: &str, durable: bool) -> io::Result<()> {
         let fan = self.dir.join(&id[..2]);
         let mut created_fan = false;
-        if let Err(e) = fs::create_dir(&fan) {
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(e);
+        let known = u8::from_str_radix(&id[..2], 16).is_ok_and(|b| self.fans.lock()[b as usize]);
+        if !known {
+            match fs::create_dir(&fan) {
+                Ok(()) => created_fan = true,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
             }
-        } else {
-            created_fan = true;
+            if let Ok(b) = u8::from_str_radix(&id[..2], 16) {
+                self.fans.lock()[b as usize] = true;
+            }
         }
         let dest = fan.join(id);
         if !durable {
