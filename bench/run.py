@@ -293,6 +293,31 @@ def history_at_scale(base, versions):
             "lookup_us_early": early * 1e6, "lookup_us_late": late * 1e6}
 
 
+def describe_fs(path):
+    """Type, mount options and (for ext4) whether it has a journal: the
+    fsync and allocation costs depend on all three."""
+    st = os.stat(path)
+    best = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        f = line.split()
+        sep = f.index("-")
+        mnt, fstype, dev, opts = f[4], f[sep + 1], f[sep + 2], f[5] + "," + f[sep + 3]
+        if str(path).startswith(mnt) and (best is None or len(mnt) > len(best[0])):
+            best = (mnt, fstype, dev, opts)
+    if best is None:
+        return "unknown"
+    mnt, fstype, dev, opts = best
+    text = "%s (%s)" % (fstype, opts)
+    if fstype == "ext4":
+        try:
+            sysname = os.path.basename(os.readlink("/sys/dev/block/%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))))
+            task = Path("/sys/fs/ext4/%s/journal_task" % sysname).read_text().strip()
+            text += ", journal: %s" % ("none" if task in ("", "<none>") else "yes")
+        except OSError:
+            pass
+    return text
+
+
 def fmt_ratio(v):
     return "%.2fx" % v if v is not None else "-"
 
@@ -315,10 +340,9 @@ def main():
     report = []
     w = report.append
     w("# skillfs benchmarks\n")
-    w("machine: %s, %d cores, kernel %s; %s; %s\n" % (
+    w("machine: %s, %d cores, kernel %s; scratch filesystem: %s; python %s\n" % (
         sh(["uname", "-m"]).stdout.strip(), os.cpu_count(), os.uname().release,
-        sh(["sh", "-c", "df -T %s | tail -1 | awk '{print $2}'" % base]).stdout.strip() + " scratch filesystem",
-        "python %s" % sys.version.split()[0]))
+        describe_fs(base), sys.version.split()[0]))
     w("command: `python3 bench/run.py --skills %d --large %d --reps %d%s --versions %d`\n" % (
         args.skills, args.large, args.reps, " --unprivileged" if args.unprivileged else "", args.versions))
     all_phases = "populate,walk,readall,edit,atomic,sync,stat,fsync"
