@@ -254,7 +254,7 @@ impl Filesystem for FuseAdapter {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -268,6 +268,7 @@ impl Filesystem for FuseAdapter {
             size,
             atime: atime.map(time),
             mtime: mtime.map(time),
+            via_handle: fh.is_some(),
         };
         match self.fs.setattr(ino.0, set, &caller(req)) {
             Ok(e) => reply.attr(&ttls(e.ttl).0, &attr(&e)),

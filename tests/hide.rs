@@ -221,7 +221,7 @@ fn hidden_children_of_a_directory_removed_offline_are_orphaned_at_mount() {
 #[test]
 fn old_parks_are_swept_and_journaled_but_kept_ones_stay() {
     let s = Scratch::new("sweep");
-    let mut m = Mount::over(s, vec!["--park-max-age".into(), "2s".into()]);
+    let mut m = Mount::over(s, vec!["--park-max-age".into(), "5s".into()]);
     skill(&m.root(), "cat/foo", "foo");
     fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
     fs::create_dir(m.path(".curator_backups")).unwrap();
@@ -230,7 +230,7 @@ fn old_parks_are_swept_and_journaled_but_kept_ones_stay() {
     // so an old skill parked a moment ago is young.
     let old = filetime_days_ago(30);
     set_mtime(&m.path("cat/foo.bak/SKILL.md"), old);
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    std::thread::sleep(std::time::Duration::from_secs(6));
     fs::create_dir(m.path("cat/fresh.bak")).unwrap();
     m.umount();
     m.remount();

@@ -116,6 +116,8 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<Time>,
     pub mtime: Option<Time>,
+    /// Made through an open file handle (`ftruncate`, `fchmod`…), not by path.
+    pub via_handle: bool,
 }
 
 /// One directory entry of a listing.
@@ -602,7 +604,7 @@ impl SkillFs {
         let loc = self.loc(ino);
         let of = self.open_file(ino);
         if let Some(size) = attr.size {
-            self.truncate(ino, loc.as_ref().ok(), size, caller)?;
+            self.truncate(ino, loc.as_ref().ok(), size, attr.via_handle, caller)?;
         }
         let staged = of.as_ref().and_then(|of| {
             of.state
@@ -680,11 +682,16 @@ impl SkillFs {
         self.getattr(ino)
     }
 
+    /// A size change. By path (`truncate(2)`) it is a change of its own and
+    /// is published at once, whoever else has the file open (a handle closed
+    /// a moment ago may not be released yet); through a write handle it is
+    /// part of that writer's staged content.
     fn truncate(
         &self,
         ino: Ino,
         loc: Option<&Location>,
         size: u64,
+        via_handle: bool,
         caller: &Caller,
     ) -> FsResult<()> {
         let (of, temporary) = match self.open_file(ino) {
@@ -706,7 +713,7 @@ impl SkillFs {
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;
             stg.dirty = true;
-            if s.writers == 0
+            if (s.writers == 0 || !via_handle)
                 && let Some(l) = loc
             {
                 self.publish_locked(&mut s, l, Op::Truncate, false, caller)?;
