@@ -516,6 +516,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
         prepared.root.display(),
         prepared.layout.dir.display()
     );
+    start_sweeper(Arc::clone(&prepared.fs));
     report_ready(&mut ready, "ok\n");
     let result = session.run();
     // `destroy` has published and synced; make sure of it for the paths
@@ -523,6 +524,29 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     prepared.fs.shutdown();
     tracing::info!("unmounted {}", prepared.root.display());
     result.map_err(|e| Failure::new(Exit::Internal, format!("session ended with an error: {e}")))
+}
+
+/// Sweeps old parks while mounted, every quarter of the park age (at least
+/// every second, at most every hour), so a long-lived mount keeps no park
+/// longer than a remount would.
+fn start_sweeper(fs: Arc<SkillFs>) {
+    let age = Duration::from_nanos(fs.rules().park_max_age_ns.max(0) as u64);
+    let every = (age / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    let spawned = std::thread::Builder::new()
+        .name("sweep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                match fs.sweep() {
+                    Ok(r) if r.swept > 0 || r.recorded > 0 => tracing::info!("sweep: {r:?}"),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!("sweep: {e:?}"),
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("could not start the sweep thread: {e}");
+    }
 }
 
 fn redirect_stderr(log: &Path) {

@@ -23,7 +23,7 @@ use fuser::{
 };
 
 use crate::error::FsError;
-use crate::fs::{Caller, Entry, SetAttr, SkillFs, Ttl};
+use crate::fs::{Caller, Entry, Invalidation, SetAttr, SkillFs, Ttl};
 use crate::store::journal::Kind;
 use crate::sys::Time;
 
@@ -89,20 +89,26 @@ pub fn mount(
     // from inside a request handler can wait on the very kernel locks that
     // request holds.
     let notifier = session.notifier();
-    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
     std::thread::Builder::new()
         .name("invalidate".into())
         .spawn(move || {
-            for ino in rx {
-                if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
-                    tracing::debug!("invalidate inode {ino}: {e}");
+            for inval in rx {
+                let r = match &inval {
+                    Invalidation::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+                    Invalidation::Entry(parent, name) => {
+                        notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name))
+                    }
+                };
+                if let Err(e) = r {
+                    tracing::debug!("invalidate: {e}");
                 }
             }
         })?;
     let tx = std::sync::Mutex::new(tx);
-    fs.set_invalidator(Box::new(move |ino| {
+    fs.set_invalidator(Box::new(move |inval| {
         if let Ok(tx) = tx.lock() {
-            let _ = tx.send(ino);
+            let _ = tx.send(inval);
         }
     }));
     Ok(Mounted(session))

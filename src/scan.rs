@@ -149,6 +149,8 @@ pub struct Settler<'a> {
     pub keys: HashMap<String, (RelPath, bool)>,
     /// Visible paths walked (for the removals of the full scan).
     seen: HashSet<RelPath>,
+    /// Attached entries swept: their directory and name.
+    pub swept_entries: Vec<(RelPath, Vec<u8>)>,
 }
 
 impl<'a> Settler<'a> {
@@ -169,6 +171,7 @@ impl<'a> Settler<'a> {
             moved_to_hidden: Vec::new(),
             keys: HashMap::new(),
             seen: HashSet::new(),
+            swept_entries: Vec::new(),
         }
     }
 
@@ -471,6 +474,7 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
                     && sys::newest_mtime_at(areas.parked_fd, &hp)? < now_ns - max_age
                 {
                     sys::remove_tree_at(areas.parked_fd, &hp)?;
+                    settler.swept_entries.push((dir.clone(), c.name.clone()));
                     let mut ch = Change::new(Op::Sweep, logical.clone(), None);
                     ch.hidden = Some(logical);
                     settler.record(ch)?;

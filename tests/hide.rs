@@ -395,3 +395,28 @@ fn rmdir_of_a_hidden_directory_that_lists_entries_is_enotempty() {
     fs::remove_dir_all(m.path("cat.bak")).unwrap();
     assert!(!m.path("cat.bak").exists());
 }
+
+#[test]
+fn old_parks_are_swept_while_mounted_and_the_kernel_forgets_them() {
+    let s = Scratch::new("livesweep");
+    let m = Mount::over(s, vec!["--park-max-age".into(), "2s".into()]);
+    skill(&m.root(), "cat/foo", "foo");
+    fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
+    // Cached by the kernel: entry and attributes.
+    assert!(m.path("cat/foo.bak/SKILL.md").is_file());
+    let t = std::time::Instant::now();
+    while m.path("cat/foo.bak").exists() && t.elapsed() < std::time::Duration::from_secs(15) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        !m.path("cat/foo.bak").exists(),
+        "the park was not swept while mounted"
+    );
+    assert!(
+        m.log()
+            .iter()
+            .any(|r| r["op"] == "sweep" && r["path"] == "cat/foo.bak")
+    );
+    fs::write(m.path("cat/after.md"), "still working").unwrap();
+    assert_eq!(fs::read(m.path("cat/after.md")).unwrap(), b"still working");
+}

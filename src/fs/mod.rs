@@ -93,6 +93,14 @@ pub struct Entry {
     pub ttl: Ttl,
 }
 
+/// What the kernel must forget.
+pub enum Invalidation {
+    /// An inode's attributes and cached content (a directory's listing).
+    Inode(Ino),
+    /// A name in a directory.
+    Entry(Ino, Vec<u8>),
+}
+
 /// How long the kernel may cache an entry and its attributes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ttl {
@@ -201,8 +209,8 @@ pub struct SkillFs {
     chown_new: bool,
     /// Listings being read without a handle, by snapshot number.
     listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
-    /// Tells the kernel to drop what it cached of an inode.
-    invalidator: std::sync::OnceLock<Box<dyn Fn(Ino) + Send + Sync>>,
+    /// Tells the kernel to drop what it cached of an inode or a name.
+    invalidator: std::sync::OnceLock<Box<dyn Fn(Invalidation) + Send + Sync>>,
     /// One `fsync` commits all earlier metadata here (ext4, XFS).
     ordered_commit: bool,
     /// Emptied files in `staging/` for reuse: the inodes that publishing
@@ -297,14 +305,55 @@ impl SkillFs {
 
     /// How the core tells the kernel that an inode it may have cached
     /// changed behind its back (set once, by the FUSE adapter).
-    pub fn set_invalidator(&self, f: Box<dyn Fn(Ino) + Send + Sync>) {
+    pub fn set_invalidator(&self, f: Box<dyn Fn(Invalidation) + Send + Sync>) {
         let _ = self.invalidator.set(f);
     }
 
     fn invalidate(&self, ino: Ino) {
         if let Some(f) = self.invalidator.get() {
-            f(ino);
+            f(Invalidation::Inode(ino));
         }
+    }
+
+    fn invalidate_entry(&self, parent: Ino, name: Vec<u8>) {
+        if let Some(f) = self.invalidator.get() {
+            f(Invalidation::Entry(parent, name));
+        }
+    }
+
+    /// The mount-time housekeeping, while mounted: parks and orphans older
+    /// than the park age are swept (and journaled), and the kernel forgets
+    /// the swept names. Holds the namespace lock for one walk of the tree.
+    pub fn sweep(&self) -> FsResult<crate::scan::ScanReport> {
+        let _ns = self.namespace.write();
+        let (report, swept) = {
+            let mut ledger = self.ledger.lock();
+            let mut settler = Settler::new(
+                self.areas(),
+                &self.rules,
+                &mut ledger,
+                &self.blobs,
+                Actor::daemon(),
+            );
+            settler.settle(&RelPath::root(), Op::Scan, false, false, None)?;
+            settler.record_removals()?;
+            crate::scan::tend_parked(&mut settler, crate::time::now_ns())?;
+            (settler.report, std::mem::take(&mut settler.swept_entries))
+        };
+        for (dir, name) in swept {
+            let parent = {
+                let mut tree = self.tree.lock();
+                let parent = tree.find(&dir);
+                if let Some(p) = parent {
+                    tree.detach(p, &name);
+                }
+                parent
+            };
+            if let Some(p) = parent {
+                self.invalidate_entry(p, name);
+            }
+        }
+        Ok(report)
     }
 
     fn root_raw(&self) -> RawFd {
