@@ -12,6 +12,7 @@ must hold and no content visible before the kill may be lost (it is live or
 in the journal). Prints "N passed, 0 failed" and exits 0, or names the
 failed check and exits 1.
 """
+import atexit
 import fcntl
 import hashlib
 import io
@@ -38,6 +39,14 @@ PRUNE = {".git", ".github", ".hub", ".archive", ".venv", "venv", "node_modules",
          ".ruff_cache", "_org"}
 SUPPORT = {"references", "templates", "assets", "scripts"}
 HIDDEN_PATTERNS = (".bak", ".rollback-broken")
+
+
+def scratch(prefix):
+    """A temporary directory outside the mount, removed when the script ends
+    (a scenario stopped by a daemon kill skips its own clean-up)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def skill_md(name, body="body"):
@@ -168,7 +177,7 @@ def kill_daemon_and_remount():
 
 def sc_bundled_update():
     new = {"SKILL.md": skill_md("foo", "v2"), "references/r.md": os.urandom(5000)}
-    src = Path(tempfile.mkdtemp(prefix="bundled-"))
+    src = scratch("bundled-")
     for rel, data in new.items():
         (src / "foo" / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / "foo" / rel).write_bytes(data)
@@ -254,7 +263,7 @@ def sc_writer_killed_after_rename():
 
 
 def sc_stale_bak():
-    src = Path(tempfile.mkdtemp(prefix="bundled-"))
+    src = scratch("bundled-")
     make_skill(src / "foo", "foo")
     (src / "foo" / "SKILL.md").write_bytes(skill_md("foo", "v2"))
 
@@ -354,7 +363,7 @@ for i, n in enumerate(names):
 
 
 def sc_batch_rollback(kill_writer):
-    snap = Path(tempfile.mkdtemp(prefix="snapshot-"))
+    snap = scratch("snapshot-")
     make_skill(snap / "probe", "probe", {"references/r.md": b"good ref", "templates/t.txt": b"tpl"})
     good = tree_bytes(snap / "probe")
 
