@@ -185,8 +185,11 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         }
         Cmd::Status { root, store } => status(root, store),
         Cmd::Show { spec, root, store } => {
-            let (_, layout, _) = open_history(root, store)?;
-            crate::commands::show(&crate::commands::Store::open(layout)?, &spec)
+            let (_, layout, records) = open_history(root, store)?;
+            crate::commands::show(
+                &crate::commands::Store::from_records(layout, &records),
+                &spec,
+            )
         }
         Cmd::Diff {
             id,
@@ -194,8 +197,8 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             root,
             store,
         } => {
-            let (_, layout, _) = open_history(root, store)?;
-            let st = crate::commands::Store::open(layout)?;
+            let (_, layout, records) = open_history(root, store)?;
+            let st = crate::commands::Store::from_records(layout, &records);
             let looks_like_id =
                 |t: &str| crate::history::parse_alias(t, crate::time::now_ns()).is_some();
             let (b, path) = match rest.as_slice() {
@@ -249,20 +252,6 @@ fn resolve_store(root: &Path, store: Option<PathBuf>) -> Result<Layout, Failure>
     Ok(Layout::new(daemon::store_dir(root, None)?))
 }
 
-fn read_records(layout: &Layout) -> Result<Vec<Record>, Failure> {
-    let dir = layout.journal();
-    if !dir.is_dir() {
-        return Err(Failure::new(
-            Exit::BadStore,
-            format!(
-                "no skillfs store at '{}' (it has no journal/)",
-                layout.dir.display()
-            ),
-        ));
-    }
-    Ok(journal::read_dir(&dir)?.records)
-}
-
 /// ROOT (default if not given), its store, and the store's records.
 fn open_history(
     root: Option<PathBuf>,
@@ -273,7 +262,7 @@ fn open_history(
         None => default_root()?,
     })?;
     let layout = resolve_store(&root, store)?;
-    let records = read_records(&layout)?;
+    let records = crate::commands::read_records(&layout)?;
     Ok((root, layout, records))
 }
 

@@ -13,7 +13,7 @@ use crate::error::{Exit, Failure};
 use crate::history::{HistoryIndex, PathIdx, ROOT_IDX, parse_alias};
 use crate::relpath::RelPath;
 use crate::store::blobs::BlobStore;
-use crate::store::journal::{EntryState, Kind};
+use crate::store::journal::{EntryState, Kind, Record};
 use crate::store::{Layout, journal};
 
 /// History as the store has it.
@@ -23,26 +23,35 @@ pub struct Store {
     pub blobs: BlobStore,
 }
 
+/// Every record of the store at `layout` (read-only; mounted or not).
+pub fn read_records(layout: &Layout) -> Result<Vec<Record>, Failure> {
+    let dir = layout.journal();
+    if !dir.is_dir() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "no skillfs store at '{}' (it has no journal/)",
+                layout.dir.display()
+            ),
+        ));
+    }
+    Ok(journal::read_dir(&dir)?.records)
+}
+
 impl Store {
     pub fn open(layout: Layout) -> Result<Store, Failure> {
-        let dir = layout.journal();
-        if !dir.is_dir() {
-            return Err(Failure::new(
-                Exit::BadStore,
-                format!(
-                    "no skillfs store at '{}' (it has no journal/)",
-                    layout.dir.display()
-                ),
-            ));
-        }
-        let records = journal::read_dir(&dir)?.records;
-        let index = HistoryIndex::from_records(&records);
+        let records = read_records(&layout)?;
+        Ok(Store::from_records(layout, &records))
+    }
+
+    pub fn from_records(layout: Layout, records: &[Record]) -> Store {
+        let index = HistoryIndex::from_records(records);
         let blobs = BlobStore::new(layout.blobs(), layout.tmp());
-        Ok(Store {
+        Store {
             layout,
             index,
             blobs,
-        })
+        }
     }
 
     /// The id an id or alias names (resolved over the whole tree).

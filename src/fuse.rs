@@ -557,18 +557,6 @@ impl Filesystem for FuseAdapter {
         reply.ok();
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.fs.releasedir(fh.0);
-        reply.ok();
-    }
-
     fn fsyncdir(
         &self,
         _req: &Request,

@@ -9,16 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Mount, Scratch, describe, skillfs};
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    v.sort();
-    v
-}
+use common::{Mount, Scratch, describe, names, skillfs};
 
 fn skill(root: &Path, rel: &str, name: &str) {
     fs::create_dir_all(root.join(rel)).unwrap();

@@ -3,15 +3,13 @@
 
 mod common;
 
-use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
 use std::process::Command;
 
-use common::{Mount, describe, skillfs};
+use common::{Mount, cpath as c, describe, names, skillfs};
 
 fn errno(r: std::io::Result<impl Sized>) -> i32 {
     r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
@@ -19,15 +17,6 @@ fn errno(r: std::io::Result<impl Sized>) -> i32 {
 
 fn last_id(m: &Mount) -> u64 {
     m.log().last().unwrap()["seq"].as_u64().unwrap()
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -168,10 +157,6 @@ fn aliases_resolve_by_lookup_at_exact_boundaries() {
             .iter()
             .any(|n| n.starts_with('@') || n == "latest")
     );
-}
-
-fn c(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
 #[test]

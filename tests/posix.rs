@@ -7,19 +7,14 @@ use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::Path;
 use std::process::Command;
 
-use common::Mount;
+use common::{Mount, cpath as c};
 
 fn errno_of(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(0)
-}
-
-fn c(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
 #[test]

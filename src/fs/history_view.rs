@@ -219,8 +219,8 @@ impl SkillFs {
         })
     }
 
-    /// Lists a virtual directory; `true` when the listing never changes.
-    pub(super) fn vopendir(&self, ino: Ino, v: VNode) -> FsResult<(u64, bool)> {
+    /// The entries of a virtual directory.
+    pub(super) fn vlisting(&self, ino: Ino, v: VNode) -> FsResult<Vec<DirEntry>> {
         let ledger = self.ledger.lock();
         let h = ledger.history();
         let mut entries = vec![
@@ -235,7 +235,7 @@ impl SkillFs {
                 ino,
             },
         ];
-        let immutable = match v {
+        match v {
             VNode::Listing(scope) => {
                 let ids = h.ids(scope);
                 entries.reserve(ids.len());
@@ -252,7 +252,6 @@ impl SkillFs {
                         ino: encode(VNode::Snap(scope, id)),
                     });
                 }
-                false
             }
             VNode::Snap(idx, id) => {
                 if idx != ROOT_IDX {
@@ -268,14 +267,9 @@ impl SkillFs {
                         ino: encode(VNode::Snap(c, id)),
                     });
                 }
-                true
             }
-        };
-        drop(ledger);
-        let fh = self.new_handle(Handle::Dir {
-            entries: Arc::new(entries),
-        });
-        Ok((fh, immutable))
+        }
+        Ok(entries)
     }
 
     /// Refuses changes under `.history` and to the name `.history` itself:

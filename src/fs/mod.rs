@@ -53,11 +53,6 @@ pub use tree::{Ino, Location, ROOT_INO};
 
 const NAME_MAX: usize = 255;
 
-/// Whether `ino` is a `.history` listing (its content grows).
-pub fn is_listing(ino: Ino) -> bool {
-    matches!(decode(ino), Some(VNode::Listing(_)))
-}
-
 /// Who is asking, from the FUSE request header.
 #[derive(Clone, Copy, Debug)]
 pub struct Caller {
@@ -183,9 +178,6 @@ enum Handle {
         ino: Ino,
         write: bool,
         append: bool,
-    },
-    Dir {
-        entries: Arc<Vec<DirEntry>>,
     },
     /// A file under `.history`: its blob, read-only.
     Blob {
@@ -422,17 +414,7 @@ impl SkillFs {
         let Some(pvis) = &ploc.visible else {
             return Ok((ploc.child(name), false));
         };
-        let root = self.root_raw();
-        let mut inside_skill = || {
-            let mut dir = Some(pvis.clone());
-            while let Some(d) = dir {
-                if sys::lstatat(root, d.join(b"SKILL.md").as_bytes()).is_ok() {
-                    return true;
-                }
-                dir = d.parent();
-            }
-            false
-        };
+        let mut inside_skill = || self.inside_skill(Some(pvis.clone()));
         if self
             .rules
             .is_hidden(name, kind, parent == ROOT_INO, &mut inside_skill)
@@ -443,6 +425,18 @@ impl SkillFs {
         } else {
             Ok((ploc.child(name), false))
         }
+    }
+
+    /// Whether visible directory `dir` or one of its ancestors is a skill
+    /// package (holds a `SKILL.md`).
+    fn inside_skill(&self, mut dir: Option<RelPath>) -> bool {
+        while let Some(d) = dir {
+            if sys::lstatat(self.root_raw(), d.join(b"SKILL.md").as_bytes()).is_ok() {
+                return true;
+            }
+            dir = d.parent();
+        }
+        false
     }
 
     /// The entry `name` has in the place other than `attached`, if any.
@@ -778,31 +772,8 @@ impl SkillFs {
     // ------------------------------------------------------------ namespace
 
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
-        self.check_writable(parent, name, true)?;
-        check_name(name)?;
-        let _ns = self.namespace.write();
-        let ploc = self.loc(parent)?;
-        let (loc, attached) = self.place(parent, &ploc, name, Kind::Dir)?;
-        if self
-            .in_other_place(parent, &ploc, name, attached)?
-            .is_some()
-        {
-            return Err(FsError::EEXIST);
-        }
-        sys::mkdirat(loc.dirfd, &loc.phys, mode & 0o7777)?;
-        self.give_to_caller(&loc, caller);
-        let st = loc.lstat()?;
-        let ino = self.tree.lock().link(parent, name, Kind::Dir, attached);
-        if let Some(p) = &self.versioned(&loc) {
-            self.record(
-                Change::new(Op::Mkdir, p.clone(), Some(state_from_stat(&st, Kind::Dir))),
-                caller,
-            );
-        }
-        Ok(Entry {
-            ino,
-            stat: self.finish_stat(ino, st),
-            ttl: Ttl::Live,
+        self.make(parent, name, Kind::Dir, None, caller, |loc| {
+            sys::mkdirat(loc.dirfd, &loc.phys, mode & 0o7777)
         })
     }
 
@@ -813,25 +784,46 @@ impl SkillFs {
         target: &[u8],
         caller: &Caller,
     ) -> FsResult<Entry> {
+        self.make(parent, name, Kind::Symlink, Some(target), caller, |loc| {
+            sys::symlinkat(target, loc.dirfd, &loc.phys)
+        })
+    }
+
+    /// Creates a new directory or symlink `name` in `parent` where the hide
+    /// rules place it, and journals it when it is versioned.
+    fn make(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        kind: Kind,
+        target: Option<&[u8]>,
+        caller: &Caller,
+        create: impl FnOnce(&Location) -> std::io::Result<()>,
+    ) -> FsResult<Entry> {
         self.check_writable(parent, name, true)?;
         check_name(name)?;
         let _ns = self.namespace.write();
         let ploc = self.loc(parent)?;
-        let (loc, attached) = self.place(parent, &ploc, name, Kind::Symlink)?;
+        let (loc, attached) = self.place(parent, &ploc, name, kind)?;
         if self
             .in_other_place(parent, &ploc, name, attached)?
             .is_some()
         {
             return Err(FsError::EEXIST);
         }
-        sys::symlinkat(target, loc.dirfd, &loc.phys)?;
+        create(&loc)?;
         self.give_to_caller(&loc, caller);
         let st = loc.lstat()?;
-        let ino = self.tree.lock().link(parent, name, Kind::Symlink, attached);
+        let ino = self.tree.lock().link(parent, name, kind, attached);
         if let Some(p) = &self.versioned(&loc) {
-            let mut state = state_from_stat(&st, Kind::Symlink);
-            state.target = Some(ByteString(target.to_vec()));
-            self.record(Change::new(Op::Symlink, p.clone(), Some(state)), caller);
+            let mut state = state_from_stat(&st, kind);
+            state.target = target.map(|t| ByteString(t.to_vec()));
+            let op = if kind == Kind::Dir {
+                Op::Mkdir
+            } else {
+                Op::Symlink
+            };
+            self.record(Change::new(op, p.clone(), Some(state)), caller);
         }
         Ok(Entry {
             ino,
@@ -1033,18 +1025,7 @@ impl SkillFs {
     /// A hidden (or untracked) entry became versioned at `path`: settle its
     /// subtree (hide what the rules hide inside it, record the rest).
     fn unpark(&self, path: &RelPath, hidden: &RelPath, caller: &Caller) -> FsResult<()> {
-        let in_pkg = {
-            let mut dir = path.parent();
-            let mut found = false;
-            while let Some(d) = dir {
-                if sys::lstatat(self.root_raw(), d.join(b"SKILL.md").as_bytes()).is_ok() {
-                    found = true;
-                    break;
-                }
-                dir = d.parent();
-            }
-            found
-        };
+        let in_pkg = self.inside_skill(path.parent());
         let mut ledger = self.ledger.lock();
         let mut settler = Settler::new(
             self.areas(),
@@ -1390,14 +1371,20 @@ impl SkillFs {
             _ => return Err(FsError::EBADF),
         };
         let mut result = Ok(());
-        if write {
-            // The last writer publishes; deciding that and publishing happen
-            // under the open file's lock, so two releases cannot both skip it.
-            let _ns = self.namespace.read();
-            let loc = self.loc(ino).ok();
-            if let Some(of) = self.open_file(ino) {
+        if write && let Some(of) = self.open_file(ino) {
+            // Usually the close's flush published everything already: only
+            // a last writer with staged bytes needs the location.
+            let pending = {
                 let mut s = of.state.lock();
                 s.writers = s.writers.saturating_sub(1);
+                s.writers == 0 && s.staging.as_ref().is_some_and(|stg| stg.dirty)
+            };
+            if pending {
+                let _ns = self.namespace.read();
+                let loc = self.loc(ino).ok();
+                let mut s = of.state.lock();
+                // Decided again under the lock: a writer may have opened
+                // since (it publishes at its own close).
                 if s.writers == 0
                     && s.staging.as_ref().is_some_and(|stg| stg.dirty)
                     && let Some(loc) = &loc
@@ -1569,10 +1556,10 @@ impl SkillFs {
 
     // ------------------------------------------------------------ directories
 
-    /// Opens a directory listing; `true` when the kernel may cache it.
-    pub fn opendir(&self, ino: Ino) -> FsResult<(u64, bool)> {
+    /// The entries of directory `ino` as they are now, `.` and `..` first.
+    fn listing(&self, ino: Ino) -> FsResult<Vec<DirEntry>> {
         if let Some(v) = decode(ino) {
-            return self.vopendir(ino, v);
+            return self.vlisting(ino, v);
         }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;
@@ -1629,24 +1616,7 @@ impl SkillFs {
             });
         }
         drop(tree);
-        let fh = self.new_handle(Handle::Dir {
-            entries: Arc::new(entries),
-        });
-        // A hidden directory's listing is whole, hidden names included: the
-        // kernel must not keep it for when the directory becomes visible.
-        Ok((fh, !loc.is_hidden()))
-    }
-
-    /// The listing taken at `opendir`; offsets are indexes + 1.
-    pub fn readdir(&self, fh: u64) -> FsResult<Arc<Vec<DirEntry>>> {
-        match self.handles.lock().get(&fh) {
-            Some(Handle::Dir { entries }) => Ok(Arc::clone(entries)),
-            _ => Err(FsError::EBADF),
-        }
-    }
-
-    pub fn releasedir(&self, fh: u64) {
-        self.handles.lock().remove(&fh);
+        Ok(entries)
     }
 
     /// The listing of `ino` for a read at `offset` with no open handle, and
@@ -1661,10 +1631,7 @@ impl SkillFs {
         {
             return Ok((snap, Arc::clone(e), index));
         }
-        let (fh, _) = self.opendir(ino)?;
-        let entries = self.readdir(fh);
-        self.releasedir(fh);
-        let entries = entries?;
+        let entries = Arc::new(self.listing(ino)?);
         let snap = self.next_fh.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
         let mut listings = self.listings.lock();
         if listings.len() > 1024 {

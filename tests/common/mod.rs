@@ -308,3 +308,19 @@ pub fn seed(var: &str) -> u64 {
     eprintln!("{var}={seed}");
     seed
 }
+
+/// The names in `dir`, sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `p` as a C string, for calling libc directly.
+pub fn cpath(p: &Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
+}
