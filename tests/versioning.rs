@@ -280,12 +280,7 @@ fn sigterm_unmounts_cleanly_and_publishes() {
     }
     assert!(!common::pid_alive(m.pid), "daemon still alive");
     assert_eq!(fs::read(m.path("kept.md")).unwrap(), b"kept");
-    assert!(
-        fs::read_dir(m.store().join("staging"))
-            .unwrap()
-            .next()
-            .is_none()
-    );
+    assert_staging_holds_nothing(&m);
 }
 
 #[test]
@@ -303,12 +298,7 @@ fn a_writer_killed_mid_write_leaves_the_old_version() {
     drop(f);
     m.remount();
     assert_eq!(fs::read(m.path("f.md")).unwrap(), b"complete old version");
-    assert!(
-        fs::read_dir(m.store().join("staging"))
-            .unwrap()
-            .next()
-            .is_none()
-    );
+    assert_staging_holds_nothing(&m);
 }
 
 fn has_content(m: &Mount, bytes: &[u8]) -> bool {
@@ -388,4 +378,13 @@ fn untracked_files_are_written_safely_but_keep_no_versions() {
         names.contains(&".usage.json".to_string()),
         "untracked is still listed"
     );
+}
+
+/// What a killed writer staged is gone: `staging/` holds only empty spare
+/// files made by the new daemon.
+fn assert_staging_holds_nothing(m: &Mount) {
+    for e in fs::read_dir(m.store().join("staging")).unwrap() {
+        let e = e.unwrap();
+        assert_eq!(e.metadata().unwrap().len(), 0, "{:?} kept bytes", e.path());
+    }
 }

@@ -205,7 +205,7 @@ impl SkillFs {
             }
             s.blob.clone().ok_or(FsError::EIO)?
         };
-        let file = std::fs::File::open(self.blobs.path(&blob)).map_err(|e| {
+        let file = self.blobs.open(&blob).map_err(|e| {
             tracing::error!("blob {blob} of a version is missing: {e}");
             FsError::EIO
         })?;

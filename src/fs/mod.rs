@@ -43,8 +43,9 @@ use crate::history;
 use crate::ledger::Ledger;
 use crate::relpath::{ByteString, RelPath};
 use crate::scan::{Areas, Settler, kind_of, state_from_stat};
-use crate::store::blobs::{BlobStore, copy_range};
+use crate::store::blobs::{BlobStore, Opened, copy_range};
 use crate::store::journal::{Actor, Change, EntryState, Kind, Op};
+use crate::store::spares::Spares;
 use crate::sys::{self, Time};
 
 use history_view::{HISTORY, VNode, decode, is_virtual};
@@ -181,7 +182,7 @@ enum Handle {
     },
     /// A file under `.history`: its blob, read-only.
     Blob {
-        file: Arc<File>,
+        file: Arc<Opened>,
     },
 }
 
@@ -196,7 +197,6 @@ pub struct SkillFs {
     open_files: Mutex<HashMap<Ino, Arc<OpenFile>>>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
-    next_staging: AtomicU64,
     /// The daemon runs as root: new entries are given to their caller.
     chown_new: bool,
     /// Listings being read without a handle, by snapshot number.
@@ -205,23 +205,27 @@ pub struct SkillFs {
     invalidator: std::sync::OnceLock<Box<dyn Fn(Invalidation) + Send + Sync>>,
     /// One `fsync` commits all earlier metadata here (ext4, XFS).
     ordered_commit: bool,
-    /// Emptied files in `staging/` for reuse: the inodes that publishing
-    /// swaps out of the live tree. Reusing them, instead of freeing one
-    /// inode and allocating another per version, keeps ext4 off its slow
-    /// path through block groups crowded with recently freed inodes.
-    spares: Arc<Mutex<Vec<(PathBuf, File)>>>,
-    /// Empties swapped-out inodes off the request path (freeing their
-    /// blocks can take hundreds of microseconds).
+    /// Empty files in `staging/` for new staging and blob files: the
+    /// inodes that publishing swaps out of the live tree, emptied, and new
+    /// ones made ahead of need (see `store::spares`).
+    spares: Arc<Spares>,
+    /// Fills `spares` off the request path (freeing the blocks of a
+    /// swapped-out inode, or allocating one, can take hundreds of
+    /// microseconds).
     janitor: Mutex<Option<Janitor>>,
 }
 
-const MAX_SPARES: usize = 32;
+/// Work for the janitor thread.
+enum Chore {
+    /// A swapped-out inode, now at this path in `staging/`.
+    Recycle(Arc<File>, PathBuf),
+    /// The spares ran low.
+    TopUp,
+    Stop,
+}
 
 /// The janitor thread's inbox and handle.
-type Janitor = (
-    std::sync::mpsc::Sender<(Arc<File>, PathBuf)>,
-    std::thread::JoinHandle<()>,
-);
+type Janitor = (std::sync::mpsc::Sender<Chore>, std::thread::JoinHandle<()>);
 
 fn empty_blob_state(st: &libc::stat, blob: String) -> EntryState {
     let mut s = state_from_stat(st, Kind::File);
@@ -259,7 +263,14 @@ impl SkillFs {
         ledger: Ledger,
     ) -> FsResult<SkillFs> {
         let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
-        let spares = Arc::new(Mutex::new(Vec::new()));
+        let spares = Arc::new(Spares::new(dirs.staging.clone()));
+        let blobs = blobs.with_spares(Arc::clone(&spares));
+        let janitor = start_janitor(Arc::clone(&spares));
+        let low = Mutex::new(janitor.0.clone());
+        spares.set_on_low(Box::new(move || {
+            let _ = low.lock().send(Chore::TopUp);
+        }));
+        let _ = janitor.0.send(Chore::TopUp);
         let ordered_commit = std::env::var_os("SKILLFS_PORTABLE_FSYNC").is_none()
             && sys::has_ordered_commit(&dirs.parked_fd);
         tracing::info!(
@@ -281,12 +292,11 @@ impl SkillFs {
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            next_staging: AtomicU64::new(1),
             chown_new: sys::geteuid() == 0,
             listings: Mutex::new(HashMap::new()),
             invalidator: std::sync::OnceLock::new(),
             ordered_commit,
-            janitor: Mutex::new(Some(start_janitor(Arc::clone(&spares)))),
+            janitor: Mutex::new(Some(janitor)),
             spares,
         })
     }
@@ -1110,25 +1120,10 @@ impl SkillFs {
             }
             return Ok(());
         }
-        let spare = self.spares.lock().pop();
-        let (path, file) = match spare {
-            Some((path, file)) => {
-                // Emptied a while ago: an O_TRUNC open is a change now.
-                sys::futimens(&file, Time::Now, Time::Now)?;
-                (path, file)
-            }
-            None => {
-                let n = self.next_staging.fetch_add(1, Ordering::Relaxed);
-                let path = self.dirs.staging.join(format!("{n}"));
-                let file = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)?;
-                (path, file)
-            }
-        };
+        let (path, file) = self.spares.take()?;
         let result = (|| {
+            // Made or emptied a while ago: an O_TRUNC open is a change now.
+            sys::futimens(&file, Time::Now, Time::Now)?;
             let st = sys::fstat(&*s.live)?;
             if !empty {
                 copy_range(&s.live, &file, st.st_size as u64)?;
@@ -1299,27 +1294,22 @@ impl SkillFs {
             Some(Handle::Blob { file }) => Some(Arc::clone(file)),
             _ => None,
         };
-        let file = match blob {
-            Some(f) => f,
+        let mut buf = vec![0u8; size as usize];
+        let got = match blob {
+            Some(b) => read_full(|buf, off| b.read_at(buf, off), &mut buf, offset)?,
             None => {
                 let (ino, _, _) = self.file_handle(fh)?;
                 let of = self.open_file(ino).ok_or(FsError::EBADF)?;
-                let s = of.state.lock();
-                match &s.staging {
-                    Some(stg) => Arc::clone(&stg.file),
-                    None => Arc::clone(&s.live),
-                }
+                let file = {
+                    let s = of.state.lock();
+                    match &s.staging {
+                        Some(stg) => Arc::clone(&stg.file),
+                        None => Arc::clone(&s.live),
+                    }
+                };
+                read_full(|buf, off| file.read_at(buf, off), &mut buf, offset)?
             }
         };
-        let mut buf = vec![0u8; size as usize];
-        let mut got = 0;
-        while got < buf.len() {
-            let n = file.read_at(&mut buf[got..], offset + got as u64)?;
-            if n == 0 {
-                break;
-            }
-            got += n;
-        }
         buf.truncate(got);
         Ok(buf)
     }
@@ -1545,7 +1535,7 @@ impl SkillFs {
     fn recycle(&self, old: Arc<File>, path: PathBuf) {
         match self.janitor.lock().as_ref() {
             Some((tx, _)) => {
-                let _ = tx.send((old, path));
+                let _ = tx.send(Chore::Recycle(old, path));
             }
             None => {
                 drop(old);
@@ -1670,12 +1660,10 @@ impl SkillFs {
             tracing::error!("could not sync the journal at unmount: {e}");
         }
         if let Some((tx, handle)) = self.janitor.lock().take() {
-            drop(tx);
+            let _ = tx.send(Chore::Stop);
             let _ = handle.join();
         }
-        for (path, _) in self.spares.lock().drain(..) {
-            let _ = std::fs::remove_file(path);
-        }
+        self.spares.clear();
         // Live files replaced by plain closes become durable too.
         if unsafe { libc::syncfs(self.root_raw()) } != 0 {
             tracing::error!("syncfs at unmount: {}", std::io::Error::last_os_error());
@@ -1684,49 +1672,75 @@ impl SkillFs {
 }
 
 /// The thread that empties swapped-out inodes into `spares`, unless a read
-/// still holds one (it keeps its bytes) or enough are kept already.
-fn start_janitor(
-    spares: Arc<Mutex<Vec<(PathBuf, File)>>>,
-) -> (
-    std::sync::mpsc::Sender<(Arc<File>, PathBuf)>,
-    std::thread::JoinHandle<()>,
-) {
-    let (tx, rx) = std::sync::mpsc::channel::<(Arc<File>, PathBuf)>();
+/// still holds one (it keeps its bytes) or enough are kept already, and
+/// makes new ones when they run low.
+fn start_janitor(spares: Arc<Spares>) -> Janitor {
+    let (tx, rx) = std::sync::mpsc::channel::<Chore>();
     let handle = std::thread::spawn(move || {
-        for (old, path) in rx {
-            // A read in flight holds the old file: wait for it to finish.
-            let mut waited = 0;
-            while Arc::strong_count(&old) > 1 && waited < 100 {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                waited += 1;
-            }
-            let reusable = Arc::strong_count(&old) == 1 && spares.lock().len() < MAX_SPARES;
-            let identity = sys::fstat(&*old).ok().map(|st| (st.st_dev, st.st_ino));
-            drop(old);
-            let is_file = sys::lstatat(libc::AT_FDCWD, path.as_os_str().as_encoded_bytes())
-                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
-            if reusable && is_file {
-                // Empty only the very inode that was swapped out.
-                let emptied = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&path)
-                    .and_then(|f| {
-                        let st = sys::fstat(&f)?;
-                        if Some((st.st_dev, st.st_ino)) != identity {
-                            return Err(std::io::Error::other("not the swapped-out inode"));
-                        }
-                        sys::ftruncate(&f, 0).map(|()| f)
-                    });
-                if let Ok(f) = emptied {
-                    spares.lock().push((path, f));
-                    continue;
+        for chore in rx {
+            match chore {
+                Chore::Recycle(old, path) => recycle_inode(&spares, old, path),
+                Chore::TopUp => {
+                    if let Err(e) = spares.top_up() {
+                        tracing::warn!("could not make spare files: {e}");
+                    }
                 }
+                Chore::Stop => break,
             }
-            let _ = std::fs::remove_file(&path);
         }
     });
     (tx, handle)
+}
+
+fn recycle_inode(spares: &Spares, old: Arc<File>, path: PathBuf) {
+    // A read in flight holds the old file: wait for it to finish.
+    let mut waited = 0;
+    while Arc::strong_count(&old) > 1 && waited < 100 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        waited += 1;
+    }
+    let reusable = Arc::strong_count(&old) == 1 && spares.wants_more();
+    let identity = sys::fstat(&*old).ok().map(|st| (st.st_dev, st.st_ino));
+    drop(old);
+    let is_file = sys::lstatat(libc::AT_FDCWD, path.as_os_str().as_encoded_bytes())
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+    if reusable && is_file {
+        // Empty only the very inode that was swapped out.
+        let emptied = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .and_then(|f| {
+                let st = sys::fstat(&f)?;
+                if Some((st.st_dev, st.st_ino)) != identity {
+                    return Err(std::io::Error::other("not the swapped-out inode"));
+                }
+                sys::ftruncate(&f, 0).map(|()| f)
+            });
+        if let Ok(f) = emptied
+            && spares.put(path.clone(), f)
+        {
+            return;
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Fills `buf` from `offset` until it is full or the end is reached.
+fn read_full(
+    read_at: impl Fn(&mut [u8], u64) -> std::io::Result<usize>,
+    buf: &mut [u8],
+    offset: u64,
+) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = read_at(&mut buf[got..], offset + got as u64)?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    Ok(got)
 }
 
 fn sync_parent_of(loc: &Location) -> FsResult<()> {

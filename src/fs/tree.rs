@@ -11,7 +11,7 @@
 //!   directory (inode number + birth time) survives renames, so renaming a
 //!   visible directory carries its hidden children with it atomically.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::RawFd;
 
 use crate::error::{FsError, FsResult};
@@ -97,7 +97,8 @@ pub struct Node {
 #[derive(Default)]
 pub struct Tree {
     pub nodes: HashMap<Ino, Node>,
-    by_name: HashMap<(Ino, Vec<u8>), Ino>,
+    /// Ordered so that a directory's children are one range.
+    by_name: BTreeMap<(Ino, Vec<u8>), Ino>,
     next_ino: Ino,
 }
 
@@ -217,17 +218,13 @@ impl Tree {
 
     /// `ino` and every inode the kernel knows below it.
     pub fn subtree(&self, ino: Ino) -> Vec<Ino> {
-        let mut children: HashMap<Ino, Vec<Ino>> = HashMap::new();
-        for (&i, n) in &self.nodes {
-            if i != ROOT_INO && !n.unlinked {
-                children.entry(n.parent).or_default().push(i);
-            }
-        }
         let mut out = vec![ino];
         let mut k = 0;
         while k < out.len() {
-            if let Some(c) = children.get(&out[k]) {
-                out.extend(c.iter().copied());
+            let p = out[k];
+            if self.nodes.get(&p).is_some_and(|n| n.kind == Kind::Dir) {
+                let children = self.by_name.range((p, Vec::new())..(p + 1, Vec::new()));
+                out.extend(children.map(|(_, &i)| i).filter(|&i| i != ROOT_INO));
             }
             k += 1;
         }

@@ -1,21 +1,30 @@
 //! `BlobStore`: immutable file contents named by their SHA-256.
 //!
+//! A blob of at most [`PACK_MAX`] bytes is appended to a pack (see
+//! `store::packs`); a larger one is a file of its own, `blobs/ab/<hex>`.
+//!
 //! Invariants: a blob file is complete before it has its final name (it is
-//! written under `tmp/` and renamed into `blobs/ab/<hex>`); a blob is never
+//! written aside and renamed into `blobs/ab/<hex>`); a blob is never
 //! modified or replaced by different bytes; blobs written without `durable`
 //! are remembered until [`BlobStore::sync_pending`] makes them durable, which
 //! must happen before any journal record naming them is made durable (the
 //! durability order of DESIGN.md: blob, then journal record, then live file).
+//! Blob files are taken ready-made from the daemon's [`Spares`] where it has
+//! them (an inode allocation off the request path).
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use super::packs::{PACK_MAX, Packs};
+use super::spares::Spares;
 use crate::relpath::hex;
 use crate::sys;
 
@@ -36,6 +45,23 @@ pub struct BlobStore {
     sync_lock: Mutex<()>,
     /// Fan-out directories known to exist (saves a mkdir per blob).
     fans: Mutex<[bool; 256]>,
+    /// Blobs this process stored or found intact (saves a `stat` per
+    /// version; nothing removes blobs while a store is open for writing).
+    known: Mutex<HashSet<[u8; 32]>>,
+    spares: Option<Arc<Spares>>,
+    packs: Packs,
+}
+
+/// The 32 bytes behind a hex id (None for anything else).
+fn raw_id(id: &str) -> Option<[u8; 32]> {
+    if id.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(id.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 pub fn hash_bytes(data: &[u8]) -> BlobId {
@@ -45,13 +71,22 @@ pub fn hash_bytes(data: &[u8]) -> BlobId {
 impl BlobStore {
     pub fn new(dir: PathBuf, tmp: PathBuf) -> BlobStore {
         BlobStore {
-            dir,
             tmp,
             counter: AtomicU64::new(0),
             unsynced: Mutex::new(Vec::new()),
             sync_lock: Mutex::new(()),
             fans: Mutex::new([false; 256]),
+            known: Mutex::new(HashSet::new()),
+            spares: None,
+            packs: Packs::new(dir.join("packs")),
+            dir,
         }
+    }
+
+    /// New blobs start as files taken from `spares`.
+    pub fn with_spares(mut self, spares: Arc<Spares>) -> BlobStore {
+        self.spares = Some(spares);
+        self
     }
 
     pub fn path(&self, id: &str) -> PathBuf {
@@ -59,28 +94,101 @@ impl BlobStore {
     }
 
     pub fn contains(&self, id: &str) -> bool {
-        id.len() == 64 && self.path(id).exists()
+        raw_id(id).is_some_and(|raw| self.packs.contains(&raw) || self.path(id).exists())
     }
 
     /// Present with the expected size. After a power loss a blob stored
     /// without `durable` can be an empty file under its final name; it must
     /// not be trusted as a copy of the content.
     pub fn has_intact(&self, id: &str, size: u64) -> bool {
-        id.len() == 64 && std::fs::metadata(self.path(id)).is_ok_and(|m| m.len() == size)
+        let Some(raw) = raw_id(id) else {
+            return false;
+        };
+        if self.known.lock().contains(&raw) {
+            return true;
+        }
+        let intact = if size <= PACK_MAX && self.packs.contains(&raw) {
+            self.packs.has_intact(&raw, size)
+        } else {
+            std::fs::metadata(self.path(id)).is_ok_and(|m| m.len() == size)
+        };
+        if intact {
+            self.known.lock().insert(raw);
+        }
+        intact
     }
 
     pub fn read(&self, id: &str) -> io::Result<Vec<u8>> {
-        if id.len() != 64 {
+        let Some(raw) = raw_id(id) else {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        };
+        if self.packs.contains(&raw) {
+            return self.packs.read(&raw);
         }
         fs::read(self.path(id))
+    }
+
+    /// The content of `id`, to be read at offsets.
+    pub fn open(&self, id: &str) -> io::Result<Opened> {
+        match raw_id(id) {
+            Some(raw) if self.packs.contains(&raw) => Ok(Opened::Bytes(self.packs.read(&raw)?)),
+            _ => Ok(Opened::File(File::open(self.path(id))?)),
+        }
+    }
+
+    /// Appends a small blob to the pack; unless `durable`, its pack (and a
+    /// new pack's directory) becomes part of the next durability point.
+    fn put_packed(&self, id: &str, data: &[u8], durable: bool) -> io::Result<()> {
+        let raw = raw_id(id).expect("hex of a sha256");
+        let appended = self.packs.append(&raw, data, durable)?;
+        self.known.lock().insert(raw);
+        if !durable {
+            let mut pending = self.unsynced.lock();
+            if appended.new_pack {
+                pending.push(self.packs.dir().to_path_buf());
+                pending.push(self.dir.clone());
+            }
+            if !pending.contains(&appended.pack) {
+                pending.push(appended.pack);
+            }
+        }
+        Ok(())
     }
 
     /// Hashes the whole of `src` (read with `pread`, so the caller's offset is
     /// untouched) and stores it unless a blob with that hash exists.
     pub fn put_file(&self, src: &File, durable: bool) -> io::Result<(BlobId, u64)> {
         let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; CHUNK];
+        // Most files are a few KB: no need to clear 256 KB for each.
+        let len = sys::fstat(src)?.st_size.max(0) as usize;
+        let mut buf = vec![0u8; (len + 1).min(CHUNK)];
+        if len as u64 <= PACK_MAX {
+            // Small: one read, and the same bytes go to the pack.
+            let mut got = 0;
+            loop {
+                if got == buf.len() {
+                    buf.resize(buf.len() * 2, 0);
+                }
+                let n = src.read_at(&mut buf[got..], got as u64)?;
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            if got as u64 <= PACK_MAX {
+                buf.truncate(got);
+                let id = hash_bytes(&buf);
+                if !self.has_intact(&id, got as u64) {
+                    self.put_packed(&id, &buf, durable)?;
+                } else if durable {
+                    self.mark_pending(&id);
+                }
+                if durable {
+                    self.sync_pending()?;
+                }
+                return Ok((id, got as u64));
+            }
+        }
         let mut off = 0u64;
         loop {
             let n = src.read_at(&mut buf, off)?;
@@ -108,7 +216,9 @@ impl BlobStore {
     /// Makes `id` part of the next durability point, even though it was
     /// found already stored (deduplicated).
     pub fn mark_pending(&self, id: &str) {
-        let p = self.path(id);
+        let p = raw_id(id)
+            .and_then(|raw| self.packs.pack_of(&raw))
+            .unwrap_or_else(|| self.path(id));
         let mut pending = self.unsynced.lock();
         if !pending.contains(&p) {
             pending.push(p);
@@ -119,26 +229,49 @@ impl BlobStore {
     pub fn put_bytes(&self, data: &[u8], durable: bool) -> io::Result<BlobId> {
         let id = hash_bytes(data);
         if !self.has_intact(&id, data.len() as u64) {
-            self.write_new(&id, durable, |tmp| tmp.write_all_at(data, 0))?;
+            if data.len() as u64 <= PACK_MAX {
+                self.put_packed(&id, data, durable)?;
+            } else {
+                self.write_new(&id, durable, |tmp| tmp.write_all_at(data, 0))?;
+            }
         }
         Ok(id)
     }
 
     /// Streams a reader into the store; used for files found at mount time.
     pub fn put_reader(&self, mut r: impl Read) -> io::Result<(BlobId, u64)> {
-        let tmp_path = self.tmp_name();
-        let tmp = create_tmp(&tmp_path)?;
-        let result = (|| {
-            let mut hasher = Sha256::new();
-            let mut buf = vec![0u8; CHUNK];
-            let mut off = 0u64;
-            loop {
-                let n = match r.read(&mut buf) {
+        fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+            let mut got = 0;
+            while got < buf.len() {
+                match r.read(&mut buf[got..]) {
                     Ok(0) => break,
-                    Ok(n) => n,
+                    Ok(n) => got += n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
-                };
+                }
+            }
+            Ok(got)
+        }
+        // Small enough for a pack? Read one byte past the limit to know.
+        let mut head = vec![0u8; PACK_MAX as usize + 1];
+        let got = fill(&mut r, &mut head)?;
+        if got as u64 <= PACK_MAX {
+            head.truncate(got);
+            return Ok((self.put_bytes(&head, false)?, got as u64));
+        }
+        let (tmp_path, tmp) = self.new_tmp()?;
+        let mut installed = false;
+        let result = (|| {
+            let mut hasher = Sha256::new();
+            hasher.update(&head[..got]);
+            tmp.write_all_at(&head[..got], 0)?;
+            let mut off = got as u64;
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                let n = fill(&mut r, &mut buf)?;
+                if n == 0 {
+                    break;
+                }
                 hasher.update(&buf[..n]);
                 tmp.write_all_at(&buf[..n], off)?;
                 off += n as u64;
@@ -146,10 +279,13 @@ impl BlobStore {
             let id = hex(hasher.finalize().as_slice());
             if !self.has_intact(&id, off) {
                 self.install(&tmp_path, &id, false)?;
+                installed = true;
             }
             Ok((id, off))
         })();
-        let _ = fs::remove_file(&tmp_path);
+        if !installed {
+            let _ = fs::remove_file(&tmp_path);
+        }
         result
     }
 
@@ -158,15 +294,41 @@ impl BlobStore {
         self.tmp.join(format!("blob.{}.{n}", std::process::id()))
     }
 
+    /// An empty file to fill, from the spares where there are any.
+    fn new_tmp(&self) -> io::Result<(PathBuf, File)> {
+        let Some(spares) = &self.spares else {
+            let path = self.tmp_name();
+            let file = create_tmp(&path)?;
+            return Ok((path, file));
+        };
+        let (path, file) = spares.take()?;
+        let ready = (|| {
+            // A recycled inode still has its last writer's owner and mode.
+            let st = sys::fstat(&file)?;
+            let euid = sys::geteuid();
+            let egid = unsafe { libc::getegid() };
+            if st.st_uid != euid || st.st_gid != egid {
+                sys::fchown(&file, euid, egid)?;
+            }
+            sys::fchmod(&file, 0o444)
+        })();
+        match ready {
+            Ok(()) => Ok((path, file)),
+            Err(e) => {
+                let _ = fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
     fn write_new(
         &self,
         id: &str,
         durable: bool,
         fill: impl FnOnce(&File) -> io::Result<()>,
     ) -> io::Result<()> {
-        let tmp_path = self.tmp_name();
+        let (tmp_path, tmp) = self.new_tmp()?;
         let result = (|| {
-            let tmp = create_tmp(&tmp_path)?;
             fill(&tmp)?;
             if durable {
                 sys::fsync(&tmp)?;
@@ -207,6 +369,9 @@ impl BlobStore {
         // Replaces only a damaged copy (callers checked `has_intact`); two
         // writers of the same content write the same bytes.
         fs::rename(tmp_path, &dest)?;
+        if let Some(raw) = raw_id(id) {
+            self.known.lock().insert(raw);
+        }
         if durable {
             sync_dir(&fan)?;
             if created_fan {
@@ -234,7 +399,10 @@ impl BlobStore {
             for p in &pending {
                 let f = File::open(p)?;
                 sys::fsync(&f)?;
+                // A pack's own directory entry is synced once, when it is
+                // new (then the directory itself is pending).
                 if let Some(parent) = p.parent()
+                    && parent != self.packs.dir()
                     && !dirs.iter().any(|d| d == parent)
                 {
                     dirs.push(parent.to_path_buf());
@@ -288,6 +456,27 @@ impl BlobStore {
     /// Puts back blobs whose commit failed.
     pub fn restore_pending(&self, pending: Vec<PathBuf>) {
         self.unsynced.lock().extend(pending);
+    }
+}
+
+/// A blob opened for reading at offsets.
+pub enum Opened {
+    File(File),
+    /// A packed blob, read whole (it is small) and checked.
+    Bytes(Vec<u8>),
+}
+
+impl Opened {
+    pub fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        match self {
+            Opened::File(f) => f.read_at(buf, off),
+            Opened::Bytes(b) => {
+                let start = (off as usize).min(b.len());
+                let n = buf.len().min(b.len() - start);
+                buf[..n].copy_from_slice(&b[start..start + n]);
+                Ok(n)
+            }
+        }
     }
 }
 
@@ -379,9 +568,31 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(bs.read(&a).unwrap(), b"hello");
         bs.sync_pending().unwrap();
-        let f = File::open(bs.path(&a)).unwrap();
-        let (c, size) = bs.put_file(&f, true).unwrap();
-        assert_eq!((c, size), (a, 5));
+        assert!(!bs.path(&a).exists(), "small: packed, not a file of its own");
+        let src = d.join("src");
+        fs::write(&src, b"hello").unwrap();
+        let (c, size) = bs.put_file(&File::open(&src).unwrap(), true).unwrap();
+        assert_eq!((c, size), (a.clone(), 5));
+
+        // Larger than a pack takes: a file named by its hash.
+        let big = vec![b'x'; PACK_MAX as usize + 1];
+        fs::write(&src, &big).unwrap();
+        let (id, size) = bs.put_file(&File::open(&src).unwrap(), false).unwrap();
+        assert_eq!((id.clone(), size), (hash_bytes(&big), big.len() as u64));
+        assert_eq!(fs::read(bs.path(&id)).unwrap(), big);
+        let (again, _) = bs.put_reader(&big[..]).unwrap();
+        assert_eq!(again, id);
+        let (small, _) = bs.put_reader(&b"hello"[..]).unwrap();
+        assert_eq!(small, a);
+
+        // A new store reads both kinds back.
+        let fresh = BlobStore::new(d.join("blobs"), d.join("tmp"));
+        assert_eq!(fresh.read(&a).unwrap(), b"hello");
+        assert_eq!(fresh.read(&id).unwrap(), big);
+        let mut buf = [0u8; 3];
+        assert_eq!(fresh.open(&a).unwrap().read_at(&mut buf, 2).unwrap(), 3);
+        assert_eq!(&buf, b"llo");
+        assert!(fresh.has_intact(&a, 5) && fresh.has_intact(&id, big.len() as u64));
         assert_eq!(fs::read_dir(d.join("tmp")).unwrap().count(), 0);
         fs::remove_dir_all(&d).unwrap();
     }

@@ -5,9 +5,11 @@
 //! ```text
 //! LOCK              flock held by the mounted daemon; holds its pid
 //! journal/*.jsonl   append-only change records, one JSON object per line
-//! blobs/ab/<sha256> immutable file contents, content-addressed
+//! blobs/ab/<sha256> immutable file contents, content-addressed (larger ones)
+//! blobs/packs/<n>.pack  small contents, appended (see `packs`)
 //! tmp/              blobs being written (renamed into blobs/ when complete)
-//! staging/          copy-on-write scratch files of open writers
+//! staging/          copy-on-write scratch files of open writers, and empty
+//!                   files made ahead of need (see `spares`)
 //! parked/<key>/     hidden entries of the directory whose identity is <key>
 //!                   (inode number and birth time: it survives renames)
 //! orphans/          hidden entries whose directory was removed, kept until swept
@@ -23,6 +25,8 @@
 
 pub mod blobs;
 pub mod journal;
+pub mod packs;
+pub mod spares;
 
 use std::fs::{self, File};
 use std::io::{self, Write};

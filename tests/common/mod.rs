@@ -266,9 +266,13 @@ impl Mount {
             .collect()
     }
 
-    /// Bytes of a blob in the store.
+    /// Bytes of a blob in the store (loose or packed), checked against
+    /// its hash where packed.
     pub fn blob(&self, id: &str) -> Vec<u8> {
-        fs::read(self.store().join("blobs").join(&id[..2]).join(id)).expect("blob exists")
+        let store = self.store();
+        skillfs::store::blobs::BlobStore::new(store.join("blobs"), store.join("tmp"))
+            .read(id)
+            .expect("blob exists")
     }
 }
 
