@@ -568,7 +568,10 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(bs.read(&a).unwrap(), b"hello");
         bs.sync_pending().unwrap();
-        assert!(!bs.path(&a).exists(), "small: packed, not a file of its own");
+        assert!(
+            !bs.path(&a).exists(),
+            "small: packed, not a file of its own"
+        );
         let src = d.join("src");
         fs::write(&src, b"hello").unwrap();
         let (c, size) = bs.put_file(&File::open(&src).unwrap(), true).unwrap();
