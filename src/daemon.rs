@@ -440,6 +440,7 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         .map_err(|e| Failure::io(Exit::BadStore, "write", &layout.rules(), &e))?;
     let dirs = StoreDirs {
         staging: layout.staging(),
+        tmp: layout.tmp(),
         parked_fd,
         orphans_fd,
     };

@@ -415,3 +415,30 @@ pub fn ensure_dir_at(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
         r => r,
     }
 }
+
+/// Whether a new entry made in directory `rel` (relative to `dir`) gets
+/// more from it than its mode and owner: a set-group-ID directory passes
+/// on its group, one with a default ACL its ACL. Such entries must be
+/// created in place, not made elsewhere and renamed in.
+pub fn dir_passes_on_more(dir: RawFd, rel: &[u8]) -> io::Result<bool> {
+    let st = lstatat(dir, rel)?;
+    if st.st_mode & libc::S_ISGID != 0 {
+        return Ok(true);
+    }
+    let mut path = format!("/proc/self/fd/{dir}").into_bytes();
+    if !rel.is_empty() {
+        path.push(b'/');
+        path.extend_from_slice(rel);
+    }
+    let c = cpath(&path)?;
+    let name = c"system.posix_acl_default";
+    let n = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    if n >= 0 {
+        return Ok(n > 0);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(false),
+        _ => Err(e),
+    }
+}

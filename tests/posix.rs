@@ -549,3 +549,40 @@ fn directory_listing_and_dir_mtime() {
         (md2.mtime(), md2.mtime_nsec(), md2.size())
     );
 }
+
+#[test]
+fn new_entries_are_fresh_and_take_what_their_directory_passes_on() {
+    let m = Mount::new("fresh");
+    // Files and directories come from spares made ahead of time: they
+    // must look made now, empty, with the mode asked for.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let before = std::time::SystemTime::now() - std::time::Duration::from_millis(10);
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/f"), b"").unwrap();
+    for p in ["d", "d/f"] {
+        let md = fs::symlink_metadata(m.path(p)).unwrap();
+        assert!(md.modified().unwrap() >= before, "{p}: old mtime");
+        assert!(
+            md.ctime()
+                >= before
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs() as i64,
+            "{p}: old ctime"
+        );
+    }
+    assert_eq!(fs::read_dir(m.path("d")).unwrap().count(), 1);
+    assert_eq!(fs::metadata(m.path("d/f")).unwrap().len(), 0);
+
+    // A set-group-ID directory gives new entries its group (and new
+    // directories its set-group-ID bit), as the kernel does natively.
+    fs::create_dir(m.path("shared")).unwrap();
+    std::os::unix::fs::chown(m.path("shared"), None, Some(65534)).unwrap();
+    fs::set_permissions(m.path("shared"), fs::Permissions::from_mode(0o2775)).unwrap();
+    fs::write(m.path("shared/f"), b"x").unwrap();
+    fs::create_dir(m.path("shared/sub")).unwrap();
+    assert_eq!(fs::metadata(m.path("shared/f")).unwrap().gid(), 65534);
+    let sub = fs::metadata(m.path("shared/sub")).unwrap();
+    assert_eq!(sub.gid(), 65534);
+    assert_ne!(sub.mode() & 0o2000, 0, "set-group-ID bit inherited");
+}

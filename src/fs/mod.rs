@@ -148,6 +148,8 @@ pub struct OpenReply {
 /// The store directories the core works in.
 pub struct StoreDirs {
     pub staging: PathBuf,
+    /// Where spare inodes are made before they join `staging`.
+    pub tmp: PathBuf,
     pub parked_fd: OwnedFd,
     pub orphans_fd: OwnedFd,
 }
@@ -266,7 +268,7 @@ impl SkillFs {
         ledger: Ledger,
     ) -> FsResult<SkillFs> {
         let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
-        let spares = Arc::new(Spares::new(dirs.staging.clone()));
+        let spares = Arc::new(Spares::new(dirs.staging.clone(), dirs.tmp.clone()));
         let blobs = blobs.with_spares(Arc::clone(&spares));
         let janitor = start_janitor(Arc::clone(&spares));
         let low = Mutex::new(janitor.0.clone());
@@ -433,7 +435,7 @@ impl SkillFs {
             .is_hidden(name, kind, parent == ROOT_INO, &mut inside_skill)
         {
             let key = self.key_of(parent, ploc)?;
-            sys::ensure_dir_at(self.parked_raw(), key.as_bytes(), 0o700)?;
+            self.ensure_park(&key)?;
             Ok((ploc.attached_child(self.parked_raw(), &key, name), true))
         } else {
             Ok((ploc.child(name), false))
@@ -527,6 +529,76 @@ impl SkillFs {
             Kind::Dir => {}
         }
         Ok(s)
+    }
+
+    /// Whether an entry made at `loc` can come from the spares (see
+    /// `store::spares`): renamed into place, it must end up as a create
+    /// there would have made it.
+    fn spare_fits(&self, loc: &Location) -> bool {
+        if loc.dirfd == self.parked_raw() {
+            return true; // parks are the daemon's own plain directories
+        }
+        let parent = match loc.phys.iter().rposition(|&b| b == b'/') {
+            Some(i) => &loc.phys[..i],
+            None => &b""[..],
+        };
+        sys::dir_passes_on_more(loc.dirfd, parent).is_ok_and(|more| !more)
+    }
+
+    /// Creates the empty file `loc` (exclusively) for `caller`. A spare
+    /// file renamed into place spares the request an inode allocation.
+    fn new_file_at(&self, loc: &Location, mode: u32, caller: &Caller) -> std::io::Result<()> {
+        if self.spare_fits(loc) {
+            let (path, file) = self.spares.take()?;
+            let ready = (|| {
+                // A recycled spare still has its last owner; chown before
+                // chmod, which chown would strip of set-ID bits.
+                if self.chown_new {
+                    sys::fchown(&file, caller.uid, caller.gid)?;
+                }
+                sys::fchmod(&file, mode)?;
+                sys::futimens(&file, Time::Now, Time::Now)
+            })();
+            return put_spare(ready, &path, loc.dirfd, &loc.phys);
+        }
+        let f = sys::openat(
+            loc.dirfd,
+            &loc.phys,
+            libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            mode,
+        )?;
+        drop(f);
+        self.give_to_caller(loc, caller);
+        Ok(())
+    }
+
+    /// Creates the directory `loc` (its owner is set by the caller), from a
+    /// spare where one fits, like `new_file_at`.
+    fn new_dir_at(&self, loc: &Location, mode: u32) -> std::io::Result<()> {
+        if !self.spare_fits(loc) {
+            return sys::mkdirat(loc.dirfd, &loc.phys, mode);
+        }
+        let dir = self.spares.take_dir()?;
+        let from = dir.as_os_str().as_encoded_bytes();
+        let ready = sys::fchmodat(libc::AT_FDCWD, from, mode)
+            .and_then(|()| sys::lutimensat(libc::AT_FDCWD, from, Time::Now, Time::Now));
+        put_spare(ready, &dir, loc.dirfd, &loc.phys)
+    }
+
+    /// Makes sure the park of the directory with `key` exists (from a spare
+    /// directory the first time).
+    fn ensure_park(&self, key: &str) -> std::io::Result<()> {
+        match sys::lstatat(self.parked_raw(), key.as_bytes()) {
+            Ok(_) => return Ok(()),
+            Err(e) if enoent(&e) => {}
+            Err(e) => return Err(e),
+        }
+        let dir = self.spares.take_dir()?;
+        match put_spare(Ok(()), &dir, self.parked_raw(), key.as_bytes()) {
+            // Made by a racing request.
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            r => r,
+        }
     }
 
     fn give_to_caller(&self, loc: &Location, caller: &Caller) {
@@ -786,7 +858,7 @@ impl SkillFs {
 
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
         self.make(parent, name, Kind::Dir, None, caller, |loc| {
-            sys::mkdirat(loc.dirfd, &loc.phys, mode & 0o7777)
+            self.new_dir_at(loc, mode & 0o7777)
         })
     }
 
@@ -1224,14 +1296,7 @@ impl SkillFs {
             Ok(f) => (f.loc, f.attached, false),
             Err(FsError::ENOENT) => {
                 let (loc, attached) = self.place(parent, &ploc, name, Kind::File)?;
-                let f = sys::openat(
-                    loc.dirfd,
-                    &loc.phys,
-                    libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                    mode & 0o7777,
-                )?;
-                drop(f);
-                self.give_to_caller(&loc, caller);
+                self.new_file_at(&loc, mode & 0o7777, caller)?;
                 (loc, attached, true)
             }
             Err(e) => return Err(e),
@@ -1754,6 +1819,26 @@ fn recycle_inode(spares: &Spares, old: Arc<File>, path: PathBuf) {
         }
     }
     let _ = std::fs::remove_file(&path);
+}
+
+/// Renames a spare (made `ready` for its new place) to `rel` in `dirfd`,
+/// never over an existing entry; on failure the spare is removed.
+fn put_spare(
+    ready: std::io::Result<()>,
+    spare: &std::path::Path,
+    dirfd: RawFd,
+    rel: &[u8],
+) -> std::io::Result<()> {
+    let from = spare.as_os_str().as_encoded_bytes();
+    let placed = ready
+        .and_then(|()| sys::renameat2(libc::AT_FDCWD, from, dirfd, rel, libc::RENAME_NOREPLACE));
+    if placed.is_err() {
+        let removed = std::fs::remove_file(spare).or_else(|_| std::fs::remove_dir(spare));
+        if let Err(e) = removed {
+            tracing::warn!("could not remove spare {}: {e}", spare.display());
+        }
+    }
+    placed
 }
 
 /// Fills `buf` from `offset` until it is full or the end is reached.

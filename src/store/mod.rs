@@ -116,7 +116,10 @@ impl Layout {
                 fs::read_dir(&d).map_err(|e| Failure::io(Exit::BadStore, "list", &d, &e))?;
             for ent in entries.flatten() {
                 let p = ent.path();
-                let _ = fs::remove_file(&p);
+                // Spare directories are empty: a plain rmdir suffices.
+                if fs::remove_file(&p).is_err() {
+                    let _ = fs::remove_dir(&p);
+                }
             }
         }
         Ok(())

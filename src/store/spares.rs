@@ -1,7 +1,9 @@
-//! `Spares`: empty files in `staging/`, made or emptied ahead of need.
+//! `Spares`: empty files and directories in `staging/`, made or emptied
+//! ahead of need.
 //!
 //! Every version needs fresh inodes: a staging file for the new content and
-//! a blob file for its copy in the store. Allocating an inode is among the
+//! (for large contents) a blob file; every create or mkdir needs one, and so
+//! does the park of the first hidden entry of a directory. Allocating an inode is among the
 //! dearest things a write does on ext4 (the allocator checks block groups
 //! for recently freed inodes), and freeing the blocks of a replaced one can
 //! take hundreds of microseconds. So neither happens on the request path: a
@@ -9,9 +11,15 @@
 //! janitor in `fs`) empties swapped-out inodes into it and tops it up when
 //! it runs low.
 //!
+//! New ones are made in a nursery directory (`tmp/`) and then renamed into
+//! `staging/`: making an inode holds its directory's lock for as long as
+//! the allocation takes, and requests that rename spares out of `staging/`
+//! must not wait for that.
+//!
 //! Invariants: a file in the pool is a regular file, empty, named only by
-//! its path under `staging/` and held by nobody else; a file taken from the
-//! pool belongs to the taker, who renames it away or removes it.
+//! its path under `staging/` and held by nobody else; a directory in the
+//! pool is empty, mode 0700; what is taken from the pool belongs to the
+//! taker, who renames it away or removes it.
 
 use std::fs::File;
 use std::io;
@@ -29,18 +37,22 @@ pub const LOW: usize = 24;
 
 pub struct Spares {
     dir: PathBuf,
+    nursery: PathBuf,
     next: AtomicU64,
     files: Mutex<Vec<(PathBuf, File)>>,
+    dirs: Mutex<Vec<PathBuf>>,
     /// Called (by a taker) when the pool has run low.
     on_low: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Spares {
-    pub fn new(dir: PathBuf) -> Spares {
+    pub fn new(dir: PathBuf, nursery: PathBuf) -> Spares {
         Spares {
             dir,
+            nursery,
             next: AtomicU64::new(1),
             files: Mutex::new(Vec::new()),
+            dirs: Mutex::new(Vec::new()),
             on_low: OnceLock::new(),
         }
     }
@@ -52,9 +64,22 @@ impl Spares {
 
     /// A ready empty file, or a new one when none is ready.
     pub fn take(&self) -> io::Result<(PathBuf, File)> {
+        self.take_from(&self.files, || self.create())
+    }
+
+    /// A ready empty directory (mode 0700), or a new one.
+    pub fn take_dir(&self) -> io::Result<PathBuf> {
+        self.take_from(&self.dirs, || self.create_dir())
+    }
+
+    fn take_from<T>(
+        &self,
+        pool: &Mutex<Vec<T>>,
+        create: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
         let (spare, left) = {
-            let mut files = self.files.lock();
-            (files.pop(), files.len())
+            let mut pool = pool.lock();
+            (pool.pop(), pool.len())
         };
         if left < LOW
             && let Some(f) = self.on_low.get()
@@ -63,7 +88,7 @@ impl Spares {
         }
         match spare {
             Some(s) => Ok(s),
-            None => self.create(),
+            None => create(),
         }
     }
 
@@ -82,7 +107,7 @@ impl Spares {
         self.files.lock().len() < MAX
     }
 
-    /// Makes new empty files until the pool is full.
+    /// Makes new empty files and directories until the pool is full.
     pub fn top_up(&self) -> io::Result<()> {
         while self.wants_more() {
             let (path, file) = self.create()?;
@@ -90,25 +115,48 @@ impl Spares {
                 let _ = std::fs::remove_file(&path);
             }
         }
+        while self.dirs.lock().len() < MAX {
+            let d = self.create_dir()?;
+            self.dirs.lock().push(d);
+        }
         Ok(())
     }
 
-    /// Removes every file of the pool (at unmount).
+    /// Removes everything in the pool (at unmount).
     pub fn clear(&self) {
         for (path, _) in self.files.lock().drain(..) {
             let _ = std::fs::remove_file(&path);
         }
+        for d in self.dirs.lock().drain(..) {
+            let _ = std::fs::remove_dir(&d);
+        }
+    }
+
+    fn create_dir(&self) -> io::Result<PathBuf> {
+        use std::os::unix::fs::DirBuilderExt;
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let born = self.nursery.join(format!("spare.d{n}"));
+        let path = self.dir.join(format!("d{n}"));
+        std::fs::DirBuilder::new().mode(0o700).create(&born)?;
+        std::fs::rename(&born, &path).inspect_err(|_| {
+            let _ = std::fs::remove_dir(&born);
+        })?;
+        Ok(path)
     }
 
     fn create(&self) -> io::Result<(PathBuf, File)> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let born = self.nursery.join(format!("spare.{n}"));
         let path = self.dir.join(format!("{n}"));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(&path)?;
+            .open(&born)?;
+        std::fs::rename(&born, &path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&born);
+        })?;
         Ok((path, file))
     }
 }
@@ -121,16 +169,21 @@ mod tests {
 
     #[test]
     fn takes_ready_files_and_asks_for_more_when_low() {
-        let dir = std::env::temp_dir().join(format!("skillfs-spares-{}", std::process::id()));
+        let top = std::env::temp_dir().join(format!("skillfs-spares-{}", std::process::id()));
+        let dir = top.join("staging");
         std::fs::create_dir_all(&dir).unwrap();
-        let pool = Arc::new(Spares::new(dir.clone()));
+        std::fs::create_dir_all(top.join("tmp")).unwrap();
+        let pool = Arc::new(Spares::new(dir.clone(), top.join("tmp")));
         let asked = Arc::new(AtomicUsize::new(0));
         let a = Arc::clone(&asked);
         pool.set_on_low(Box::new(move || {
             a.fetch_add(1, Ordering::Relaxed);
         }));
         pool.top_up().unwrap();
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), MAX);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2 * MAX);
+        let d = pool.take_dir().unwrap();
+        assert!(d.is_dir() && std::fs::read_dir(&d).unwrap().next().is_none());
+        std::fs::remove_dir(d).unwrap();
         for _ in 0..MAX - LOW {
             let (p, _) = pool.take().unwrap();
             assert!(p.starts_with(&dir));
@@ -147,6 +200,7 @@ mod tests {
         std::fs::remove_file(p).unwrap();
         pool.clear();
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
-        std::fs::remove_dir(&dir).unwrap();
+        assert_eq!(std::fs::read_dir(top.join("tmp")).unwrap().count(), 0);
+        std::fs::remove_dir_all(&top).unwrap();
     }
 }
