@@ -411,3 +411,33 @@ fn old_parks_are_swept_while_mounted_and_the_kernel_forgets_them() {
     fs::write(m.path("cat/after.md"), "still working").unwrap();
     assert_eq!(fs::read(m.path("cat/after.md")).unwrap(), b"still working");
 }
+
+#[test]
+fn a_name_looked_up_before_its_park_exists_is_found_after() {
+    // The daemon remembers which directories have no park, to skip looking
+    // there; every way a park comes or goes must keep that true.
+    let m = Mount::new("parkmemo");
+    skill(&m.root(), "cat/foo", "foo");
+    let tmp = m.path("cat/foo/.SKILL.md.tmp.1");
+    assert!(fs::metadata(&tmp).is_err(), "no park yet");
+    fs::write(&tmp, "staged").unwrap();
+    assert_eq!(fs::read(&tmp).unwrap(), b"staged");
+    fs::rename(&tmp, m.path("cat/foo/SKILL.md")).unwrap();
+    assert!(fs::metadata(&tmp).is_err());
+    fs::write(&tmp, "again").unwrap();
+    assert_eq!(fs::read(&tmp).unwrap(), b"again");
+
+    // The directory goes (its park is orphaned) and comes back new: a
+    // hidden name in it must be found where it is made now.
+    fs::remove_file(&tmp).unwrap();
+    fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
+    assert!(fs::metadata(m.path("cat/foo.bak")).is_ok());
+    fs::remove_dir_all(m.path("cat/foo.bak")).unwrap();
+    assert!(fs::metadata(m.path("cat/foo.bak")).is_err());
+    fs::create_dir(m.path("cat/foo.bak")).unwrap();
+    assert!(names(&m.path("cat")).is_empty(), "hidden again");
+    fs::write(m.path("cat/foo.bak/x"), "x").unwrap();
+    assert_eq!(fs::read(m.path("cat/foo.bak/x")).unwrap(), b"x");
+    fs::remove_dir_all(m.path("cat/foo.bak")).unwrap();
+    assert!(fs::metadata(m.path("cat/foo.bak")).is_err());
+}

@@ -211,6 +211,12 @@ pub struct SkillFs {
     /// inodes that publishing swaps out of the live tree, emptied, and new
     /// ones made ahead of need (see `store::spares`).
     spares: Arc<Spares>,
+    /// Whether the park of a directory (by key) exists, where known: a
+    /// name missing inside a directory without a park is not looked for in
+    /// `parked/`. Parks are made while mounted only by `ensure_park`, which
+    /// records it, and by the settler, and removed only by the settler: a
+    /// settler run forgets everything known.
+    parks: Mutex<HashMap<String, bool>>,
     /// Fills `spares` off the request path (freeing the blocks of a
     /// swapped-out inode, or allocating one, can take hundreds of
     /// microseconds).
@@ -302,6 +308,7 @@ impl SkillFs {
             invalidator: std::sync::OnceLock::new(),
             ordered_commit,
             janitor: Mutex::new(Some(janitor)),
+            parks: Mutex::new(HashMap::new()),
             spares,
         })
     }
@@ -347,6 +354,7 @@ impl SkillFs {
             crate::scan::tend_parked(&mut settler, crate::time::now_ns())?;
             (settler.report, std::mem::take(&mut settler.swept_entries))
         };
+        self.parks.lock().clear(); // the settler may have made or removed parks
         for (dir, name) in swept {
             let parent = {
                 let mut tree = self.tree.lock();
@@ -404,6 +412,9 @@ impl SkillFs {
             Err(e) => return Err(e.into()),
         }
         let key = self.key_of(parent, ploc)?;
+        if self.parks.lock().get(&key) == Some(&false) {
+            return Err(FsError::ENOENT);
+        }
         let att = ploc.attached_child(self.parked_raw(), &key, name);
         match att.lstat() {
             Ok(st) => Ok(Found {
@@ -411,7 +422,19 @@ impl SkillFs {
                 st,
                 attached: true,
             }),
-            Err(e) if enoent(&e) || e.raw_os_error() == Some(libc::ENOTDIR) => Err(FsError::ENOENT),
+            Err(e) if enoent(&e) || e.raw_os_error() == Some(libc::ENOTDIR) => {
+                // Most directories have no park: remember, and save the
+                // next lookups of names that are not there the second stat.
+                if !self.parks.lock().contains_key(&key) {
+                    let exists = match sys::lstatat(self.parked_raw(), key.as_bytes()) {
+                        Ok(_) => true,
+                        Err(e) if enoent(&e) => false,
+                        Err(e) => return Err(e.into()),
+                    };
+                    self.parks.lock().insert(key, exists);
+                }
+                Err(FsError::ENOENT)
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -588,17 +611,25 @@ impl SkillFs {
     /// Makes sure the park of the directory with `key` exists (from a spare
     /// directory the first time).
     fn ensure_park(&self, key: &str) -> std::io::Result<()> {
+        // Known to exist: it was seen, or made, and only a sweep removes
+        // parks (which forgets what is known).
+        if self.parks.lock().get(key) == Some(&true) {
+            return Ok(());
+        }
         match sys::lstatat(self.parked_raw(), key.as_bytes()) {
-            Ok(_) => return Ok(()),
-            Err(e) if enoent(&e) => {}
+            Ok(_) => {}
+            Err(e) if enoent(&e) => {
+                let dir = self.spares.take_dir()?;
+                match put_spare(Ok(()), &dir, self.parked_raw(), key.as_bytes()) {
+                    // Made by a racing request.
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    r => r?,
+                }
+            }
             Err(e) => return Err(e),
         }
-        let dir = self.spares.take_dir()?;
-        match put_spare(Ok(()), &dir, self.parked_raw(), key.as_bytes()) {
-            // Made by a racing request.
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
-            r => r,
-        }
+        self.parks.lock().insert(key.to_string(), true);
+        Ok(())
     }
 
     fn give_to_caller(&self, loc: &Location, caller: &Caller) {
@@ -643,6 +674,7 @@ impl SkillFs {
 
     /// Moves the attached area of a removed directory to the orphans.
     fn orphan_attached(&self, key: &str, logical: &RelPath, caller: &Caller) {
+        self.parks.lock().remove(key);
         let mut ledger = self.ledger.lock();
         if let Err(e) = self
             .areas()
@@ -1123,6 +1155,7 @@ impl SkillFs {
             caller.actor(),
         );
         let result = settler.settle(path, Op::Unpark, true, in_pkg, Some(hidden.clone()));
+        self.parks.lock().clear(); // the settler may have made or removed parks
         let moved = std::mem::take(&mut settler.moved_to_hidden);
         drop(ledger);
         if !moved.is_empty() {
