@@ -464,6 +464,15 @@ fn report_ready(ready: &mut Option<File>, msg: &str) {
 fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // Modes arrive from the kernel with the caller's umask applied already.
     unsafe { libc::umask(0) };
+    // Every file the agent holds open is a descriptor here too (and the
+    // janitor holds some briefly): take what the hard limit allows.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
     // Before any thread starts: only the signal thread may take them.
     block_signals();
     let background = ready.is_some();

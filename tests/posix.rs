@@ -586,3 +586,18 @@ fn new_entries_are_fresh_and_take_what_their_directory_passes_on() {
     assert_eq!(sub.gid(), 65534);
     assert_ne!(sub.mode() & 0o2000, 0, "set-group-ID bit inherited");
 }
+
+#[test]
+fn removing_thousands_of_files_at_once_frees_them_all() {
+    // Removed files are freed by a background thread; a burst of removals
+    // must neither run the daemon out of descriptors nor lose any.
+    let m = Mount::new("burst");
+    fs::create_dir(m.path("many")).unwrap();
+    for i in 0..3000 {
+        fs::write(m.path(&format!("many/f{i:04}")), b"x").unwrap();
+    }
+    fs::remove_dir_all(m.path("many")).unwrap();
+    assert!(fs::metadata(m.path("many")).is_err());
+    fs::write(m.path("after"), b"still serving").unwrap();
+    assert_eq!(fs::read(m.path("after")).unwrap(), b"still serving");
+}

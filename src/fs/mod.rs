@@ -33,7 +33,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -217,11 +217,16 @@ pub struct SkillFs {
     /// records it, and by the settler, and removed only by the settler: a
     /// settler run forgets everything known.
     parks: Mutex<HashMap<String, bool>>,
+    /// References taken by `hold` that the janitor has yet to drop.
+    held: Arc<AtomicUsize>,
     /// Fills `spares` off the request path (freeing the blocks of a
     /// swapped-out inode, or allocating one, can take hundreds of
     /// microseconds).
     janitor: Mutex<Option<Janitor>>,
 }
+
+/// At most this many references from `hold` wait for the janitor.
+const MAX_HELD: usize = 256;
 
 /// Work for the janitor thread.
 enum Chore {
@@ -276,7 +281,8 @@ impl SkillFs {
         let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
         let spares = Arc::new(Spares::new(dirs.staging.clone(), dirs.tmp.clone()));
         let blobs = blobs.with_spares(Arc::clone(&spares));
-        let janitor = start_janitor(Arc::clone(&spares));
+        let held = Arc::new(AtomicUsize::new(0));
+        let janitor = start_janitor(Arc::clone(&spares), Arc::clone(&held));
         let low = Mutex::new(janitor.0.clone());
         spares.set_on_low(Box::new(move || {
             let _ = low.lock().send(Chore::TopUp);
@@ -309,6 +315,7 @@ impl SkillFs {
             ordered_commit,
             janitor: Mutex::new(Some(janitor)),
             parks: Mutex::new(HashMap::new()),
+            held,
             spares,
         })
     }
@@ -1636,6 +1643,11 @@ impl SkillFs {
     /// A reference to the file at `loc`, taken before a call that may drop
     /// its last name: while it is held, that call does not free the blocks.
     fn hold(&self, loc: &Location) -> Option<File> {
+        // Each held reference is a descriptor: past a bound (a big rmtree
+        // outrunning the janitor) files are freed in the request again.
+        if self.held.load(Ordering::Relaxed) >= MAX_HELD {
+            return None;
+        }
         sys::openat(
             loc.dirfd,
             &loc.phys,
@@ -1652,7 +1664,11 @@ impl SkillFs {
     fn free_later(&self, held: Option<File>) {
         let Some(f) = held else { return };
         if let Some((tx, _)) = self.janitor.lock().as_ref() {
-            let _ = tx.send(Chore::Close(f));
+            self.held.fetch_add(1, Ordering::Relaxed);
+            if let Err(std::sync::mpsc::SendError(chore)) = tx.send(Chore::Close(f)) {
+                self.held.fetch_sub(1, Ordering::Relaxed);
+                drop(chore);
+            }
         }
     }
 
@@ -1801,7 +1817,7 @@ impl SkillFs {
 /// The thread that empties swapped-out inodes into `spares`, unless a read
 /// still holds one (it keeps its bytes) or enough are kept already, and
 /// makes new ones when they run low.
-fn start_janitor(spares: Arc<Spares>) -> Janitor {
+fn start_janitor(spares: Arc<Spares>, held: Arc<AtomicUsize>) -> Janitor {
     let (tx, rx) = std::sync::mpsc::channel::<Chore>();
     let handle = std::thread::spawn(move || {
         for chore in rx {
@@ -1812,7 +1828,10 @@ fn start_janitor(spares: Arc<Spares>) -> Janitor {
                         tracing::warn!("could not make spare files: {e}");
                     }
                 }
-                Chore::Close(f) => drop(f),
+                Chore::Close(f) => {
+                    drop(f);
+                    held.fetch_sub(1, Ordering::Relaxed);
+                }
                 Chore::Stop => break,
             }
         }
