@@ -441,3 +441,47 @@ fn a_name_looked_up_before_its_park_exists_is_found_after() {
     fs::remove_dir_all(m.path("cat/foo.bak")).unwrap();
     assert!(fs::metadata(m.path("cat/foo.bak")).is_err());
 }
+
+#[test]
+fn hidden_files_are_written_in_place_and_versioned_once_visible() {
+    use std::io::Write;
+    let m = Mount::new("inplace");
+    skill(&m.root(), "cat/foo", "foo");
+    let before = m.log().len();
+    // The agent's atomic write: a hidden temp file, then a rename.
+    let tmp = m.path("cat/foo/.SKILL.md.tmp.9");
+    let mut f = fs::File::create(&tmp).unwrap();
+    f.write_all(b"part one, ").unwrap();
+    // Another reader sees the bytes at once (the same inode).
+    assert_eq!(fs::read(&tmp).unwrap(), b"part one, ");
+    f.write_all(b"part two").unwrap();
+    drop(f);
+    assert_eq!(m.log().len(), before, "scratch is not versioned");
+    fs::rename(&tmp, m.path("cat/foo/SKILL.md")).unwrap();
+    assert_eq!(m.ops_for("cat/foo/SKILL.md").last().unwrap(), "unpark");
+    assert_eq!(
+        fs::read(m.path("cat/foo/SKILL.md")).unwrap(),
+        b"part one, part two"
+    );
+
+    // Made visible while its writer still writes: versioned at the close.
+    let mut f = fs::File::create(&tmp).unwrap();
+    f.write_all(b"draft").unwrap();
+    fs::rename(&tmp, m.path("cat/foo/notes.md")).unwrap();
+    f.write_all(b", final").unwrap();
+    drop(f);
+    let recs: Vec<_> = m
+        .log()
+        .into_iter()
+        .filter(|r| r["path"] == "cat/foo/notes.md" || r["to"] == "cat/foo/notes.md")
+        .collect();
+    let last = recs.last().unwrap();
+    assert_eq!(
+        m.blob(last["state"]["blob"].as_str().unwrap()),
+        b"draft, final"
+    );
+    assert_eq!(
+        fs::read(m.path("cat/foo/notes.md")).unwrap(),
+        b"draft, final"
+    );
+}

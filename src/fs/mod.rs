@@ -12,8 +12,12 @@
 //!   the store (empty for `O_TRUNC`, else a copy made at its first write);
 //!   reads through any handle of the inode see the staged bytes. Publishing
 //!   (on flush, release or fsync) stores the blob, appends the journal record
-//!   and only then renames the staging file over the live one. Hidden files
-//!   are published the same way (never torn) but not versioned.
+//!   and only then renames the staging file over the live one. Untracked
+//!   files are published the same way (never torn) but not versioned.
+//!   Hidden files are scratch (temp files, locks, parks): they are written
+//!   in place, as any filesystem would, and not versioned; one made visible
+//!   while a writer still has it open is versioned when that writer
+//!   publishes.
 //! - The hide rules are consulted only where a name is placed (create,
 //!   mkdir, symlink, rename target); a visible directory's listing is its
 //!   physical content, so it never shows a hidden entry. A name exists in at
@@ -154,12 +158,15 @@ pub struct StoreDirs {
     pub orphans_fd: OwnedFd,
 }
 
-/// A copy-on-write scratch file of an inode that has writers.
+/// A copy-on-write scratch file of an inode that has writers, or, for a
+/// hidden file, the live file itself opened for writing (`in_place`).
 struct Staging {
     file: Arc<File>,
+    /// Where the scratch file is in `staging/` (empty when in place).
     path: PathBuf,
     /// Holds bytes not yet published.
     dirty: bool,
+    in_place: bool,
 }
 
 /// Per-inode state while at least one handle is open.
@@ -876,7 +883,7 @@ impl SkillFs {
             {
                 self.publish_locked(&mut s, l, Op::Write, false, caller)?;
             }
-            self.ensure_staging(&mut s, size == 0)?;
+            self.ensure_staging(&mut s, size == 0, loc.is_some_and(|l| l.is_hidden()))?;
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;
             stg.dirty = true;
@@ -1221,7 +1228,9 @@ impl SkillFs {
             s.writers = s.writers.saturating_sub(1);
         }
         if s.handles == 0 {
-            if let Some(stg) = s.staging.take() {
+            if let Some(stg) = s.staging.take()
+                && !stg.in_place
+            {
                 let _ = std::fs::remove_file(&stg.path);
             }
             drop(s);
@@ -1231,12 +1240,35 @@ impl SkillFs {
 
     /// Gives the open file a staging copy if it has none (`empty`: start
     /// from nothing, as `O_TRUNC` does, instead of copying the live bytes).
-    fn ensure_staging(&self, s: &mut OpenState, empty: bool) -> FsResult<()> {
+    /// A `hidden` file is written in place instead.
+    fn ensure_staging(&self, s: &mut OpenState, empty: bool, hidden: bool) -> FsResult<()> {
         if let Some(stg) = &s.staging {
             if empty {
                 sys::ftruncate(&*stg.file, 0)?;
             }
             return Ok(());
+        }
+        if hidden {
+            // The live file again, for writing (through /proc: the daemon
+            // holds it by descriptor, not by a name it may have lost). Where
+            // that is refused, the copy below serves as for any file.
+            let again = format!("/proc/self/fd/{}", s.live.as_raw_fd());
+            if let Ok(file) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(again)
+            {
+                if empty {
+                    sys::ftruncate(&file, 0)?;
+                }
+                s.staging = Some(Staging {
+                    file: Arc::new(file),
+                    path: PathBuf::new(),
+                    dirty: empty,
+                    in_place: true,
+                });
+                return Ok(());
+            }
         }
         let (path, file) = self.spares.take()?;
         let result = (|| {
@@ -1260,6 +1292,7 @@ impl SkillFs {
             file: Arc::new(file),
             path,
             dirty: empty,
+            in_place: false,
         });
         Ok(())
     }
@@ -1299,7 +1332,7 @@ impl SkillFs {
                 {
                     tracing::error!("could not publish {} before O_TRUNC: {e:?}", loc.logical);
                 }
-                if let Err(e) = self.ensure_staging(&mut s, true) {
+                if let Err(e) = self.ensure_staging(&mut s, true, loc.is_hidden()) {
                     drop(s);
                     self.release_open(ino, true);
                     return Err(e);
@@ -1431,8 +1464,12 @@ impl SkillFs {
             return Err(FsError::EBADF);
         }
         let of = self.open_file(ino).ok_or(FsError::EBADF)?;
+        // Resolved before the open state is locked (lock order); only a
+        // writer without staging yet needs it.
+        let hidden =
+            of.state.lock().staging.is_none() && self.loc(ino).is_ok_and(|l| l.is_hidden());
         let mut s = of.state.lock();
-        self.ensure_staging(&mut s, false)?;
+        self.ensure_staging(&mut s, false, hidden)?;
         let stg = s.staging.as_mut().expect("just ensured");
         let offset = if append {
             sys::fstat(&*stg.file)?.st_size as u64
@@ -1549,6 +1586,9 @@ impl SkillFs {
         caller: &Caller,
     ) -> FsResult<()> {
         let stg = s.staging.as_ref().expect("caller checked");
+        if stg.in_place {
+            return self.publish_in_place(s, loc, op, durable, caller);
+        }
         let fast = durable && self.ordered_commit;
         let stg_file = Arc::clone(&stg.file);
         let one_commit = |s: &mut OpenState| -> std::io::Result<()> {
@@ -1558,14 +1598,11 @@ impl SkillFs {
         };
         let mut replaced = false;
         if let Some(path) = &self.versioned(loc) {
-            let (blob, size) = self.blobs.put_file(&stg_file, durable && !fast)?;
+            let state = self.stored_state(&stg_file, durable && !fast)?;
             if fast {
-                self.blobs.mark_pending(&blob);
+                self.blobs
+                    .mark_pending(state.blob.as_deref().expect("just stored"));
             }
-            let st = sys::fstat(&*stg_file)?;
-            let mut state = state_from_stat(&st, Kind::File);
-            state.size = size;
-            state.blob = Some(blob);
             let mut ledger = self.ledger.lock();
             let same = ledger.catalog().get(path).is_some_and(|old| {
                 old.kind == Kind::File
@@ -1607,6 +1644,48 @@ impl SkillFs {
                 }
                 self.swap_in(s, loc)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Stores the content of `file` as a blob and returns its state.
+    fn stored_state(&self, file: &File, durable: bool) -> FsResult<EntryState> {
+        let (blob, size) = self.blobs.put_file(file, durable)?;
+        let st = sys::fstat(file)?;
+        let mut state = state_from_stat(&st, Kind::File);
+        state.size = size;
+        state.blob = Some(blob);
+        Ok(state)
+    }
+
+    /// Publishing a file written in place (hidden when its writer started):
+    /// nothing to swap. Still hidden, it is only made durable if asked;
+    /// made visible meanwhile, its content is versioned now.
+    fn publish_in_place(
+        &self,
+        s: &mut OpenState,
+        loc: &Location,
+        op: Op,
+        durable: bool,
+        caller: &Caller,
+    ) -> FsResult<()> {
+        let stg = s.staging.take().expect("caller checked");
+        if let Some(path) = &self.versioned(loc) {
+            let state = self.stored_state(&stg.file, durable)?;
+            let mut ledger = self.ledger.lock();
+            let same = ledger
+                .catalog()
+                .get(path)
+                .is_some_and(|old| old.kind == Kind::File && old.blob == state.blob);
+            if !same {
+                ledger.record(Change::new(op, path.clone(), Some(state)), caller.actor())?;
+            }
+            if durable {
+                ledger.sync(&self.blobs)?;
+            }
+        }
+        if durable {
+            sys::fsync(&*stg.file)?;
         }
         Ok(())
     }
