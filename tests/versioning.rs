@@ -380,11 +380,15 @@ fn untracked_files_are_written_safely_but_keep_no_versions() {
     );
 }
 
-/// What a killed writer staged is gone: `staging/` holds only empty spare
-/// files made by the new daemon.
+/// What a killed writer staged is gone: `staging/` holds only the empty
+/// spare files and directories made by the new daemon.
 fn assert_staging_holds_nothing(m: &Mount) {
     for e in fs::read_dir(m.store().join("staging")).unwrap() {
-        let e = e.unwrap();
-        assert_eq!(e.metadata().unwrap().len(), 0, "{:?} kept bytes", e.path());
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            assert_eq!(fs::read_dir(&p).unwrap().count(), 0, "{p:?} is not empty");
+        } else {
+            assert_eq!(fs::metadata(&p).unwrap().len(), 0, "{p:?} kept bytes");
+        }
     }
 }
