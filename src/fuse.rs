@@ -99,6 +99,10 @@ pub fn mount(
                     Invalidation::Entry(parent, name) => {
                         notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name))
                     }
+                    Invalidation::Barrier(done) => {
+                        let _ = done.send(());
+                        Ok(())
+                    }
                 };
                 if let Err(e) = r {
                     tracing::debug!("invalidate: {e}");

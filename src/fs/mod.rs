@@ -99,6 +99,8 @@ pub enum Invalidation {
     Inode(Ino),
     /// A name in a directory.
     Entry(Ino, Vec<u8>),
+    /// Answered once every invalidation sent before it has been delivered.
+    Barrier(std::sync::mpsc::Sender<()>),
 }
 
 /// How long the kernel may cache an entry and its attributes.
@@ -346,6 +348,18 @@ impl SkillFs {
     fn invalidate_entry(&self, parent: Ino, name: Vec<u8>) {
         if let Some(f) = self.invalidator.get() {
             f(Invalidation::Entry(parent, name));
+        }
+    }
+
+    /// Waits until the invalidations sent so far have reached the kernel,
+    /// so that the caller's reply is not followed by a read of what they
+    /// drop. Bounded: a notification can wait on kernel locks the current
+    /// request holds, and then it lands just after the reply instead.
+    fn invalidations_delivered(&self) {
+        if let Some(f) = self.invalidator.get() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            f(Invalidation::Barrier(tx));
+            let _ = rx.recv_timeout(std::time::Duration::from_millis(200));
         }
     }
 
@@ -1105,6 +1119,7 @@ impl SkillFs {
             for i in moved {
                 self.invalidate(i);
             }
+            self.invalidations_delivered();
         }
         let noreplace = flags & libc::RENAME_NOREPLACE != 0;
         if exchange {
@@ -1190,6 +1205,7 @@ impl SkillFs {
             for d in dirs {
                 self.invalidate(d);
             }
+            self.invalidations_delivered();
         }
         Ok(result?)
     }
