@@ -425,14 +425,17 @@ pub fn dir_passes_on_more(dir: RawFd, rel: &[u8]) -> io::Result<bool> {
     if st.st_mode & libc::S_ISGID != 0 {
         return Ok(true);
     }
-    let mut path = format!("/proc/self/fd/{dir}").into_bytes();
-    if !rel.is_empty() {
-        path.push(b'/');
-        path.extend_from_slice(rel);
-    }
-    let c = cpath(&path)?;
     let name = c"system.posix_acl_default";
-    let n = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    let n = if rel.is_empty() {
+        // The directory itself (through /proc its fd is a link, and
+        // lgetxattr would ask the link).
+        unsafe { libc::fgetxattr(dir, name.as_ptr(), std::ptr::null_mut(), 0) }
+    } else {
+        let mut path = format!("/proc/self/fd/{dir}/").into_bytes();
+        path.extend_from_slice(rel);
+        let c = cpath(&path)?;
+        unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) }
+    };
     if n >= 0 {
         return Ok(n > 0);
     }

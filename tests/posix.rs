@@ -575,16 +575,26 @@ fn new_entries_are_fresh_and_take_what_their_directory_passes_on() {
     assert_eq!(fs::metadata(m.path("d/f")).unwrap().len(), 0);
 
     // A set-group-ID directory gives new entries its group (and new
-    // directories its set-group-ID bit), as the kernel does natively.
-    fs::create_dir(m.path("shared")).unwrap();
-    std::os::unix::fs::chown(m.path("shared"), None, Some(65534)).unwrap();
-    fs::set_permissions(m.path("shared"), fs::Permissions::from_mode(0o2775)).unwrap();
-    fs::write(m.path("shared/f"), b"x").unwrap();
-    fs::create_dir(m.path("shared/sub")).unwrap();
-    assert_eq!(fs::metadata(m.path("shared/f")).unwrap().gid(), 65534);
-    let sub = fs::metadata(m.path("shared/sub")).unwrap();
-    assert_eq!(sub.gid(), 65534);
-    assert_ne!(sub.mode() & 0o2000, 0, "set-group-ID bit inherited");
+    // directories its set-group-ID bit), as the kernel does natively; the
+    // same inside a hidden directory (it lives in the store's parks).
+    for dir in ["shared", ".locks"] {
+        fs::create_dir(m.path(dir)).unwrap();
+        std::os::unix::fs::chown(m.path(dir), None, Some(65534)).unwrap();
+        fs::set_permissions(m.path(dir), fs::Permissions::from_mode(0o2775)).unwrap();
+        fs::write(m.path(&format!("{dir}/f")), b"x").unwrap();
+        fs::create_dir(m.path(&format!("{dir}/sub"))).unwrap();
+        assert_eq!(
+            fs::metadata(m.path(&format!("{dir}/f"))).unwrap().gid(),
+            65534
+        );
+        let sub = fs::metadata(m.path(&format!("{dir}/sub"))).unwrap();
+        assert_eq!(sub.gid(), 65534, "{dir}/sub");
+        assert_ne!(
+            sub.mode() & 0o2000,
+            0,
+            "{dir}/sub: set-group-ID bit inherited"
+        );
+    }
 }
 
 #[test]

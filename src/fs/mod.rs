@@ -377,12 +377,15 @@ impl SkillFs {
                 &self.blobs,
                 Actor::daemon(),
             );
-            settler.settle(&RelPath::root(), Op::Scan, false, false, None)?;
-            settler.record_removals()?;
-            crate::scan::tend_parked(&mut settler, crate::time::now_ns())?;
+            let done = settler
+                .settle(&RelPath::root(), Op::Scan, false, false, None)
+                .and_then(|()| settler.record_removals())
+                .and_then(|()| crate::scan::tend_parked(&mut settler, crate::time::now_ns()));
+            // The settler may have made or removed parks, even if it failed.
+            self.parks.lock().clear();
+            done?;
             (settler.report, std::mem::take(&mut settler.swept_entries))
         };
-        self.parks.lock().clear(); // the settler may have made or removed parks
         for (dir, name) in swept {
             let parent = {
                 let mut tree = self.tree.lock();
@@ -586,13 +589,13 @@ impl SkillFs {
     /// `store::spares`): renamed into place, it must end up as a create
     /// there would have made it.
     fn spare_fits(&self, loc: &Location) -> bool {
-        if loc.dirfd == self.parked_raw() {
-            return true; // parks are the daemon's own plain directories
-        }
         let parent = match loc.phys.iter().rposition(|&b| b == b'/') {
             Some(i) => &loc.phys[..i],
             None => &b""[..],
         };
+        if loc.dirfd == self.parked_raw() && !parent.contains(&b'/') {
+            return true; // a park itself: the daemon's own plain directory
+        }
         sys::dir_passes_on_more(loc.dirfd, parent).is_ok_and(|more| !more)
     }
 
@@ -1119,7 +1122,11 @@ impl SkillFs {
             for i in moved {
                 self.invalidate(i);
             }
-            self.invalidations_delivered();
+            // A directory lists differently now: the reply must not let a
+            // listing read overtake the notice.
+            if kind == Kind::Dir {
+                self.invalidations_delivered();
+            }
         }
         let noreplace = flags & libc::RENAME_NOREPLACE != 0;
         if exchange {
@@ -1480,10 +1487,13 @@ impl SkillFs {
             return Err(FsError::EBADF);
         }
         let of = self.open_file(ino).ok_or(FsError::EBADF)?;
-        // Resolved before the open state is locked (lock order); only a
-        // writer without staging yet needs it.
-        let hidden =
-            of.state.lock().staging.is_none() && self.loc(ino).is_ok_and(|l| l.is_hidden());
+        // Only a writer without staging yet needs to know where the file is:
+        // resolved before the open state is locked (lock order), under the
+        // namespace lock held until the staging exists, so that a rename
+        // cannot make it visible in between.
+        let needs_place = of.state.lock().staging.is_none();
+        let _ns = needs_place.then(|| self.namespace.read());
+        let hidden = needs_place && self.loc(ino).is_ok_and(|l| l.is_hidden());
         let mut s = of.state.lock();
         self.ensure_staging(&mut s, false, hidden)?;
         let stg = s.staging.as_mut().expect("just ensured");

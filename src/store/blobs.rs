@@ -147,8 +147,11 @@ impl BlobStore {
         if !durable {
             let mut pending = self.unsynced.lock();
             if appended.new_pack {
-                pending.push(self.packs.dir().to_path_buf());
-                pending.push(self.dir.clone());
+                for d in [self.packs.dir().to_path_buf(), self.dir.clone()] {
+                    if !pending.contains(&d) {
+                        pending.push(d);
+                    }
+                }
             }
             if !pending.contains(&appended.pack) {
                 pending.push(appended.pack);

@@ -50,11 +50,20 @@ struct Writer {
     n: u32,
     file: Arc<File>,
     end: u64,
+    /// The pack's directory entry (and a new `packs/` directory's) is
+    /// known to be durable.
+    dir_synced: bool,
+    /// `packs/` itself was made for this pack.
+    made_dir: bool,
 }
 
 #[derive(Default)]
 struct Index {
     entries: HashMap<RawId, Entry>,
+    /// Further copies of a content found by the scan (a content stored
+    /// again because its first copy was damaged): tried when the first
+    /// does not match its hash.
+    spare_copies: HashMap<RawId, Vec<Entry>>,
     files: HashMap<u32, Arc<File>>,
     last: u32,
 }
@@ -69,7 +78,8 @@ pub struct Packs {
 pub struct Appended {
     /// The pack file written.
     pub pack: PathBuf,
-    /// A new pack: its directory entry must be made durable too.
+    /// The pack's directory entry is not known to be durable yet: it must
+    /// be made durable too.
     pub new_pack: bool,
 }
 
@@ -130,12 +140,20 @@ impl Packs {
                 if len > PACK_MAX || body + len > size {
                     break;
                 }
-                index.entries.entry(id).or_insert(Entry {
+                let e = Entry {
                     pack: n,
                     off: body,
                     len,
                     checked: false,
-                });
+                };
+                match index.entries.entry(id) {
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        index.spare_copies.entry(id).or_default().push(e)
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(e);
+                    }
+                }
                 off = body + len;
             }
             if off < size {
@@ -169,7 +187,8 @@ impl Packs {
         Some(self.path(n))
     }
 
-    /// The content of `id`, checked against its hash.
+    /// The content of `id`, checked against its hash (a damaged copy is
+    /// passed over for another one, which then becomes the one used).
     pub fn read(&self, id: &RawId) -> io::Result<Vec<u8>> {
         let (e, file) = self
             .with_index(|ix| {
@@ -179,24 +198,44 @@ impl Packs {
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
         let mut data = vec![0u8; e.len as usize];
         file.read_exact_at(&mut data, e.off)?;
-        if !e.checked {
-            if Sha256::digest(&data).as_slice() != id {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{} at offset {}: content does not match its hash",
-                        self.path(e.pack).display(),
-                        e.off
-                    ),
-                ));
-            }
+        if e.checked || Sha256::digest(&data).as_slice() == id {
             self.with_index(|ix| {
                 if let Some(x) = ix.entries.get_mut(id) {
                     x.checked = true;
                 }
             });
+            return Ok(data);
         }
-        Ok(data)
+        let damaged = io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} at offset {}: content does not match its hash",
+                self.path(e.pack).display(),
+                e.off
+            ),
+        );
+        let others = self.with_index(|ix| ix.spare_copies.remove(id).unwrap_or_default());
+        for other in others {
+            let Some(file) = self.with_index(|ix| ix.files.get(&other.pack).cloned()) else {
+                continue;
+            };
+            let mut data = vec![0u8; other.len as usize];
+            if file.read_exact_at(&mut data, other.off).is_ok()
+                && Sha256::digest(&data).as_slice() == id
+            {
+                self.with_index(|ix| {
+                    ix.entries.insert(
+                        *id,
+                        Entry {
+                            checked: true,
+                            ..other
+                        },
+                    )
+                });
+                return Ok(data);
+            }
+        }
+        Err(damaged)
     }
 
     /// Appends `data` (whose hash is `id`) to this process's pack; with
@@ -209,6 +248,7 @@ impl Packs {
             *w = Some(self.start_pack()?);
             new_pack = true;
         }
+        let dir_durable = w.as_ref().is_some_and(|w| w.dir_synced);
         let wr = w.as_mut().expect("just started");
         let mut buf = Vec::with_capacity(HEADER as usize + data.len());
         buf.extend_from_slice(MAGIC);
@@ -216,11 +256,9 @@ impl Packs {
         buf.extend_from_slice(&(data.len() as u64).to_le_bytes());
         buf.extend_from_slice(data);
         if let Err(e) = wr.file.write_all_at(&buf, wr.end) {
-            // Whatever part landed is cut off: the next entry goes after
-            // the end the file has now, and a scan stops before it.
-            if let Ok(m) = wr.file.metadata() {
-                wr.end = wr.end.max(m.len());
-            }
+            // Whatever part landed is a cut-off entry, where a scan stops:
+            // nothing may follow it, so the next append starts a new pack.
+            *w = None;
             return Err(e);
         }
         let entry = Entry {
@@ -232,24 +270,41 @@ impl Packs {
         wr.end += buf.len() as u64;
         if durable {
             crate::sys::fdatasync(&*wr.file)?;
-            if new_pack {
+            if !wr.dir_synced {
                 super::blobs::sync_dir(&self.dir)?;
+                if wr.made_dir
+                    && let Some(parent) = self.dir.parent()
+                {
+                    super::blobs::sync_dir(parent)?;
+                }
+                wr.dir_synced = true;
             }
         }
         let (n, file) = (wr.n, Arc::clone(&wr.file));
         drop(w);
         self.with_index(|ix| {
             ix.files.entry(n).or_insert(file);
-            ix.entries.entry(*id).or_insert(entry);
+            // A copy already indexed that failed its check (or was never
+            // checked) gives way to this one, which is known good.
+            match ix.entries.get(id) {
+                Some(old) if old.checked => {}
+                _ => {
+                    ix.entries.insert(*id, entry);
+                }
+            }
         });
         Ok(Appended {
             pack: self.path(n),
-            new_pack: new_pack && !durable,
+            new_pack: !durable && (new_pack || !dir_durable),
         })
     }
 
     fn start_pack(&self) -> io::Result<Writer> {
-        fs::create_dir_all(&self.dir)?;
+        let made_dir = match fs::create_dir(&self.dir) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(e),
+        };
         let n = self.with_index(|ix| {
             ix.last += 1;
             ix.last
@@ -264,6 +319,8 @@ impl Packs {
             n,
             file: Arc::new(file),
             end: 0,
+            dir_synced: false,
+            made_dir,
         })
     }
 }
@@ -271,6 +328,13 @@ impl Packs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn damage_last_byte(path: &Path) {
+        let mut raw = fs::read(path).unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 0xff;
+        overwrite(path, &raw);
+    }
 
     /// Rewrites a (read-only) pack, as damage would.
     fn overwrite(path: &Path, raw: &[u8]) {
@@ -319,6 +383,29 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_copy_gives_way_to_a_good_one_stored_again() {
+        let dir = std::env::temp_dir().join(format!("skillfs-packs-again-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let a = b"stored twice".to_vec();
+        Packs::new(dir.clone())
+            .append(&id_of(&a), &a, true)
+            .unwrap();
+        let path = Packs::new(dir.clone()).path(1);
+        damage_last_byte(&path);
+        // The next daemon finds it damaged and stores it again.
+        let again = Packs::new(dir.clone());
+        assert!(!again.has_intact(&id_of(&a), a.len() as u64));
+        again.append(&id_of(&a), &a, true).unwrap();
+        assert_eq!(again.read(&id_of(&a)).unwrap(), a);
+        // And the one after reads the good copy, though the damaged one
+        // comes first.
+        let third = Packs::new(dir.clone());
+        assert_eq!(third.read(&id_of(&a)).unwrap(), a);
+        assert!(third.has_intact(&id_of(&a), a.len() as u64));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn damaged_content_is_an_error_not_a_version() {
         let dir = std::env::temp_dir().join(format!("skillfs-packs-bad-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -326,10 +413,7 @@ mod tests {
         let a = b"precious".to_vec();
         packs.append(&id_of(&a), &a, true).unwrap();
         let path = packs.path(1);
-        let mut raw = fs::read(&path).unwrap();
-        let last = raw.len() - 1;
-        raw[last] ^= 0xff;
-        overwrite(&path, &raw);
+        damage_last_byte(&path);
         let again = Packs::new(dir.clone());
         assert!(!again.has_intact(&id_of(&a), a.len() as u64));
         let e = again.read(&id_of(&a)).unwrap_err();
