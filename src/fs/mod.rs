@@ -1630,21 +1630,8 @@ impl SkillFs {
                     .mark_pending(state.blob.as_deref().expect("just stored"));
             }
             let mut ledger = self.ledger.lock();
-            let same = ledger.catalog().get(path).is_some_and(|old| {
-                old.kind == Kind::File
-                    && old.blob == state.blob
-                    && old.mode == state.mode
-                    && old.uid == state.uid
-                    && old.gid == state.gid
-            });
-            if !same
-                && let Err(e) =
-                    ledger.record(Change::new(op, path.clone(), Some(state)), caller.actor())
-            {
-                // Without its record the version must not become live.
-                tracing::error!("could not journal {} of {path}: {e}", op.name());
-                return Err(e.into());
-            }
+            // Without its record the version must not become live.
+            record_unless_same(&mut ledger, path, state, op, caller)?;
             if fast {
                 ledger.write_out_then(&self.blobs, || one_commit(s))?;
                 replaced = true;
@@ -1699,13 +1686,7 @@ impl SkillFs {
         if let Some(path) = &self.versioned(loc) {
             let state = self.stored_state(&stg.file, durable)?;
             let mut ledger = self.ledger.lock();
-            let same = ledger
-                .catalog()
-                .get(path)
-                .is_some_and(|old| old.kind == Kind::File && old.blob == state.blob);
-            if !same {
-                ledger.record(Change::new(op, path.clone(), Some(state)), caller.actor())?;
-            }
+            record_unless_same(&mut ledger, path, state, op, caller)?;
             if durable {
                 ledger.sync(&self.blobs)?;
             }
@@ -1996,6 +1977,31 @@ fn put_spare(
         }
     }
     placed
+}
+
+/// Journals a file's new `state` at `path`, unless it is the version the
+/// catalog has already (same content, mode and owner: nothing to record).
+fn record_unless_same(
+    ledger: &mut Ledger,
+    path: &RelPath,
+    state: EntryState,
+    op: Op,
+    caller: &Caller,
+) -> FsResult<()> {
+    let same = ledger.catalog().get(path).is_some_and(|old| {
+        old.kind == Kind::File
+            && old.blob == state.blob
+            && old.mode == state.mode
+            && old.uid == state.uid
+            && old.gid == state.gid
+    });
+    if !same
+        && let Err(e) = ledger.record(Change::new(op, path.clone(), Some(state)), caller.actor())
+    {
+        tracing::error!("could not journal {} of {path}: {e}", op.name());
+        return Err(e.into());
+    }
+    Ok(())
 }
 
 /// Fills `buf` from `offset` until it is full or the end is reached.
