@@ -165,3 +165,94 @@ fn a_directory_moved_between_hidden_and_visible_lists_anew() {
     ));
     assert_eq!(found.lines().count(), 1, "{found}");
 }
+
+/// Bytes `n` long that say which round wrote them.
+fn version(round: usize, n: usize) -> Vec<u8> {
+    let tag = format!("<round {round}>");
+    tag.bytes().cycle().take(n).collect()
+}
+
+/// Rewrite, truncate, append and replace one file many times, with sizes
+/// that end mid-page, while other threads keep reading it, and read back
+/// every version as soon as it is written. This catches two ways a cache
+/// can outlive a write: an attribute reply whose size predates a publish
+/// (short reads), and a page handed to the kernel after its last writer
+/// closed (`fs::pages`) landing after a newer write; the readers' page
+/// locks are what make such a store wait.
+#[test]
+fn a_file_rewritten_while_read_reads_back_whole_at_once() {
+    use std::io::Write;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let m = Mount::new("cache-pages");
+    let f = m.path("SKILL.md");
+    fs::write(&f, b"start").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (f, stop) = (f.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = fs::read(&f);
+                }
+            })
+        })
+        .collect();
+    let mut rng = common::seed("SKILLFS_PAGES_SEED");
+    let mut next = move |bound: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % bound) as usize
+    };
+    for round in 0..600 {
+        let n = 1 + next(3 * 4096);
+        let want = match round % 4 {
+            0 | 1 => {
+                let v = version(round, n);
+                fs::write(&f, &v).unwrap();
+                v
+            }
+            2 => {
+                // Shrink or grow in place, then append to it.
+                let mut v = fs::read(&f).unwrap();
+                let keep = next(v.len() as u64 + 1);
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(&f)
+                    .unwrap()
+                    .set_len(keep as u64)
+                    .unwrap();
+                v.truncate(keep);
+                let more = version(round, n % 700 + 1);
+                let mut a = fs::OpenOptions::new().append(true).open(&f).unwrap();
+                a.write_all(&more).unwrap();
+                drop(a);
+                v.extend_from_slice(&more);
+                v
+            }
+            _ => {
+                // The agent's atomic write: a hidden temp file renamed over.
+                let v = version(round, n);
+                let tmp = m.path(".SKILL.md.tmp");
+                fs::write(&tmp, &v).unwrap();
+                fs::rename(&tmp, &f).unwrap();
+                v
+            }
+        };
+        let got = fs::read(&f).unwrap();
+        assert!(
+            got == want,
+            "round {round}: read {} bytes ({:?}…) after writing {} bytes ({:?}…)",
+            got.len(),
+            String::from_utf8_lossy(&got[..got.len().min(12)]),
+            want.len(),
+            String::from_utf8_lossy(&want[..want.len().min(12)]),
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+}

@@ -530,12 +530,24 @@ impl SkillFs {
 
     /// Attributes as the kernel must see them: our inode number, and the
     /// staged size and times while a writer has unpublished bytes.
+    ///
+    /// Of an open file, they come from the open state, not from `st`: that
+    /// stat of the path may predate a publish that swapped a new file in,
+    /// and a reply with the old size, sent after the kernel's last write,
+    /// would be taken as newer than it (seen as short reads).
     fn finish_stat(&self, ino: Ino, mut st: libc::stat) -> libc::stat {
         if let Some(of) = self.open_file(ino) {
             let s = of.state.lock();
             let fresh = match &s.staging {
                 Some(stg) => sys::fstat(&*stg.file).ok(),
-                None => None,
+                None => {
+                    if let Ok(live) = sys::fstat(&*s.live)
+                        && live.st_nlink > 0
+                    {
+                        st = live;
+                    }
+                    None
+                }
             };
             if let Some(f) = fresh {
                 st.st_size = f.st_size;
