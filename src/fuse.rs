@@ -6,8 +6,9 @@
 //! cached itself (attributes after writes, directory attributes and listings
 //! after entry changes). So entries and attributes are cached for a long
 //! time, pages are kept across opens (`FOPEN_KEEP_CACHE`), directory
-//! listings are cached (`FOPEN_CACHE_DIR`), and read-only opens skip the
-//! flush on close (`FOPEN_NOFLUSH`).
+//! listings are cached (`FOPEN_CACHE_DIR`), read-only opens skip the
+//! flush on close (`FOPEN_NOFLUSH`), and the pages of a file just written
+//! are handed to the kernel (`FUSE_NOTIFY_STORE`, see `fs::pages`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -23,7 +24,7 @@ use fuser::{
 };
 
 use crate::error::FsError;
-use crate::fs::{Caller, Entry, Invalidation, SetAttr, SkillFs, Ttl};
+use crate::fs::{Caller, Entry, Invalidation, PageOp, SetAttr, SkillFs, Ttl};
 use crate::store::journal::Kind;
 use crate::sys::Time;
 
@@ -115,6 +116,19 @@ pub fn mount(
             let _ = tx.send(inval);
         }
     }));
+    // Stores are written from a thread of their own too: one can wait on
+    // the page lock of a read in flight, and invalidations must not wait
+    // behind it.
+    let notifier = session.notifier();
+    fs.start_page_store(Box::new(move |op| {
+        let r = match op {
+            PageOp::Store(ino, offset, data) => notifier.store(INodeNo(ino), offset, data),
+            PageOp::Forget(ino) => notifier.inval_inode(INodeNo(ino), 0, 0),
+        };
+        if let Err(e) = r {
+            tracing::debug!("page store: {e}");
+        }
+    }))?;
     Ok(Mounted(session))
 }
 

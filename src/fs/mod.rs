@@ -26,9 +26,11 @@
 //!   call and the inode table update, so a location resolved under the shared
 //!   lock is valid until it is released.
 //!
-//! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`.
+//! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`;
+//! an `OpenFile` → the page store's slots (see `pages`).
 
 mod history_view;
+mod pages;
 mod tree;
 
 use std::collections::HashMap;
@@ -53,6 +55,8 @@ use crate::store::spares::Spares;
 use crate::sys::{self, Time};
 
 use history_view::{HISTORY, VNode, decode, is_virtual};
+use pages::{Claim, PageStore};
+pub use pages::{Kernel as PageKernel, PageOp};
 use tree::Tree;
 pub use tree::{Ino, Location, ROOT_INO};
 
@@ -232,6 +236,8 @@ pub struct SkillFs {
     /// swapped-out inode, or allocating one, can take hundreds of
     /// microseconds).
     janitor: Mutex<Option<Janitor>>,
+    /// Pushes the pages of files just written into the kernel's cache.
+    pages: Arc<PageStore>,
 }
 
 /// At most this many references from `hold` wait for the janitor.
@@ -323,6 +329,7 @@ impl SkillFs {
             invalidator: std::sync::OnceLock::new(),
             ordered_commit,
             janitor: Mutex::new(Some(janitor)),
+            pages: PageStore::new(),
             parks: Mutex::new(HashMap::new()),
             held,
             spares,
@@ -337,6 +344,32 @@ impl SkillFs {
     /// changed behind its back (set once, by the FUSE adapter).
     pub fn set_invalidator(&self, f: Box<dyn Fn(Invalidation) + Send + Sync>) {
         let _ = self.invalidator.set(f);
+    }
+
+    /// Starts pushing the pages of files just written into the kernel's
+    /// page cache, through `kernel` (see `pages`).
+    pub fn start_page_store(&self, kernel: PageKernel) -> std::io::Result<()> {
+        self.pages.start(kernel)
+    }
+
+    /// Locks `of`'s state for a change of its content, once no store of an
+    /// earlier content into the kernel's page cache can land after it.
+    fn lock_to_change<'a>(
+        &self,
+        ino: Ino,
+        of: &'a OpenFile,
+    ) -> parking_lot::MutexGuard<'a, OpenState> {
+        loop {
+            let s = of.state.lock();
+            match self.pages.claim(ino) {
+                Claim::Clear => return s,
+                Claim::Busy => {
+                    // The store may wait on a read that needs this lock.
+                    drop(s);
+                    self.pages.wait(ino);
+                }
+            }
+        }
     }
 
     fn invalidate(&self, ino: Ino) {
@@ -905,7 +938,7 @@ impl SkillFs {
             }
         };
         let result = (|| {
-            let mut s = of.state.lock();
+            let mut s = self.lock_to_change(ino, &of);
             // The content just before the truncation is kept.
             if s.staging.as_ref().is_some_and(|stg| stg.dirty)
                 && let Some(l) = loc
@@ -1358,7 +1391,7 @@ impl SkillFs {
     ) -> FsResult<OpenReply> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if write {
-            let mut s = of.state.lock();
+            let mut s = self.lock_to_change(ino, &of);
             s.writers += 1;
             if flags & libc::O_TRUNC != 0 {
                 // Another writer's staged bytes were visible: keep them.
@@ -1570,6 +1603,13 @@ impl SkillFs {
                         tracing::error!("could not publish {} at close: {e:?}", loc.logical);
                     }
                 }
+            }
+            // The last writer is gone and everything is published: the
+            // kernel may keep the file's last page (see `pages`).
+            let s = of.state.lock();
+            if s.writers == 0 && !s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+                let file = s.staging.as_ref().map_or(&s.live, |stg| &stg.file);
+                self.pages.queue(ino, Arc::clone(file));
             }
         }
         self.release_open(ino, false);
@@ -1890,6 +1930,7 @@ impl SkillFs {
 
     /// Called at unmount: publish what writers left and make it durable.
     pub fn shutdown(&self) {
+        self.pages.stop();
         let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
         let daemon = Caller::kernel();
         for ino in inos {
