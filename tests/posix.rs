@@ -65,8 +65,25 @@ fn truncate_by_path_handle_and_o_trunc() {
     w.write_all(b"new").unwrap();
     drop(w);
     assert_eq!(fs::read(&p).unwrap(), b"new");
+    // O_RDONLY | O_TRUNC truncates on Linux too (write permission needed);
+    // the kernel empties its own cache and counts on the open to do it.
+    let r = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_TRUNC)
+        .open(&p)
+        .unwrap();
+    assert_eq!(r.metadata().unwrap().len(), 0);
+    drop(r);
+    let out = Command::new("cat").arg(&p).output().unwrap();
+    assert_eq!(out.stdout, b"", "another process reads it empty");
+    assert_eq!(fs::metadata(&p).unwrap().len(), 0);
     let ops = m.ops_for("t.txt");
     assert!(ops.contains(&"truncate".to_string()), "{ops:?}");
+    assert_eq!(
+        m.log().last().unwrap()["state"]["size"],
+        0,
+        "the empty file is a version"
+    );
 }
 
 #[test]

@@ -1389,7 +1389,9 @@ impl SkillFs {
         flags: i32,
         caller: &Caller,
     ) -> FsResult<OpenReply> {
-        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        // `O_RDONLY | O_TRUNC` truncates too (with FUSE_ATOMIC_O_TRUNC the
+        // kernel counts on the open to have done it).
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if write {
             let mut s = self.lock_to_change(ino, &of);
             s.writers += 1;
