@@ -445,3 +445,12 @@ pub fn dir_passes_on_more(dir: RawFd, rel: &[u8]) -> io::Result<bool> {
         _ => Err(e),
     }
 }
+
+/// The size of a page of memory (of the page cache).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as u64,
+        _ => 4096,
+    }
+}

@@ -62,6 +62,10 @@ pub use tree::{Ino, Location, ROOT_INO};
 
 const NAME_MAX: usize = 255;
 
+/// Internal only, never answered to the kernel: a change met a store into
+/// the page cache being written (see `lock_to_change`).
+const STORE_BUSY: FsError = FsError(i32::MIN);
+
 /// Who is asking, from the FUSE request header.
 #[derive(Clone, Copy, Debug)]
 pub struct Caller {
@@ -238,6 +242,9 @@ pub struct SkillFs {
     janitor: Mutex<Option<Janitor>>,
     /// Pushes the pages of files just written into the kernel's cache.
     pages: Arc<PageStore>,
+    /// Bumped by every swap of a new version into the live tree (see
+    /// `lookup`).
+    swaps: AtomicU64,
 }
 
 /// At most this many references from `hold` wait for the janitor.
@@ -330,6 +337,7 @@ impl SkillFs {
             ordered_commit,
             janitor: Mutex::new(Some(janitor)),
             pages: PageStore::new(),
+            swaps: AtomicU64::new(0),
             parks: Mutex::new(HashMap::new()),
             held,
             spares,
@@ -354,20 +362,29 @@ impl SkillFs {
 
     /// Locks `of`'s state for a change of its content, once no store of an
     /// earlier content into the kernel's page cache can land after it.
+    /// [`STORE_BUSY`] if a store is being written: the caller lets go of
+    /// every lock, waits (`retry_after_store`) and starts over, because the
+    /// store may wait on a read that needs a request thread, and a thread
+    /// waiting with the namespace lock would hold up the others.
     fn lock_to_change<'a>(
         &self,
         ino: Ino,
         of: &'a OpenFile,
-    ) -> parking_lot::MutexGuard<'a, OpenState> {
+    ) -> FsResult<parking_lot::MutexGuard<'a, OpenState>> {
+        let s = of.state.lock();
+        match self.pages.claim(ino) {
+            Claim::Clear => Ok(s),
+            Claim::Busy => Err(STORE_BUSY),
+        }
+    }
+
+    /// Runs `op` (which takes its own locks) again for as long as it meets
+    /// a store being written, waiting for the store between tries.
+    fn retry_after_store<T>(&self, ino: Option<Ino>, op: impl Fn() -> FsResult<T>) -> FsResult<T> {
         loop {
-            let s = of.state.lock();
-            match self.pages.claim(ino) {
-                Claim::Clear => return s,
-                Claim::Busy => {
-                    // The store may wait on a read that needs this lock.
-                    drop(s);
-                    self.pages.wait(ino);
-                }
+            match op() {
+                Err(e) if e == STORE_BUSY => self.pages.wait(ino),
+                r => return r,
             }
         }
     }
@@ -564,12 +581,14 @@ impl SkillFs {
     /// Attributes as the kernel must see them: our inode number, and the
     /// staged size and times while a writer has unpublished bytes.
     ///
-    /// Of an open file, they come from the open state, not from `st`: that
-    /// stat of the path may predate a publish that swapped a new file in,
-    /// and a reply with the old size, sent after the kernel's last write,
-    /// would be taken as newer than it (seen as short reads).
-    fn finish_stat(&self, ino: Ino, mut st: libc::stat) -> libc::stat {
-        if let Some(of) = self.open_file(ino) {
+    /// Of an open file (`of`, looked up before `st` was taken), they come
+    /// from the open state, not from `st`: that stat of the path may predate
+    /// a publish that swapped a new file in, and a reply with the old size,
+    /// sent after the kernel's last write, would be taken as newer than it
+    /// (seen as short reads). A stat taken after finding no open state is
+    /// current: an open state outlives its publishes.
+    fn finish_stat(&self, ino: Ino, of: Option<&OpenFile>, mut st: libc::stat) -> libc::stat {
+        if let Some(of) = of {
             let s = of.state.lock();
             let fresh = match &s.staging {
                 Some(stg) => sys::fstat(&*stg.file).ok(),
@@ -774,12 +793,21 @@ impl SkillFs {
             return self.history_dir(parent);
         }
         let ploc = self.loc(parent)?;
+        let swaps = self.swaps.load(Ordering::SeqCst);
         let f = self.find(parent, &ploc, name)?;
         let kind = kind_of(&f.st).ok_or(FsError::ENOENT)?;
         let ino = self.tree.lock().link(parent, name, kind, f.attached);
+        let of = self.open_file(ino);
+        // `find` stat'ed before the open state was looked up (see
+        // `finish_stat`): if a version was swapped in since, and the file
+        // is not open, stat again.
+        let st = match &of {
+            None if self.swaps.load(Ordering::SeqCst) != swaps => f.loc.lstat().unwrap_or(f.st),
+            _ => f.st,
+        };
         Ok(Entry {
             ino,
-            stat: self.finish_stat(ino, f.st),
+            stat: self.finish_stat(ino, of.as_deref(), st),
             ttl: Ttl::Live,
         })
     }
@@ -799,11 +827,13 @@ impl SkillFs {
             return self.vattr(v, ttl);
         }
         let _ns = self.namespace.read();
+        // Looked up before the stat (see `finish_stat`).
+        let of = self.open_file(ino);
         let st = match self.loc(ino) {
             Ok(loc) => loc.lstat()?,
             Err(e) => {
                 // Unlinked but open: the open file still has attributes.
-                let of = self.open_file(ino).ok_or(e)?;
+                let of = of.as_ref().ok_or(e)?;
                 let s = of.state.lock();
                 let mut st = sys::fstat(&*s.live)?;
                 st.st_nlink = 0;
@@ -812,7 +842,7 @@ impl SkillFs {
         };
         Ok(Entry {
             ino,
-            stat: self.finish_stat(ino, st),
+            stat: self.finish_stat(ino, of.as_deref(), st),
             ttl: Ttl::Live,
         })
     }
@@ -833,6 +863,10 @@ impl SkillFs {
     // ------------------------------------------------------------ setattr
 
     pub fn setattr(&self, ino: Ino, attr: SetAttr, caller: &Caller) -> FsResult<Entry> {
+        self.retry_after_store(Some(ino), || self.setattr_once(ino, attr, caller))
+    }
+
+    fn setattr_once(&self, ino: Ino, attr: SetAttr, caller: &Caller) -> FsResult<Entry> {
         if is_virtual(ino) {
             return Err(FsError::EROFS);
         }
@@ -938,7 +972,7 @@ impl SkillFs {
             }
         };
         let result = (|| {
-            let mut s = self.lock_to_change(ino, &of);
+            let mut s = self.lock_to_change(ino, &of)?;
             // The content just before the truncation is kept.
             if s.staging.as_ref().is_some_and(|stg| stg.dirty)
                 && let Some(l) = loc
@@ -1020,7 +1054,7 @@ impl SkillFs {
         }
         Ok(Entry {
             ino,
-            stat: self.finish_stat(ino, st),
+            stat: self.finish_stat(ino, None, st), // a directory or symlink
             ttl: Ttl::Live,
         })
     }
@@ -1375,10 +1409,12 @@ impl SkillFs {
         if let Some(v) = decode(ino) {
             return self.vopen(v, flags);
         }
-        let _ns = self.namespace.read();
-        let loc = self.loc(ino)?;
-        let of = self.open_live(ino, &loc)?;
-        self.finish_open(ino, &loc, of, flags, caller)
+        self.retry_after_store(Some(ino), || {
+            let _ns = self.namespace.read();
+            let loc = self.loc(ino)?;
+            let of = self.open_live(ino, &loc)?;
+            self.finish_open(ino, &loc, of, flags, caller)
+        })
     }
 
     fn finish_open(
@@ -1393,7 +1429,13 @@ impl SkillFs {
         // kernel counts on the open to have done it).
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if write {
-            let mut s = self.lock_to_change(ino, &of);
+            let mut s = match self.lock_to_change(ino, &of) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.release_open(ino, false);
+                    return Err(e);
+                }
+            };
             s.writers += 1;
             if flags & libc::O_TRUNC != 0 {
                 // Another writer's staged bytes were visible: keep them.
@@ -1423,6 +1465,18 @@ impl SkillFs {
     }
 
     pub fn create(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+        caller: &Caller,
+    ) -> FsResult<(Entry, OpenReply)> {
+        // The inode is not known before the lookup: wait for any store.
+        self.retry_after_store(None, || self.create_once(parent, name, mode, flags, caller))
+    }
+
+    fn create_once(
         &self,
         parent: Ino,
         name: &[u8],
@@ -1476,7 +1530,7 @@ impl SkillFs {
         Ok((
             Entry {
                 ino,
-                stat: self.finish_stat(ino, st),
+                stat: self.finish_stat(ino, self.open_file(ino).as_deref(), st),
                 ttl: Ttl::Live,
             },
             reply,
@@ -1774,6 +1828,7 @@ impl SkillFs {
         };
         let stg = s.staging.take().expect("caller checked");
         let old = std::mem::replace(&mut s.live, stg.file);
+        self.swaps.fetch_add(1, Ordering::SeqCst);
         if exchanged {
             self.recycle(old, stg.path);
         }

@@ -39,7 +39,6 @@ use crate::sys;
 /// Files up to this size are stored whole (pages left partly written by
 /// small writes included); from a larger one only its last page.
 const WHOLE_MAX: u64 = 64 * 1024;
-const PAGE: u64 = 4096;
 /// How long a change waits for a store being written to the kernel.
 pub const CLAIM_WAIT: Duration = Duration::from_millis(500);
 
@@ -157,16 +156,22 @@ impl PageStore {
         }
     }
 
-    /// Waits (without the open-state lock) for the store of `ino` to land,
-    /// at most [`CLAIM_WAIT`].
-    pub fn wait(&self, ino: Ino) {
+    /// Waits (holding no lock) for the store of `ino`, or of any inode
+    /// (`None`), to land, at most [`CLAIM_WAIT`].
+    pub fn wait(&self, ino: Option<Ino>) {
+        let busy = |slots: &HashMap<Ino, Slot>| match ino {
+            Some(i) => slots.get(&i).is_some_and(|s| s.storing && !s.overran),
+            None => slots.values().any(|s| s.storing && !s.overran),
+        };
         let mut slots = self.slots.lock();
         let deadline = std::time::Instant::now() + CLAIM_WAIT;
-        while slots.get(&ino).is_some_and(|s| s.storing && !s.overran) {
+        while busy(&slots) {
             if self.landed.wait_until(&mut slots, deadline).timed_out() {
-                if let Some(s) = slots.get_mut(&ino) {
-                    s.overran = true;
-                    tracing::warn!("inode {ino}: a store into the page cache is slow");
+                for (i, s) in slots.iter_mut() {
+                    if s.storing && ino.is_none_or(|w| w == *i) {
+                        s.overran = true;
+                        tracing::warn!("inode {i}: a store into the page cache is slow");
+                    }
                 }
                 break;
             }
@@ -205,10 +210,11 @@ impl PageStore {
 /// partial page; `None` when every page is whole or it cannot be read.
 fn tail(file: &File) -> Option<(u64, Vec<u8>)> {
     let size = sys::fstat(file).ok()?.st_size as u64;
+    let page = sys::page_size();
     let offset = if size <= WHOLE_MAX {
         0
     } else {
-        size - size % PAGE
+        size - size % page
     };
     if size == offset {
         return None;
@@ -261,8 +267,8 @@ mod tests {
         assert_eq!(tail(&file_with(b"abc")).unwrap(), (0, b"abc".to_vec()));
         let big = vec![7u8; 100_000];
         let (off, data) = tail(&file_with(&big)).unwrap();
-        assert_eq!(off, 98_304);
-        assert_eq!(data.len(), 100_000 - 98_304);
+        assert_eq!(off, 100_000 - 100_000 % sys::page_size());
+        assert_eq!(data.len() as u64, 100_000 % sys::page_size());
         assert!(tail(&file_with(&vec![1u8; 2 * 65_536])).is_none());
         assert!(tail(&file_with(b"")).is_none());
     }
@@ -274,15 +280,14 @@ mod tests {
         let pages = PageStore::new();
         let (entered_tx, entered_rx) = mpsc::channel::<Ino>();
         let (go_tx, go_rx) = mpsc::channel::<()>();
-        let go_rx = Mutex::new(go_rx);
-        let stored = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&stored);
+        let (done_tx, done_rx) = mpsc::channel::<(Ino, Vec<u8>)>();
+        let (go_rx, done_tx) = (Mutex::new(go_rx), Mutex::new(done_tx));
         pages
             .start(Box::new(move |op| {
                 if let PageOp::Store(ino, _, data) = op {
                     entered_tx.send(ino).unwrap();
                     go_rx.lock().recv().unwrap();
-                    seen.lock().push((ino, data.to_vec()));
+                    done_tx.lock().send((ino, data.to_vec())).unwrap();
                 }
             }))
             .unwrap();
@@ -293,25 +298,26 @@ mod tests {
         let waiter = {
             let pages = Arc::clone(&pages);
             std::thread::spawn(move || {
-                pages.wait(5);
+                pages.wait(Some(5));
                 matches!(pages.claim(5), Claim::Clear)
             })
         };
         std::thread::sleep(Duration::from_millis(50));
         assert!(!waiter.is_finished(), "the change waits for the store");
         go_tx.send(()).unwrap();
+        assert_eq!(done_rx.recv().unwrap(), (5, b"five".to_vec()));
         assert!(waiter.join().unwrap());
-        assert_eq!(stored.lock().as_slice(), &[(5, b"five".to_vec())]);
 
-        // Queued behind a slow store of 6, then claimed: never stored.
+        // Queued behind a slow store of 6, then claimed: never started.
         pages.queue(6, file_with(b"six"));
         pages.queue(7, file_with(b"seven"));
         assert_eq!(entered_rx.recv().unwrap(), 6);
         assert!(matches!(pages.claim(7), Claim::Clear));
         go_tx.send(()).unwrap();
-        pages.stop();
-        std::thread::sleep(Duration::from_millis(50));
-        let inos: Vec<Ino> = stored.lock().iter().map(|(i, _)| *i).collect();
-        assert_eq!(inos, vec![5, 6]);
+        assert_eq!(done_rx.recv().unwrap().0, 6);
+        assert!(
+            entered_rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "a claimed store never starts"
+        );
     }
 }
