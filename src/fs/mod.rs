@@ -964,11 +964,16 @@ impl SkillFs {
         via_handle: bool,
         caller: &Caller,
     ) -> FsResult<()> {
-        let (of, temporary) = match self.open_file(ino) {
-            Some(of) => (of, false),
+        // A handle's share of the open state, held for the whole change:
+        // without it the last reader's release could drop the state midway
+        // and a new open start another one on the file about to be replaced.
+        let of = match loc {
+            Some(l) => self.open_live(ino, l)?,
             None => {
-                let loc = loc.ok_or(FsError::ENOENT)?;
-                (self.open_live(ino, loc)?, true)
+                // Unlinked: reachable only through an open handle.
+                let of = self.open_file(ino).ok_or(FsError::ENOENT)?;
+                of.state.lock().handles += 1;
+                of
             }
         };
         let result = (|| {
@@ -990,9 +995,7 @@ impl SkillFs {
             }
             Ok(())
         })();
-        if temporary {
-            self.release_open(ino, false);
-        }
+        self.release_open(ino, false);
         result
     }
 
