@@ -253,7 +253,33 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+        let name = name.as_bytes();
+        match self.fs.lookup(parent.0, name) {
+            // A negative entry (node 0) with a timeout: the kernel answers
+            // the next lookups of the name itself (`copy2` stats its
+            // destination twice before creating it, `exists()` probes).
+            Err(e) if e == FsError::ENOENT && self.fs.absence_is_cacheable(parent.0, name) => {
+                let none = FileAttr {
+                    ino: INodeNo(0),
+                    size: 0,
+                    blocks: 0,
+                    atime: UNIX_EPOCH,
+                    mtime: UNIX_EPOCH,
+                    ctime: UNIX_EPOCH,
+                    crtime: UNIX_EPOCH,
+                    kind: FileType::RegularFile,
+                    perm: 0,
+                    nlink: 0,
+                    uid: 0,
+                    gid: 0,
+                    rdev: 0,
+                    blksize: 0,
+                    flags: 0,
+                };
+                reply.entry(&TTL, &none, Generation(0));
+            }
+            r => reply_entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {

@@ -272,3 +272,55 @@ fn a_file_rewritten_while_read_reads_back_whole_at_once() {
         r.join().unwrap();
     }
 }
+
+/// A name looked up while missing is remembered as missing by the kernel
+/// (a negative entry): whatever then makes it exist must be seen at once,
+/// by this process and another.
+#[test]
+fn a_name_looked_up_while_missing_is_seen_once_made() {
+    let m = Mount::new("cache-negative");
+    fs::create_dir(m.path("skill")).unwrap();
+    fs::write(m.path("skill/SKILL.md"), "v1").unwrap();
+    let missing = |rel: &str| {
+        let p = m.path(rel);
+        assert!(fs::symlink_metadata(&p).is_err(), "{rel} exists too early");
+        assert!(
+            stat(&p, "%s").contains("No such file"),
+            "{rel}: another process"
+        );
+        p
+    };
+    // Made by another process: a file, a directory, a symlink.
+    let f = missing("skill/notes.md");
+    other(&format!("printf made > '{}'", f.display()));
+    assert_eq!(fs::read_to_string(&f).unwrap(), "made");
+    let d = missing("skill/references");
+    other(&format!("mkdir '{}'", d.display()));
+    assert!(d.is_dir());
+    let l = missing("skill/link");
+    other(&format!("ln -s SKILL.md '{}'", l.display()));
+    assert_eq!(fs::read_to_string(&l).unwrap(), "v1");
+    // Renamed onto, and made again after an unlink.
+    let r = missing("skill/renamed.md");
+    fs::rename(&f, &r).unwrap();
+    assert_eq!(read(&r), "made");
+    assert!(fs::symlink_metadata(&f).is_err());
+    fs::write(&f, "again").unwrap();
+    assert_eq!(read(&f), "again");
+    // A hidden name (a park) made after being looked up.
+    let bak = missing("skill.bak");
+    fs::rename(m.path("skill"), &bak).unwrap();
+    assert!(bak.join("SKILL.md").is_file());
+    assert!(!ls(&m.root()).contains("skill.bak"));
+    // `.history` of a hidden directory appears once it is visible again.
+    assert!(fs::metadata(bak.join(".history")).is_err());
+    fs::rename(&bak, m.path("skill")).unwrap();
+    assert!(m.path("skill/.history").is_dir());
+    // An id not yet recorded appears with the change that records it.
+    let next = m.log().last().unwrap()["seq"].as_u64().unwrap() + 1;
+    let id = m.path(&format!(".history/{next}"));
+    assert!(fs::metadata(&id).is_err());
+    fs::write(m.path("skill/SKILL.md"), "v2").unwrap();
+    assert!(id.is_dir(), "{} after the change", id.display());
+    assert_eq!(read(&id.join("skill/SKILL.md")), "v2");
+}

@@ -781,6 +781,17 @@ impl SkillFs {
 
     // ------------------------------------------------------------ lookups
 
+    /// Whether the kernel may remember that `name` is missing from
+    /// `parent` (a negative entry) as long as an entry. In the live tree a
+    /// name appears only through the kernel (create, mkdir, symlink,
+    /// rename), which replaces its negative entry itself; what the daemon
+    /// removes behind it it invalidates. Not so under `.history`, which
+    /// grows with every change, nor for `.history` itself, which exists in
+    /// a directory only while that directory is visible.
+    pub fn absence_is_cacheable(&self, parent: Ino, name: &[u8]) -> bool {
+        !is_virtual(parent) && name != HISTORY
+    }
+
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Entry> {
         if name.len() > NAME_MAX {
             return Err(FsError::ENAMETOOLONG);
