@@ -151,6 +151,11 @@ pub struct Settler<'a> {
     seen: HashSet<RelPath>,
     /// Attached entries swept: their directory and name.
     pub swept_entries: Vec<(RelPath, Vec<u8>)>,
+    /// Move entries between the visible tree and the parks when the hide
+    /// rules now say otherwise (at mount). A sweep while mounted does not:
+    /// there hidden-ness is decided where a name is placed, and the kernel
+    /// and the daemon's inode table know each entry where it was placed.
+    pub relocate: bool,
 }
 
 impl<'a> Settler<'a> {
@@ -172,6 +177,7 @@ impl<'a> Settler<'a> {
             keys: HashMap::new(),
             seen: HashSet::new(),
             swept_entries: Vec::new(),
+            relocate: true,
         }
     }
 
@@ -366,9 +372,10 @@ impl<'a> Settler<'a> {
                     tracing::warn!("not versioned (not a file, directory or symlink): {path}");
                     continue;
                 };
-                if self
-                    .rules
-                    .is_hidden(&ent.name, kind, dir.is_root(), &mut || in_pkg)
+                if self.relocate
+                    && self
+                        .rules
+                        .is_hidden(&ent.name, kind, dir.is_root(), &mut || in_pkg)
                 {
                     self.hide(&dir, &ent.name)?;
                     continue;
@@ -456,6 +463,9 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
                     .rules
                     .is_hidden(&c.name, kind, dir.is_root(), &mut || in_pkg)
                 {
+                    if !settler.relocate {
+                        continue; // given back at the next mount, never swept
+                    }
                     // No rule hides it any more: give it back unless taken.
                     if sys::lstatat(areas.root_fd, logical.as_bytes()).is_err() {
                         sys::renameat2(areas.parked_fd, &hp, areas.root_fd, logical.as_bytes(), 0)?;

@@ -485,3 +485,40 @@ fn hidden_files_are_written_in_place_and_versioned_once_visible() {
         b"draft, final"
     );
 }
+
+#[test]
+fn a_sweep_while_mounted_moves_nothing_between_visible_and_hidden() {
+    // Hidden-ness is decided where a name is placed; while mounted, the
+    // periodic sweep (every 2 s here) must leave every entry where it was
+    // placed, even when the rules would now decide otherwise.
+    let s = Scratch::new("nomove");
+    let mut m = Mount::over(s, vec!["--park-max-age".into(), "8s".into()]);
+    // Hidden when made (no SKILL.md above), visible by the rules once one
+    // appears.
+    fs::create_dir_all(m.path("cat/refs.bak")).unwrap();
+    fs::write(m.path("cat/refs.bak/x.md"), "x").unwrap();
+    fs::write(m.path("cat/SKILL.md"), "---\nname: cat\n---\n").unwrap();
+    // Visible when made (inside a skill), hidden by the rules once its
+    // SKILL.md is gone.
+    skill(&m.root(), "dog", "dog");
+    fs::create_dir(m.path("dog/old.bak")).unwrap();
+    fs::write(m.path("dog/old.bak/y.md"), "y").unwrap();
+    fs::remove_file(m.path("dog/SKILL.md")).unwrap();
+    // Looked up and cached by the kernel before the sweeps.
+    assert_eq!(names(&m.path("cat")), ["SKILL.md"]);
+    assert_eq!(names(&m.path("dog")), ["old.bak"]);
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert_eq!(fs::read(m.path("cat/refs.bak/x.md")).unwrap(), b"x");
+    fs::write(m.path("cat/refs.bak/z.md"), "z").unwrap();
+    assert_eq!(names(&m.path("cat")), ["SKILL.md"], "still hidden");
+    assert_eq!(fs::read(m.path("dog/old.bak/y.md")).unwrap(), b"y");
+    fs::write(m.path("dog/old.bak/w.md"), "w").unwrap();
+    assert_eq!(names(&m.path("dog")), ["old.bak"], "still visible");
+    // The next mount applies the rules as they read now.
+    m.umount();
+    m.remount();
+    assert_eq!(names(&m.path("cat")), ["SKILL.md", "refs.bak"]);
+    assert_eq!(names(&m.path("cat/refs.bak")), ["x.md", "z.md"]);
+    assert!(names(&m.path("dog")).is_empty());
+    assert_eq!(fs::read(m.path("dog/old.bak/w.md")).unwrap(), b"w");
+}

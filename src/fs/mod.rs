@@ -427,6 +427,9 @@ impl SkillFs {
                 &self.blobs,
                 Actor::daemon(),
             );
+            // Only parks and orphans go: nothing moves between the visible
+            // tree and the parks while mounted (see `Settler::relocate`).
+            settler.relocate = false;
             let done = settler
                 .settle(&RelPath::root(), Op::Scan, false, false, None)
                 .and_then(|()| settler.record_removals())
