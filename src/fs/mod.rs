@@ -984,8 +984,10 @@ impl SkillFs {
         let of = match loc {
             Some(l) => self.open_live(ino, l)?,
             None => {
-                // Unlinked: reachable only through an open handle.
-                let of = self.open_file(ino).ok_or(FsError::ENOENT)?;
+                // Unlinked: reachable only through an open handle. Joined
+                // under the map's lock, so a release cannot drop it between.
+                let files = self.open_files.lock();
+                let of = files.get(&ino).cloned().ok_or(FsError::ENOENT)?;
                 of.state.lock().handles += 1;
                 of
             }
@@ -1057,7 +1059,11 @@ impl SkillFs {
         }
         create(&loc)?;
         self.give_to_caller(&loc, caller);
-        let st = loc.lstat()?;
+        let st = loc.lstat().inspect_err(|_| {
+            // Made, but answered as failed: the kernel's negative entry for
+            // the name (see `absence_is_cacheable`) must go.
+            self.invalidate_entry(parent, name.to_vec());
+        })?;
         let ino = self.tree.lock().link(parent, name, kind, attached);
         if let Some(p) = &self.versioned(&loc) {
             let mut state = state_from_stat(&st, kind);
@@ -1491,6 +1497,12 @@ impl SkillFs {
     ) -> FsResult<(Entry, OpenReply)> {
         // The inode is not known before the lookup: wait for any store.
         self.retry_after_store(None, || self.create_once(parent, name, mode, flags, caller))
+            .inspect_err(|_| {
+                // It may have failed after the file was made (no spare
+                // left, say): the kernel's negative entry for the name (see
+                // `absence_is_cacheable`) must go.
+                self.invalidate_entry(parent, name.to_vec());
+            })
     }
 
     fn create_once(
