@@ -259,24 +259,13 @@ impl Filesystem for FuseAdapter {
             // the next lookups of the name itself (`copy2` stats its
             // destination twice before creating it, `exists()` probes).
             Err(e) if e == FsError::ENOENT && self.fs.absence_is_cacheable(parent.0, name) => {
-                let none = FileAttr {
-                    ino: INodeNo(0),
-                    size: 0,
-                    blocks: 0,
-                    atime: UNIX_EPOCH,
-                    mtime: UNIX_EPOCH,
-                    ctime: UNIX_EPOCH,
-                    crtime: UNIX_EPOCH,
-                    kind: FileType::RegularFile,
-                    perm: 0,
-                    nlink: 0,
-                    uid: 0,
-                    gid: 0,
-                    rdev: 0,
-                    blksize: 0,
-                    flags: 0,
+                let none = Entry {
+                    ino: 0,
+                    // SAFETY: `stat` is plain data; all zeros is a valid value.
+                    stat: unsafe { std::mem::zeroed() },
+                    ttl: Ttl::Live,
                 };
-                reply.entry(&TTL, &none, Generation(0));
+                reply.entry(&TTL, &attr(&none), Generation(0));
             }
             r => reply_entry(reply, r),
         }

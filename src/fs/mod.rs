@@ -1671,7 +1671,11 @@ impl SkillFs {
             let pending = {
                 let mut s = of.state.lock();
                 s.writers = s.writers.saturating_sub(1);
-                s.writers == 0 && s.staging.as_ref().is_some_and(|stg| stg.dirty)
+                let pending = s.writers == 0 && s.staging.as_ref().is_some_and(|stg| stg.dirty);
+                if !pending {
+                    self.offer_pages(ino, &s);
+                }
+                pending
             };
             if pending {
                 let _ns = self.namespace.read();
@@ -1688,17 +1692,21 @@ impl SkillFs {
                         tracing::error!("could not publish {} at close: {e:?}", loc.logical);
                     }
                 }
-            }
-            // The last writer is gone and everything is published: the
-            // kernel may keep the file's last page (see `pages`).
-            let s = of.state.lock();
-            if s.writers == 0 && !s.staging.as_ref().is_some_and(|stg| stg.dirty) {
-                let file = s.staging.as_ref().map_or(&s.live, |stg| &stg.file);
-                self.pages.queue(ino, Arc::clone(file));
+                self.offer_pages(ino, &s);
             }
         }
         self.release_open(ino, false);
         result
+    }
+
+    /// Once the last writer is gone and everything is published, the
+    /// kernel may keep the file's pages (see `pages`). Called under `s`'s
+    /// lock, so no writer can open in between.
+    fn offer_pages(&self, ino: Ino, s: &OpenState) {
+        if s.writers == 0 && !s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+            let file = s.staging.as_ref().map_or(&s.live, |stg| &stg.file);
+            self.pages.queue(ino, Arc::clone(file));
+        }
     }
 
     fn publish(&self, ino: Ino, durable: bool, caller: &Caller) -> FsResult<()> {
