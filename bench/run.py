@@ -13,7 +13,9 @@ rotates every repeat; every repeat gets fresh directories and fresh mounts):
 and prints every phase as a ratio to native in the same repeat (median of
 the repeats), then the extra measurements: store size over bytes written,
 mount time of a large tree (first, then unchanged), daemon memory, and
-.history at 100,000 versions.
+.history at 100,000 versions; and the cost of single calls (calls.py: an
+open, an isatty, a stat, a 4 KB write + fsync), which the phases are sums
+of.
 
 usage: bench/run.py [--skills 1000] [--large 5000] [--reps 3] [--unprivileged]
                     [--versions 100000] [--markdown FILE]
@@ -22,6 +24,7 @@ bindfs with apt-get when it is missing (or says how).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -158,8 +161,10 @@ def versioned_bytes(root, user):
     return total
 
 
-def one_system(system, base, skills, phases, extras):
-    """Runs the workload on one system in a fresh directory; returns times."""
+@contextlib.contextmanager
+def mounted(system, base):
+    """A fresh, empty directory of `system` (mounted when it is a FUSE one);
+    yields (root, store or None, whether it runs as the unprivileged user)."""
     work = base / system
     if work.exists():
         shutil.rmtree(work)
@@ -168,24 +173,37 @@ def one_system(system, base, skills, phases, extras):
     root.mkdir()
     user = system == "skillfs-user"
     if system == "native":
-        return phase_times(run_workload(root, skills, phases, system))
+        yield root, None, False
+        return
     if system == "bindfs":
         src = work / "src"
         src.mkdir()
         sh(["bindfs", "--multithreaded", str(src), str(root)])
         try:
-            return phase_times(run_workload(root, skills, phases, system))
+            yield root, None, False
         finally:
             subprocess.run(["umount", "-l", str(root)], capture_output=True)
+        return
     # skillfs, as root or as the unprivileged user
     if user:
         os.chown(work, NOBODY, NOBODY)
         os.chown(root, NOBODY, NOBODY)
     mount = [str(BIN), "mount", str(root)]
     sh(as_user(mount) if user else mount)
-    store = work / ".skillfs" / "skills"
     try:
+        yield root, work / ".skillfs" / "skills", user
+    finally:
+        umount = [str(BIN), "umount", str(root)]
+        if subprocess.run(as_user(umount) if user else umount, capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(root)], capture_output=True)
+
+
+def one_system(system, base, skills, phases, extras):
+    """Runs the workload on one system in a fresh directory; returns times."""
+    with mounted(system, base) as (root, store, user):
         times = phase_times(run_workload(root, skills, phases, system, user=user))
+        if store is None:
+            return times
         pid = daemon_pid(store)
         if pid:
             extras.setdefault((system, skills, "rss_kib"), []).append(rss_kib(pid))
@@ -193,10 +211,34 @@ def one_system(system, base, skills, phases, extras):
         extras.setdefault((system, skills, "store_bytes"), []).append(du(store / "blobs") + du(store / "journal"))
         extras.setdefault((system, skills, "versioned_bytes"), []).append(written)
         return times
-    finally:
-        umount = [str(BIN), "umount", str(root)]
-        if subprocess.run(as_user(umount) if user else umount, capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(root)], capture_output=True)
+
+
+CALLS = {  # key -> label (see calls.py)
+    "open_close": "open + close (one OPEN round trip)",
+    "isatty": "isatty ioctl on an open file (one IOCTL round trip)",
+    "stat": "stat, cached",
+    "py_open_read": "Python open().read(), as the workload (3.11-3.13)",
+    "py_open_read_raw": "the same without isatty (Python 3.14's open)",
+    "write_fsync": "new file: 4 KB write + fsync + close",
+}
+
+
+def per_call(systems, base, reps):
+    """{system: {call: [microseconds per repeat]}}, interleaved like the workload."""
+    out = {s: {} for s in systems}
+    for rep in range(reps):
+        order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+        for s in order:
+            print("  per call, repeat %d: %s" % (rep + 1, s), file=sys.stderr)
+            with mounted(s, base) as (root, _store, user):
+                cmd = [sys.executable, str(HERE / "calls.py"), str(root)]
+                if user:
+                    os.chmod(HERE, 0o755)
+                    cmd = as_user(cmd)
+                res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+                for call, us in json.loads(res.stdout).items():
+                    out[s].setdefault(call, []).append(us)
+    return out
 
 
 def interleaved(systems, base, skills, phases, reps, extras):
@@ -364,6 +406,18 @@ def main():
                 row += " %s |" % fmt_ratio(statistics.median(v) if v else None)
             row += " %s |" % (("<= %.1fx" % target) if target else "")
             w(row)
+    calls = per_call(systems, base, args.reps)
+    cols = [s for s in systems if s != "native"]
+    w("\n## Per call (microseconds, median of %d interleaved repeats; ratio to native)\n" % args.reps)
+    w("| call | native | " + " | ".join(cols) + " |")
+    w("|---|---:|" + "---:|" * len(cols))
+    for key, label in CALLS.items():
+        n = statistics.median(calls["native"][key])
+        row = "| %s | %.1f us |" % (label, n)
+        for s in cols:
+            v = statistics.median(calls[s][key])
+            row += " %.1f us (%s) |" % (v, fmt_ratio(v / n))
+        w(row)
     w("\n## Store and memory\n")
     for (system, skills, what), vals in sorted(extras.items()):
         if what == "store_bytes":
