@@ -456,6 +456,31 @@ fn unlinked_while_open_still_reads_and_writes() {
 }
 
 #[test]
+fn a_directory_removed_while_open_still_answers_fstat_and_fsync() {
+    let m = Mount::new("gone-dir");
+    for (name, how) in [("removed", "rmdir"), ("replaced", "rename over")] {
+        let d = m.path(name);
+        fs::create_dir(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o751)).unwrap();
+        let f = File::open(&d).unwrap();
+        if how == "rmdir" {
+            fs::remove_dir(&d).unwrap();
+        } else {
+            fs::create_dir(m.path("other")).unwrap();
+            fs::rename(m.path("other"), &d).unwrap();
+        }
+        let st = f
+            .metadata()
+            .unwrap_or_else(|e| panic!("fstat after {how}: {e}"));
+        assert!(st.is_dir(), "{how}");
+        assert_eq!(st.mode() & 0o7777, 0o751, "{how}: its mode as it was");
+        assert_eq!(st.nlink(), 0, "{how}: no links left");
+        f.sync_all()
+            .unwrap_or_else(|e| panic!("fsync after {how}: {e}"));
+    }
+}
+
+#[test]
 fn mmap_reads_see_the_file() {
     let m = Mount::new("mmap");
     let p = m.path("f");

@@ -846,6 +846,14 @@ impl SkillFs {
         let st = match self.loc(ino) {
             Ok(loc) => loc.lstat()?,
             Err(e) => {
+                // A removed directory still open somewhere: as it was.
+                if let Some(st) = self.tree.lock().gone(ino) {
+                    return Ok(Entry {
+                        ino,
+                        stat: self.finish_stat(ino, None, st),
+                        ttl: Ttl::Live,
+                    });
+                }
                 // Unlinked but open: the open file still has attributes.
                 let of = of.as_ref().ok_or(e)?;
                 let s = of.state.lock();
@@ -1118,7 +1126,13 @@ impl SkillFs {
         let last_ref = (!is_dir).then(|| self.hold(&f.loc)).flatten();
         sys::unlinkat(f.loc.dirfd, &f.loc.phys, dir)?;
         self.free_later(last_ref);
-        self.tree.lock().detach(parent, name);
+        {
+            let mut tree = self.tree.lock();
+            if is_dir {
+                tree.keep_gone(parent, name, f.st);
+            }
+            tree.detach(parent, name);
+        }
         if let Some(p) = &self.versioned(&f.loc) {
             let op = if dir { Op::Rmdir } else { Op::Unlink };
             self.record(Change::new(op, p.clone(), None), caller);
@@ -1201,6 +1215,9 @@ impl SkillFs {
             if exchange {
                 tree.exchange(parent, name, newparent, newname, src.attached, dst_att);
             } else {
+                if let Some(st) = dst_st.filter(|_| dst_is_dir) {
+                    tree.keep_gone(newparent, newname, st);
+                }
                 tree.move_entry(parent, name, newparent, newname, dst_att);
             }
         }
@@ -2016,9 +2033,15 @@ impl SkillFs {
             return Ok(());
         }
         let _ns = self.namespace.read();
-        let loc = self.loc(ino)?;
+        let loc = self.loc(ino);
         self.ledger.lock().sync(&self.blobs)?;
-        sys::fsync(&sys::open_dir(loc.dirfd, &loc.phys)?)?;
+        // A directory removed while open has nothing left to make durable
+        // but the record of its removal, synced just now.
+        match loc {
+            Ok(loc) => sys::fsync(&sys::open_dir(loc.dirfd, &loc.phys)?)?,
+            Err(FsError::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
         Ok(())
     }
 

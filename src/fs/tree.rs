@@ -92,6 +92,9 @@ pub struct Node {
     pub attached: bool,
     /// The identity key of a directory, once computed.
     pub key: Option<String>,
+    /// The last attributes of a removed directory, for what still holds it
+    /// open (`fstat` of a removed directory answers, with no links).
+    pub gone: Option<libc::stat>,
 }
 
 #[derive(Default)]
@@ -118,6 +121,7 @@ impl Tree {
                 unlinked: false,
                 attached: false,
                 key: Some(root_key),
+                gone: None,
             },
         );
         t
@@ -197,6 +201,7 @@ impl Tree {
                 unlinked: false,
                 attached,
                 key: None,
+                gone: None,
             },
         );
         self.by_name.insert(key, ino);
@@ -235,6 +240,21 @@ impl Tree {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.attached = attached;
         }
+    }
+
+    /// Keeps `st` (with no links) as the attributes of the directory
+    /// `name` in `parent`, about to be detached (removed or replaced).
+    pub fn keep_gone(&mut self, parent: Ino, name: &[u8], mut st: libc::stat) {
+        if let Some(ino) = self.child(parent, name)
+            && let Some(n) = self.nodes.get_mut(&ino)
+        {
+            st.st_nlink = 0;
+            n.gone = Some(st);
+        }
+    }
+
+    pub fn gone(&self, ino: Ino) -> Option<libc::stat> {
+        self.nodes.get(&ino).and_then(|n| n.gone)
     }
 
     pub fn detach(&mut self, parent: Ino, name: &[u8]) {
