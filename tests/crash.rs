@@ -16,21 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Mount, sha256_hex};
-
-/// xorshift64*: enough randomness for kill times, reproducible from a seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
-    }
-}
+use common::{Mount, Rng, sha256_hex};
 
 /// One complete version: empty (just created) or body + `END <sha(body)>`.
 fn check_complete(path: &Path) {

@@ -24,27 +24,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use common::{Mount, cpath, sha256_hex};
-
-/// xorshift64*: reproducible from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[self.below(from.len())]
-    }
-}
+use common::{Mount, Rng, cpath, sha256_hex};
 
 const PARENTS: &[&str] = &["", "a", "b", "a/c"];
 const NAMES: &[&str] = &["a", "b", "c", "f", "g", ".h.tmp"];

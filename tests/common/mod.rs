@@ -313,6 +313,32 @@ pub fn seed(var: &str) -> u64 {
     seed
 }
 
+/// xorshift64*: reproducible from a seed (see `seed`), never 0.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `lo..hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        self.range(0, n as u64) as usize
+    }
+
+    pub fn pick<'a, T: ?Sized>(&mut self, from: &[&'a T]) -> &'a T {
+        from[self.below(from.len())]
+    }
+}
+
 /// The names in `dir`, sorted.
 pub fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
