@@ -16,7 +16,9 @@
 //!
 //! Every 1,000 steps the handles are closed and the mount is taken down,
 //! cleanly or by a SIGKILL of the daemon, and mounted again: the tree must
-//! come back the same.
+//! come back the same. The visible tree at each of those moments must be
+//! what `.history/<id>/` shows at the end for the last change id before it
+//! (G1, G4).
 //!
 //! The seed is printed; `SKILLFS_MODEL_SEED=<n>` replays a run, and
 //! `SKILLFS_MODEL_STEPS=<n>` changes its length.
@@ -495,6 +497,8 @@ fn random_operations_match_a_plain_directory() {
     let mut history: Vec<String> = Vec::new();
     let (mut done, mut succeeded) = (0usize, 0usize);
     let mut versions: BTreeSet<String> = BTreeSet::new();
+    // (change id, the visible tree just after it) at every checkpoint.
+    let mut snapshots: Vec<(u64, BTreeMap<String, Res>)> = Vec::new();
     for step in 0..steps {
         let op = random_op(&mut rng);
         if unmodelled(&op, &plain_dir) {
@@ -536,6 +540,8 @@ fn random_operations_match_a_plain_directory() {
             for side in [&mut plain, &mut mounted] {
                 side.slots.iter_mut().for_each(|s| *s = None);
             }
+            let last_id = m.log().last().map_or(0, |r| r["seq"].as_u64().unwrap());
+            snapshots.push((last_id, tree(&plain_dir, "", true, &mut Vec::new())));
             let how = if step % 2000 == 999 {
                 "unmount"
             } else {
@@ -562,6 +568,26 @@ fn random_operations_match_a_plain_directory() {
     }
     if let Err(e) = compare_trees(&plain_dir, &mounted_root) {
         fail(seed, &format!("at the end: {e}"), &history);
+    }
+    // `.history/<id>/` is the visible tree as it was just after change id.
+    for (id, snapshot) in &snapshots {
+        let at = mounted_root.join(".history").join(id.to_string());
+        let seen = tree(&at, "", false, &mut Vec::new());
+        if &seen != snapshot {
+            let (a, b): (Vec<_>, Vec<_>) = (snapshot.keys().collect(), seen.keys().collect());
+            let diff: Vec<_> = snapshot
+                .iter()
+                .filter(|(k, v)| seen.get(*k) != Some(v))
+                .map(|(k, _)| k)
+                .collect();
+            fail(
+                seed,
+                &format!(
+                    ".history/{id} is not the tree of that moment\n  then:    {a:?}\n  history: {b:?}\n  differing: {diff:?}"
+                ),
+                &history,
+            );
+        }
     }
     let stored: BTreeSet<String> = m
         .log()
