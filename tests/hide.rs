@@ -522,3 +522,39 @@ fn a_sweep_while_mounted_moves_nothing_between_visible_and_hidden() {
     assert!(names(&m.path("dog")).is_empty());
     assert_eq!(fs::read(m.path("dog/old.bak/w.md")).unwrap(), b"w");
 }
+
+/// `.*.tmp:file` hides files only: a directory or a symlink may carry such
+/// a name, listed, while a file of that name lives in the park. Exchanges
+/// and renames between the two kinds put each entry where its own kind
+/// belongs, and history follows.
+#[test]
+fn entries_of_another_kind_under_a_hidden_name_land_where_their_kind_belongs() {
+    let m = Mount::new("kinds");
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/inside"), "in d").unwrap();
+    fs::write(m.path(".x.tmp"), "hidden file").unwrap();
+    assert_eq!(names(&m.root()), ["d"]);
+    // A directory exchanged with the hidden file: the directory, now
+    // called .x.tmp, is listed; the file, now called d, is too.
+    common::renameat2(&m.path("d"), &m.path(".x.tmp"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(names(&m.root()), [".x.tmp", "d"]);
+    assert_eq!(fs::read_to_string(m.path("d")).unwrap(), "hidden file");
+    assert_eq!(fs::read_to_string(m.path(".x.tmp/inside")).unwrap(), "in d");
+    // History has the directory under its new name and the file, made
+    // visible, under the old one.
+    let latest = m.path(".history/latest");
+    assert_eq!(names(&latest), [".x.tmp", "d"]);
+    assert_eq!(fs::read_to_string(latest.join("d")).unwrap(), "hidden file");
+    // A file renamed over a visible symlink of a hidden name replaces it,
+    // and goes to the park.
+    fs::remove_dir_all(m.path(".x.tmp")).unwrap();
+    std::os::unix::fs::symlink("d", m.path(".y.tmp")).unwrap();
+    assert_eq!(names(&m.root()), [".y.tmp", "d"]);
+    fs::write(m.path("f"), "file").unwrap();
+    fs::rename(m.path("f"), m.path(".y.tmp")).unwrap();
+    assert_eq!(names(&m.root()), ["d"]);
+    let st = fs::symlink_metadata(m.path(".y.tmp")).unwrap();
+    assert!(st.is_file(), "the file replaced the symlink");
+    assert_eq!(fs::read_to_string(m.path(".y.tmp")).unwrap(), "file");
+    assert_eq!(names(&m.path(".history/latest")), ["d"]);
+}

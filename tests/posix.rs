@@ -11,7 +11,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::Path;
 use std::process::Command;
 
-use common::{Mount, cpath as c};
+use common::{Mount, cpath as c, renameat2};
 
 fn errno_of(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(0)
@@ -125,23 +125,6 @@ fn rename_over_existing_keeps_readers_bytes() {
         fs::metadata(m.path("new")).unwrap_err().kind(),
         ErrorKind::NotFound
     );
-}
-
-fn renameat2(a: &Path, b: &Path, flags: u32) -> std::io::Result<()> {
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            c(a).as_ptr(),
-            libc::AT_FDCWD,
-            c(b).as_ptr(),
-            flags,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 #[test]

@@ -1168,23 +1168,27 @@ impl SkillFs {
             return Ok(());
         }
         let (dst, dst_att) = if exchange {
-            // Each entry takes the other's place, hidden or not.
+            // Each entry takes the other's place; see `settle_exchanged`.
             let d = self.find(newparent, &nploc, newname)?;
             (d.loc, d.attached)
         } else {
             let (d, att) = self.place(newparent, &nploc, newname, kind)?;
             if let Some(other) = self.in_other_place(newparent, &nploc, newname, att)? {
                 // The target name exists in the other place: only possible
-                // for entries of different kinds (or a rule that changed).
+                // for entries of different kinds (a rule that names one
+                // kind, or a rule that changed).
                 if flags & libc::RENAME_NOREPLACE != 0 {
                     return Err(FsError::EEXIST);
                 }
                 let other_dir = other.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-                return Err(match (kind == Kind::Dir, other_dir) {
-                    (true, false) => FsError::ENOTDIR,
-                    (false, true) => FsError::EISDIR,
-                    _ => FsError::EEXIST,
-                });
+                match (kind == Kind::Dir, other_dir) {
+                    (true, false) => return Err(FsError::ENOTDIR),
+                    (false, true) => return Err(FsError::EISDIR),
+                    (true, true) => return Err(FsError::EEXIST),
+                    // A non-directory replaces a non-directory, as ext4
+                    // would; removed first, it is two steps, not one.
+                    (false, false) => self.remove_other(&other, caller)?,
+                }
             }
             (d, att)
         };
@@ -1210,10 +1214,19 @@ impl SkillFs {
             .flatten();
         sys::renameat2(src.loc.dirfd, &src.loc.phys, dst.dirfd, &dst.phys, flags)?;
         self.free_later(last_ref);
+        // Where each entry ends up: the source's at the new name, the
+        // target's (exchanged) at the old one.
+        let (mut a_at, mut a_att) = (dst.clone(), dst_att);
+        let (mut b_at, mut b_att) = (src.loc.clone(), src.attached);
+        let b_kind = dst_st.as_ref().and_then(kind_of);
+        if exchange && let Some(b_kind) = b_kind {
+            (a_at, a_att) = self.settle_exchanged(a_at, a_att, newparent, &nploc, newname, kind);
+            (b_at, b_att) = self.settle_exchanged(b_at, b_att, parent, &ploc, name, b_kind);
+        }
         {
             let mut tree = self.tree.lock();
             if exchange {
-                tree.exchange(parent, name, newparent, newname, src.attached, dst_att);
+                tree.exchange(parent, name, newparent, newname, b_att, a_att);
             } else {
                 if let Some(st) = dst_st.filter(|_| dst_is_dir) {
                     tree.keep_gone(newparent, newname, st);
@@ -1227,7 +1240,9 @@ impl SkillFs {
         // A directory that moved between the hidden and the visible tree
         // lists differently (whole while hidden, filtered while visible);
         // nothing in it changed, so the kernel would keep the old listing.
-        if src.loc.is_hidden() != dst.is_hidden() {
+        let crossed = src.loc.is_hidden() != a_at.is_hidden()
+            || (exchange && dst.is_hidden() != b_at.is_hidden());
+        if crossed {
             let moved: Vec<Ino> = {
                 let tree = self.tree.lock();
                 let mut v = Vec::new();
@@ -1243,33 +1258,98 @@ impl SkillFs {
             }
             // A directory lists differently now: the reply must not let a
             // listing read overtake the notice.
-            if kind == Kind::Dir {
+            if kind == Kind::Dir || (exchange && b_kind == Some(Kind::Dir)) {
                 self.invalidations_delivered();
             }
         }
         let noreplace = flags & libc::RENAME_NOREPLACE != 0;
         if exchange {
-            match (self.versioned(&src.loc), self.versioned(&dst)) {
-                (Some(a), Some(b)) => {
-                    let mut c = Change::new(Op::Exchange, a.clone(), None);
-                    c.to = Some(b.clone());
-                    self.record(c, caller);
-                }
-                // Each entry now sits where the other was. What left the
-                // visible tree is journaled before what entered it.
-                (Some(_), None) => {
-                    self.journal_move(&src.loc, &dst, false, caller);
-                    self.journal_move(&dst, &src.loc, false, caller);
-                }
-                _ => {
-                    self.journal_move(&dst, &src.loc, false, caller);
-                    self.journal_move(&src.loc, &dst, false, caller);
+            let moves = [(&src.loc, &a_at), (&dst, &b_at)];
+            let versioned = |(from, to): &(&Location, &Location)| {
+                (self.versioned(from).is_some(), self.versioned(to).is_some())
+            };
+            if let (Some(a), Some(b), [(true, true), (true, true)]) = (
+                self.versioned(&src.loc),
+                self.versioned(&dst),
+                moves.map(|m| versioned(&m)),
+            ) {
+                let mut c = Change::new(Op::Exchange, a, None);
+                c.to = Some(b);
+                self.record(c, caller);
+            } else {
+                // What left the visible tree is journaled first, what
+                // entered it last, so no path is claimed twice.
+                let mut moves = moves;
+                moves.sort_by_key(|m| match versioned(m) {
+                    (_, false) => 0,
+                    (true, true) => 1,
+                    (false, true) => 2,
+                });
+                for (from, to) in moves {
+                    self.journal_move(from, to, false, caller);
                 }
             }
         } else {
             self.journal_move(&src.loc, &dst, noreplace, caller);
         }
         Ok(())
+    }
+
+    /// Removes `other`, a non-directory a rename is about to replace from
+    /// the other place (see `rename`), as an unlink would.
+    fn remove_other(&self, other: &Found, caller: &Caller) -> FsResult<()> {
+        self.publish_dirty_under(&other.loc, caller);
+        let last_ref = self.hold(&other.loc);
+        sys::unlinkat(other.loc.dirfd, &other.loc.phys, false)?;
+        self.free_later(last_ref);
+        if let Some(p) = self.versioned(&other.loc) {
+            self.record(Change::new(Op::Unlink, p, None), caller);
+        }
+        Ok(())
+    }
+
+    /// After an exchange an entry of `kind` now called `name` in `parent`
+    /// sits at `at`, the other entry's place. A rule that names one kind
+    /// (`.*.tmp:file`) can make that the wrong place for this one (hidden
+    /// where it should be listed, or the reverse): then it is moved to its
+    /// own, which is free (the name was only in the other). Returns where
+    /// it is now. A move that fails is logged and left to the next mount,
+    /// which places every entry by the rules again.
+    fn settle_exchanged(
+        &self,
+        at: Location,
+        attached: bool,
+        parent: Ino,
+        ploc: &Location,
+        name: &[u8],
+        kind: Kind,
+    ) -> (Location, bool) {
+        let (want, want_att) = match self.place(parent, ploc, name, kind) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("could not place {} after an exchange: {e:?}", at.logical);
+                return (at, attached);
+            }
+        };
+        if want_att == attached {
+            return (at, attached);
+        }
+        match sys::renameat2(
+            at.dirfd,
+            &at.phys,
+            want.dirfd,
+            &want.phys,
+            libc::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => (want, want_att),
+            Err(e) => {
+                tracing::error!(
+                    "could not move {} to its place after an exchange: {e}",
+                    at.logical
+                );
+                (at, attached)
+            }
+        }
     }
 
     /// Journals one entry moving from `from` to `to` (its new location),

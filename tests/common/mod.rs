@@ -349,6 +349,24 @@ pub fn names(dir: &Path) -> Vec<String> {
     v
 }
 
+/// `renameat2(2)` with flags (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`).
+pub fn renameat2(a: &Path, b: &Path, flags: u32) -> std::io::Result<()> {
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            cpath(a).as_ptr(),
+            libc::AT_FDCWD,
+            cpath(b).as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// `p` as a C string, for calling libc directly.
 pub fn cpath(p: &Path) -> std::ffi::CString {
     use std::os::unix::ffi::OsStrExt;
