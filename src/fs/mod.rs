@@ -1167,6 +1167,8 @@ impl SkillFs {
         if parent == newparent && name == newname {
             return Ok(());
         }
+        // A non-directory in the other place that this rename replaces.
+        let mut replaced_other = None;
         let (dst, dst_att) = if exchange {
             // Each entry takes the other's place; see `settle_exchanged`.
             let d = self.find(newparent, &nploc, newname)?;
@@ -1186,8 +1188,12 @@ impl SkillFs {
                     (false, true) => return Err(FsError::EISDIR),
                     (true, true) => return Err(FsError::EEXIST),
                     // A non-directory replaces a non-directory, as ext4
-                    // would; removed first, it is two steps, not one.
-                    (false, false) => self.remove_other(&other, caller)?,
+                    // would: removed once the rename is made (two steps,
+                    // not one; a failed rename leaves it as it was).
+                    (false, false) => {
+                        self.publish_dirty_under(&other.loc, caller);
+                        replaced_other = Some(other);
+                    }
                 }
             }
             (d, att)
@@ -1214,6 +1220,9 @@ impl SkillFs {
             .flatten();
         sys::renameat2(src.loc.dirfd, &src.loc.phys, dst.dirfd, &dst.phys, flags)?;
         self.free_later(last_ref);
+        if let Some(other) = &replaced_other {
+            self.remove_other(other, caller);
+        }
         // Where each entry ends up: the source's at the new name, the
         // target's (exchanged) at the old one.
         let (mut a_at, mut a_att) = (dst.clone(), dst_att);
@@ -1295,17 +1304,23 @@ impl SkillFs {
         Ok(())
     }
 
-    /// Removes `other`, a non-directory a rename is about to replace from
-    /// the other place (see `rename`), as an unlink would.
-    fn remove_other(&self, other: &Found, caller: &Caller) -> FsResult<()> {
-        self.publish_dirty_under(&other.loc, caller);
+    /// Removes `other`, a non-directory in the other place that a rename
+    /// just made replaced (see `rename`), as an unlink would, journaled
+    /// before the rename's own record. A failure is logged: the rename is
+    /// made, and the next mount settles the name.
+    fn remove_other(&self, other: &Found, caller: &Caller) {
         let last_ref = self.hold(&other.loc);
-        sys::unlinkat(other.loc.dirfd, &other.loc.phys, false)?;
+        if let Err(e) = sys::unlinkat(other.loc.dirfd, &other.loc.phys, false) {
+            tracing::error!(
+                "could not remove {} replaced by a rename: {e}",
+                other.loc.logical
+            );
+            return;
+        }
         self.free_later(last_ref);
         if let Some(p) = self.versioned(&other.loc) {
             self.record(Change::new(Op::Unlink, p, None), caller);
         }
-        Ok(())
     }
 
     /// After an exchange an entry of `kind` now called `name` in `parent`
