@@ -92,9 +92,6 @@ pub struct Node {
     pub attached: bool,
     /// The identity key of a directory, once computed.
     pub key: Option<String>,
-    /// The last attributes of a removed directory, for what still holds it
-    /// open (`fstat` of a removed directory answers, with no links).
-    pub gone: Option<libc::stat>,
 }
 
 #[derive(Default)]
@@ -103,6 +100,11 @@ pub struct Tree {
     /// Ordered so that a directory's children are one range.
     by_name: BTreeMap<(Ino, Vec<u8>), Ino>,
     next_ino: Ino,
+    /// The last attributes of removed directories the kernel still knows,
+    /// for what holds one open (`fstat` of a removed directory answers,
+    /// with no links). Beside the nodes, not in them: it is rare, and a
+    /// `stat` would double the size of every node.
+    gone: HashMap<Ino, libc::stat>,
 }
 
 impl Tree {
@@ -121,7 +123,6 @@ impl Tree {
                 unlinked: false,
                 attached: false,
                 key: Some(root_key),
-                gone: None,
             },
         );
         t
@@ -201,7 +202,6 @@ impl Tree {
                 unlinked: false,
                 attached,
                 key: None,
-                gone: None,
             },
         );
         self.by_name.insert(key, ino);
@@ -245,16 +245,14 @@ impl Tree {
     /// Keeps `st` (with no links) as the attributes of the directory
     /// `name` in `parent`, about to be detached (removed or replaced).
     pub fn keep_gone(&mut self, parent: Ino, name: &[u8], mut st: libc::stat) {
-        if let Some(ino) = self.child(parent, name)
-            && let Some(n) = self.nodes.get_mut(&ino)
-        {
+        if let Some(ino) = self.child(parent, name) {
             st.st_nlink = 0;
-            n.gone = Some(st);
+            self.gone.insert(ino, st);
         }
     }
 
     pub fn gone(&self, ino: Ino) -> Option<libc::stat> {
-        self.nodes.get(&ino).and_then(|n| n.gone)
+        self.gone.get(&ino).copied()
     }
 
     pub fn detach(&mut self, parent: Ino, name: &[u8]) {
@@ -264,6 +262,7 @@ impl Tree {
             n.unlinked = true;
             if n.nlookup == 0 {
                 self.nodes.remove(&ino);
+                self.gone.remove(&ino);
             }
         }
     }
@@ -280,6 +279,7 @@ impl Tree {
             let key = (node.parent, node.name.clone());
             let unlinked = node.unlinked;
             self.nodes.remove(&ino);
+            self.gone.remove(&ino);
             if !unlinked && self.by_name.get(&key) == Some(&ino) {
                 self.by_name.remove(&key);
             }
