@@ -1224,14 +1224,19 @@ impl SkillFs {
             self.remove_other(other, caller);
         }
         // Where each entry ends up: the source's at the new name, the
-        // target's (exchanged) at the old one.
-        let (mut a_at, mut a_att) = (dst.clone(), dst_att);
-        let (mut b_at, mut b_att) = (src.loc.clone(), src.attached);
+        // target's (exchanged) at the old one; moved only after an exchange.
         let b_kind = dst_st.as_ref().and_then(kind_of);
-        if exchange && let Some(b_kind) = b_kind {
-            (a_at, a_att) = self.settle_exchanged(a_at, a_att, newparent, &nploc, newname, kind);
-            (b_at, b_att) = self.settle_exchanged(b_at, b_att, parent, &ploc, name, b_kind);
-        }
+        let (a_moved, b_moved) = match b_kind {
+            Some(b_kind) if exchange => (
+                self.settle_exchanged(&dst, dst_att, newparent, &nploc, newname, kind),
+                self.settle_exchanged(&src.loc, src.attached, parent, &ploc, name, b_kind),
+            ),
+            _ => (None, None),
+        };
+        let (a_at, a_att) = a_moved.as_ref().map_or((&dst, dst_att), |(l, a)| (l, *a));
+        let (b_at, b_att) = b_moved
+            .as_ref()
+            .map_or((&src.loc, src.attached), |(l, a)| (l, *a));
         {
             let mut tree = self.tree.lock();
             if exchange {
@@ -1273,7 +1278,7 @@ impl SkillFs {
         }
         let noreplace = flags & libc::RENAME_NOREPLACE != 0;
         if exchange {
-            let moves = [(&src.loc, &a_at), (&dst, &b_at)];
+            let moves = [(&src.loc, a_at), (&dst, b_at)];
             let versioned = |(from, to): &(&Location, &Location)| {
                 (self.versioned(from).is_some(), self.versioned(to).is_some())
             };
@@ -1327,42 +1332,43 @@ impl SkillFs {
     /// sits at `at`, the other entry's place. A rule that names one kind
     /// (`.*.tmp:file`) can make that the wrong place for this one (hidden
     /// where it should be listed, or the reverse): then it is moved to its
-    /// own, which is free (the name was only in the other). Returns where
-    /// it is now. A move that fails is logged and left to the next mount,
-    /// which places every entry by the rules again.
+    /// own, which is free (the name was only in the other), and where it
+    /// went is returned. A move that fails is logged and left to the next
+    /// mount, which places every entry by the rules again.
     fn settle_exchanged(
         &self,
-        at: Location,
+        at: &Location,
         attached: bool,
         parent: Ino,
         ploc: &Location,
         name: &[u8],
         kind: Kind,
-    ) -> (Location, bool) {
+    ) -> Option<(Location, bool)> {
         let (want, want_att) = match self.place(parent, ploc, name, kind) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!("could not place {} after an exchange: {e:?}", at.logical);
-                return (at, attached);
+                return None;
             }
         };
         if want_att == attached {
-            return (at, attached);
+            return None;
         }
-        match sys::renameat2(
+        let moved = sys::renameat2(
             at.dirfd,
             &at.phys,
             want.dirfd,
             &want.phys,
             libc::RENAME_NOREPLACE,
-        ) {
-            Ok(()) => (want, want_att),
+        );
+        match moved {
+            Ok(()) => Some((want, want_att)),
             Err(e) => {
                 tracing::error!(
                     "could not move {} to its place after an exchange: {e}",
                     at.logical
                 );
-                (at, attached)
+                None
             }
         }
     }
