@@ -120,21 +120,6 @@ enum Cmd {
     },
 }
 
-fn init_logging() {
-    let level = match std::env::var("SKILLFS_LOG").as_deref() {
-        Ok("error") => tracing::Level::ERROR,
-        Ok("warn") => tracing::Level::WARN,
-        Ok("debug") => tracing::Level::DEBUG,
-        Ok("trace") => tracing::Level::TRACE,
-        _ => tracing::Level::INFO,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
-}
-
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -143,14 +128,18 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { Exit::Usage as u8 } else { 0 });
         }
     };
-    init_logging();
-    match run(cli.cmd) {
+    crate::logging::init();
+    let code = match run(cli.cmd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("skillfs: {}", f.message);
+            crate::logging::flush();
+            // Not `eprintln!`: it panics when stderr fails (a full disk).
+            let _ = writeln!(std::io::stderr(), "skillfs: {}", f.message);
             ExitCode::from(f.exit as u8)
         }
-    }
+    };
+    crate::logging::flush();
+    code
 }
 
 fn run(cmd: Cmd) -> Result<(), Failure> {

@@ -15,6 +15,7 @@ pub mod fusermount;
 pub mod hide;
 pub mod history;
 pub mod ledger;
+pub mod logging;
 pub mod relpath;
 pub mod scan;
 pub mod store;
