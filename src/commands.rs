@@ -294,10 +294,8 @@ fn apply_meta(p: &Path, s: &EntryState) -> std::io::Result<()> {
     if s.kind != Kind::Symlink {
         fs::set_permissions(p, fs::Permissions::from_mode(s.mode))?;
     }
-    let t = libc::timespec {
-        tv_sec: s.mtime_ns.div_euclid(1_000_000_000),
-        tv_nsec: s.mtime_ns.rem_euclid(1_000_000_000),
-    };
+    let (tv_sec, tv_nsec) = crate::sys::split_ns(s.mtime_ns);
+    let t = libc::timespec { tv_sec, tv_nsec };
     let ts = [t, t];
     if unsafe {
         libc::utimensat(

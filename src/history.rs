@@ -55,9 +55,12 @@ pub fn parse_alias(name: &str, now_ns: i64) -> Option<Alias> {
     let t = name.strip_prefix('@')?;
     if let Some(rel) = t.strip_prefix('-') {
         let ago = crate::hide::parse_age(rel)?;
-        return Some(Alias::At(now_ns - ago));
+        return now_ns.checked_sub(ago).map(Alias::At);
     }
-    crate::time::parse_utc(t).map(|ns| Alias::At(ns + 999_999_999))
+    // A time past what the records can hold names nothing (ENOENT).
+    crate::time::parse_utc(t)
+        .and_then(|ns| ns.checked_add(999_999_999))
+        .map(Alias::At)
 }
 
 impl HistoryIndex {

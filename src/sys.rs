@@ -343,8 +343,22 @@ fn ext4_has_journal(fd: &impl AsRawFd) -> Option<bool> {
     Some(!task.trim().is_empty() && task.trim() != "<none>")
 }
 
-pub fn mtime_ns(st: &libc::stat) -> i64 {
-    st.st_mtime * 1_000_000_000 + st.st_mtime_nsec
+/// Nanoseconds since the epoch: as `i128`, since `i64` nanoseconds end in
+/// 2262 and begin in 1677, and ext4 stores any time from 1901 to 2446.
+pub fn mtime_ns(st: &libc::stat) -> i128 {
+    st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128
+}
+
+/// `ns` since the epoch as `(seconds, nanoseconds)`, clamped to what a
+/// `timespec` holds.
+pub fn split_ns(ns: i128) -> (i64, i64) {
+    let secs = ns.div_euclid(1_000_000_000);
+    let nsec = ns.rem_euclid(1_000_000_000) as i64;
+    match i64::try_from(secs) {
+        Ok(s) => (s, nsec),
+        Err(_) if secs < 0 => (i64::MIN, 0),
+        Err(_) => (i64::MAX, 999_999_999),
+    }
 }
 
 pub fn geteuid() -> u32 {
@@ -394,9 +408,10 @@ pub fn remove_tree_at(dir: RawFd, rel: &[u8]) -> io::Result<()> {
 
 /// When `rel` or anything below it was last touched: the newest mtime or
 /// ctime (a rename, which is how parks are made, changes only the ctime).
-pub fn newest_mtime_at(dir: RawFd, rel: &[u8]) -> io::Result<i64> {
+pub fn newest_mtime_at(dir: RawFd, rel: &[u8]) -> io::Result<i128> {
     let st = lstatat(dir, rel)?;
-    let mut newest = mtime_ns(&st).max(st.st_ctime * 1_000_000_000 + st.st_ctime_nsec);
+    let ctime_ns = st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128;
+    let mut newest = mtime_ns(&st).max(ctime_ns);
     if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
         for e in read_dir_at(dir, rel)? {
             let mut child = rel.to_vec();

@@ -62,7 +62,10 @@ pub fn parse_utc(s: &str) -> Option<i64> {
     if civil_from_days(days) != (y, mo as u32, d as u32) {
         return None; // 2026-02-30 and the like
     }
-    Some(((days * 86_400) + h * 3600 + mi * 60 + se) * 1_000_000_000)
+    // Years up to 9999 pass the checks above, but `i64` nanoseconds end in
+    // 2262: a later time is no time at all, never a wrapped one.
+    let ns = ((days as i128 * 86_400) + (h * 3600 + mi * 60 + se) as i128) * 1_000_000_000;
+    i64::try_from(ns).ok()
 }
 
 /// `2026-11-30T18:09:30Z` (seconds precision).
@@ -112,6 +115,8 @@ mod tests {
             "2026-11-30T18:09:30",
             "yesterday",
             "2026-11-30T18:09-30Z",
+            "2611-06-22T12:51:20Z",
+            "9999-12-31T23:59:59Z",
         ] {
             assert_eq!(parse_utc(bad), None, "{bad}");
         }

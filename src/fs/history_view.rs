@@ -78,10 +78,7 @@ fn stat_from_state(s: &EntryState) -> libc::stat {
     };
     st.st_blocks = (st.st_size + 511) / 512;
     st.st_blksize = 4096;
-    let (sec, nsec) = (
-        s.mtime_ns.div_euclid(1_000_000_000),
-        s.mtime_ns.rem_euclid(1_000_000_000),
-    );
+    let (sec, nsec) = sys::split_ns(s.mtime_ns);
     st.st_mtime = sec;
     st.st_mtime_nsec = nsec;
     st.st_atime = sec;
@@ -102,7 +99,7 @@ impl SkillFs {
             mode: 0o555,
             uid: root.st_uid,
             gid: root.st_gid,
-            mtime_ns,
+            mtime_ns: mtime_ns.into(),
             target: None,
         });
         st.st_size = 4096;

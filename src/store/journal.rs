@@ -112,7 +112,8 @@ pub struct EntryState {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
-    pub mtime_ns: i64,
+    /// `i128`: ext4 stores times from 1901 to 2446, past `i64` nanoseconds.
+    pub mtime_ns: i128,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<ByteString>,
 }
