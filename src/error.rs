@@ -28,6 +28,9 @@ impl FsError {
     pub const ENOTEMPTY: FsError = FsError(libc::ENOTEMPTY);
     pub const ENAMETOOLONG: FsError = FsError(libc::ENAMETOOLONG);
     pub const ENOSYS: FsError = FsError(libc::ENOSYS);
+    /// An inode the kernel still names was replaced or removed: the VFS
+    /// looks the path up again (`LOOKUP_REVAL`) instead of failing.
+    pub const ESTALE: FsError = FsError(libc::ESTALE);
 
     pub fn errno(self) -> i32 {
         self.0

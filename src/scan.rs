@@ -225,7 +225,15 @@ impl<'a> Settler<'a> {
             }
             Kind::Dir => {}
         }
-        if self.ledger.catalog().get(path) == Some(&now) {
+        // The same content, mode and owner under a new mtime (rewritten
+        // with identical bytes while unmounted) is no new version. The
+        // catalog keeps the old mtime, so the next mount reads it again.
+        if let Some(old) = self.ledger.catalog().get(path)
+            && (EntryState {
+                mtime_ns: now.mtime_ns,
+                ..old.clone()
+            }) == now
+        {
             return Ok(None);
         }
         Ok(Some(now))
@@ -481,7 +489,8 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
                     continue;
                 }
                 if settler.rules.sweepable(&c.name, kind, dir.is_root())
-                    && sys::newest_mtime_at(areas.parked_fd, &hp)? < now_ns - max_age
+                    && sys::newest_mtime_at(areas.parked_fd, &hp)?
+                        < now_ns as i128 - max_age as i128
                 {
                     sys::remove_tree_at(areas.parked_fd, &hp)?;
                     settler.swept_entries.push((dir.clone(), c.name.clone()));
@@ -506,7 +515,7 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
             .next()
             .and_then(|t| t.parse().ok())
             .unwrap_or(0);
-        if ts < now_ns - max_age {
+        if ts < now_ns.saturating_sub(max_age) {
             sys::remove_tree_at(areas.orphans_fd, &e.name)?;
             let c = Change::new(
                 Op::Sweep,

@@ -176,6 +176,9 @@ struct Staging {
     path: PathBuf,
     /// Holds bytes not yet published.
     dirty: bool,
+    /// Emptied by an `O_TRUNC` open and not written since: a flush does
+    /// not publish it (see `flush`).
+    trunc_only: bool,
     in_place: bool,
 }
 
@@ -245,15 +248,27 @@ pub struct SkillFs {
     /// Bumped by every swap of a new version into the live tree (see
     /// `lookup`).
     swaps: AtomicU64,
+    /// The files that an unlink or a rename over them took from the tree
+    /// while the kernel still names their inode (an `O_PATH` reference
+    /// each, until the kernel forgets it): a path resolved just before the
+    /// change opens and stats the file it resolved to, as on ext4, instead
+    /// of failing (see `open`). Bounded by `MAX_STALE`.
+    stale: Mutex<HashMap<Ino, File>>,
 }
+
+/// At most this many replaced or removed files are kept for the kernel's
+/// late opens; past it such an open answers `ESTALE` (the kernel then looks
+/// the path up again).
+const MAX_STALE: usize = 1024;
 
 /// At most this many references from `hold` wait for the janitor.
 const MAX_HELD: usize = 256;
 
 /// Work for the janitor thread.
 enum Chore {
-    /// A swapped-out inode, now at this path in `staging/`.
-    Recycle(Arc<File>, PathBuf),
+    /// A swapped-out inode, now at this path in `staging/`; whether it may
+    /// be reused (see `recycle_inode`).
+    Recycle(Arc<File>, PathBuf, bool),
     /// The spares ran low.
     TopUp,
     /// The last reference to a replaced or removed file: closing it frees
@@ -338,6 +353,7 @@ impl SkillFs {
             janitor: Mutex::new(Some(janitor)),
             pages: PageStore::new(),
             swaps: AtomicU64::new(0),
+            stale: Mutex::new(HashMap::new()),
             parks: Mutex::new(HashMap::new()),
             held,
             spares,
@@ -635,17 +651,16 @@ impl SkillFs {
         let st = loc.lstat()?;
         let kind = kind_of(&st).ok_or(FsError::EPERM)?;
         let mut s = state_from_stat(&st, kind);
+        let known = self.ledger.lock().catalog().get(path).cloned();
         match kind {
-            Kind::File => {
-                s.blob = self
-                    .ledger
-                    .lock()
-                    .catalog()
-                    .get(path)
-                    .and_then(|c| c.blob.clone());
-            }
+            Kind::File => s.blob = known.and_then(|c| c.blob),
             Kind::Symlink => {
-                s.target = Some(ByteString(sys::readlinkat(loc.dirfd, &loc.phys)?));
+                // From the catalog where it has it: reading the link would
+                // set its access time, undoing a `touch -h` just made.
+                s.target = match known.and_then(|c| c.target) {
+                    Some(t) => Some(t),
+                    None => Some(ByteString(sys::readlinkat(loc.dirfd, &loc.phys)?)),
+                };
             }
             Kind::Dir => {}
         }
@@ -751,7 +766,9 @@ impl SkillFs {
     /// Publishes the staged bytes of open files at or below `under` before
     /// that entry is removed, replaced, parked or truncated: what a reader
     /// sees is content, and G1 keeps it. Called under the namespace lock.
-    fn publish_dirty_under(&self, under: &Location, caller: &Caller) {
+    /// A failure (a full disk) is the caller's: the change that would lose
+    /// those bytes must be refused with it.
+    fn publish_dirty_under(&self, under: &Location, caller: &Caller) -> FsResult<()> {
         let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
         for ino in inos {
             let Ok(loc) = self.loc(ino) else { continue };
@@ -762,12 +779,14 @@ impl SkillFs {
                 continue;
             };
             let mut s = of.state.lock();
-            if s.staging.as_ref().is_some_and(|stg| stg.dirty)
-                && let Err(e) = self.publish_locked(&mut s, &loc, Op::Write, false, caller)
-            {
-                tracing::error!("could not publish {} before it changed: {e:?}", loc.logical);
+            if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+                self.publish_locked(&mut s, &loc, Op::Write, false, caller)
+                    .inspect_err(|e| {
+                        tracing::warn!("could not publish {} before it changed: {e:?}", loc.logical)
+                    })?;
             }
         }
+        Ok(())
     }
 
     /// Moves the attached area of a removed directory to the orphans.
@@ -827,7 +846,53 @@ impl SkillFs {
     }
 
     pub fn forget(&self, ino: Ino, n: u64) {
-        self.tree.lock().forget(ino, n);
+        let gone = {
+            let mut tree = self.tree.lock();
+            tree.forget(ino, n);
+            !tree.knows(ino)
+        };
+        if gone {
+            let file = self.stale.lock().remove(&ino);
+            self.free_later(file);
+        }
+    }
+
+    /// A reference to the file `parent/name` at `loc`, taken before a call
+    /// that unlinks or replaces it (see `hold`). Where the kernel knows its
+    /// inode, taken whatever the janitor's backlog, to be kept for the
+    /// kernel's late opens (`keep_stale`).
+    fn hold_name(&self, parent: Ino, name: &[u8], loc: &Location) -> Option<File> {
+        let known = self.tree.lock().child(parent, name).is_some();
+        if known && self.stale.lock().len() < MAX_STALE {
+            return sys::openat(
+                loc.dirfd,
+                &loc.phys,
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0,
+            )
+            .ok();
+        }
+        self.hold(loc)
+    }
+
+    /// Keeps `held` (from `hold_name`: the file `parent/name`, just
+    /// unlinked or replaced) for the kernel's late opens of its inode, if
+    /// the kernel knows one, until it forgets it; otherwise it is freed off
+    /// the request path. Called under the namespace lock, before the tree
+    /// forgets the name.
+    fn keep_stale(&self, parent: Ino, name: &[u8], held: Option<File>) {
+        let known = self.tree.lock().child(parent, name);
+        if let (Some(ino), Some(f)) = (known, held.as_ref()) {
+            let mut stale = self.stale.lock();
+            if stale.len() < MAX_STALE
+                && let Ok(f) = f.try_clone()
+            {
+                stale.insert(ino, f);
+                // The kept one holds the inode: closing this frees nothing.
+                return;
+            }
+        }
+        self.free_later(held);
     }
 
     pub fn getattr(&self, ino: Ino) -> FsResult<Entry> {
@@ -855,7 +920,20 @@ impl SkillFs {
                     });
                 }
                 // Unlinked but open: the open file still has attributes.
-                let of = of.as_ref().ok_or(e)?;
+                let Some(of) = of.as_ref() else {
+                    // Replaced or removed just after the kernel resolved a
+                    // path to it: as it is now, as on ext4.
+                    if let Some(f) = self.stale.lock().get(&ino) {
+                        let mut st = sys::fstat(f)?;
+                        st.st_ino = ino;
+                        return Ok(Entry {
+                            ino,
+                            stat: st,
+                            ttl: Ttl::Live,
+                        });
+                    }
+                    return Err(e);
+                };
                 let s = of.state.lock();
                 let mut st = sys::fstat(&*s.live)?;
                 st.st_nlink = 0;
@@ -911,35 +989,16 @@ impl SkillFs {
             || attr.atime.is_some()
             || attr.mtime.is_some();
         if meta_change {
+            // As it was, to put back if the change cannot be journaled.
+            let before = match &loc {
+                Ok(l) if self.versioned(l).is_some() => Some(l.lstat()?),
+                _ => None,
+            };
             match &loc {
-                Ok(l) => {
-                    let (fd, rel) = (l.dirfd, l.phys.as_slice());
-                    if let Some(mode) = attr.mode {
-                        let st = sys::lstatat(fd, rel)?;
-                        if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
-                            sys::fchmodat(fd, rel, mode & 0o7777)?;
-                        }
-                    }
-                    if attr.uid.is_some() || attr.gid.is_some() {
-                        sys::lchownat(
-                            fd,
-                            rel,
-                            attr.uid.unwrap_or(u32::MAX),
-                            attr.gid.unwrap_or(u32::MAX),
-                        )?;
-                    }
-                    if attr.atime.is_some() || attr.mtime.is_some() {
-                        sys::lutimensat(
-                            fd,
-                            rel,
-                            attr.atime.unwrap_or(Time::Keep),
-                            attr.mtime.unwrap_or(Time::Keep),
-                        )?;
-                    }
-                }
-                Err(_) => {
+                Ok(l) => apply_meta_at(l, &attr)?,
+                Err(e) => {
                     // Unlinked but open: change the open file itself.
-                    let of = of.as_ref().ok_or(FsError::ENOENT)?;
+                    let of = of.as_ref().ok_or(*e)?;
                     let live = Arc::clone(&of.state.lock().live);
                     apply_meta_fd(&live, &attr)?;
                 }
@@ -962,11 +1021,25 @@ impl SkillFs {
                     (false, false, true) => Op::Utimes,
                     _ => Op::Setattr,
                 };
-                // The change is made; a failure to describe it is left to
-                // the next mount's scan.
-                match self.state_of(l, p) {
-                    Ok(state) => self.record(Change::new(op, p.clone(), Some(state)), caller),
-                    Err(e) => tracing::error!("could not journal {} of {p}: {e:?}", op.name()),
+                // A change that cannot be journaled is not made: put back
+                // what it changed and answer the error.
+                let recorded = self.state_of(l, p).and_then(|state| {
+                    let change = Change::new(op, p.clone(), Some(state));
+                    Ok(self.ledger.lock().record(change, caller.actor())?)
+                });
+                if let Err(e) = recorded {
+                    tracing::warn!("could not journal {} of {p}: {e:?}; undone", op.name());
+                    if let Some(old) = &before {
+                        let undo = undo_of(&attr, old);
+                        let undone = apply_meta_at(l, &undo);
+                        if let Some(stg) = &staged {
+                            let _ = apply_meta_fd(stg, &undo);
+                        }
+                        if let Err(u) = undone {
+                            tracing::error!("could not undo the {} of {p}: {u:?}", op.name());
+                        }
+                    }
+                    return Err(e);
                 }
             }
         }
@@ -990,12 +1063,12 @@ impl SkillFs {
         // without it the last reader's release could drop the state midway
         // and a new open start another one on the file about to be replaced.
         let of = match loc {
-            Some(l) => self.open_live(ino, l)?,
+            Some(l) => self.open_live(ino, Ok(l))?,
             None => {
                 // Unlinked: reachable only through an open handle. Joined
                 // under the map's lock, so a release cannot drop it between.
                 let files = self.open_files.lock();
-                let of = files.get(&ino).cloned().ok_or(FsError::ENOENT)?;
+                let of = files.get(&ino).cloned().ok_or(FsError::ESTALE)?;
                 of.state.lock().handles += 1;
                 of
             }
@@ -1012,6 +1085,7 @@ impl SkillFs {
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;
             stg.dirty = true;
+            stg.trunc_only = false;
             if (s.writers == 0 || !via_handle)
                 && let Some(l) = loc
             {
@@ -1113,7 +1187,7 @@ impl SkillFs {
             }
         }
         if !is_dir {
-            self.publish_dirty_under(&f.loc, caller);
+            self.publish_dirty_under(&f.loc, caller)?;
         }
         // A directory whose only children are hidden is empty underneath
         // (they are attached, elsewhere): it is removed and they become
@@ -1123,9 +1197,11 @@ impl SkillFs {
         } else {
             None
         };
-        let last_ref = (!is_dir).then(|| self.hold(&f.loc)).flatten();
+        let last_ref = (!is_dir)
+            .then(|| self.hold_name(parent, name, &f.loc))
+            .flatten();
         sys::unlinkat(f.loc.dirfd, &f.loc.phys, dir)?;
-        self.free_later(last_ref);
+        self.keep_stale(parent, name, last_ref);
         {
             let mut tree = self.tree.lock();
             if is_dir {
@@ -1191,7 +1267,7 @@ impl SkillFs {
                     // would: removed once the rename is made (two steps,
                     // not one; a failed rename leaves it as it was).
                     (false, false) => {
-                        self.publish_dirty_under(&other.loc, caller);
+                        self.publish_dirty_under(&other.loc, caller)?;
                         replaced_other = Some(other);
                     }
                 }
@@ -1202,10 +1278,10 @@ impl SkillFs {
         // are published first.
         let dst_st = dst.lstat().ok();
         if dst_st.is_some() {
-            self.publish_dirty_under(&dst, caller);
+            self.publish_dirty_under(&dst, caller)?;
         }
         if exchange || dst.is_hidden() {
-            self.publish_dirty_under(&src.loc, caller);
+            self.publish_dirty_under(&src.loc, caller)?;
         }
         // A directory replaced by this rename takes its hidden children's
         // attachment with it: they become orphans.
@@ -1216,10 +1292,10 @@ impl SkillFs {
             None
         };
         let last_ref = (!exchange && dst_st.is_some() && !dst_is_dir)
-            .then(|| self.hold(&dst))
+            .then(|| self.hold_name(newparent, newname, &dst))
             .flatten();
         sys::renameat2(src.loc.dirfd, &src.loc.phys, dst.dirfd, &dst.phys, flags)?;
-        self.free_later(last_ref);
+        self.keep_stale(newparent, newname, last_ref);
         if let Some(other) = &replaced_other {
             self.remove_other(other, caller);
         }
@@ -1440,13 +1516,24 @@ impl SkillFs {
     // ------------------------------------------------------------ files
 
     /// Opens the live file of `ino` and registers (or joins) its open state.
-    fn open_live(&self, ino: Ino, loc: &Location) -> FsResult<Arc<OpenFile>> {
+    /// `at`: where the file is, or, for one the tree no longer has, why not
+    /// (from `loc`): then the file is the one `keep_stale` kept, which the
+    /// kernel resolved a path to just before it was replaced or removed.
+    fn open_live(&self, ino: Ino, at: Result<&Location, FsError>) -> FsResult<Arc<OpenFile>> {
         let mut files = self.open_files.lock();
         if let Some(of) = files.get(&ino) {
             of.state.lock().handles += 1;
             return Ok(Arc::clone(of));
         }
-        let live = sys::openat(loc.dirfd, &loc.phys, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?;
+        let live = match at {
+            Ok(loc) => sys::openat(loc.dirfd, &loc.phys, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?,
+            Err(err) => {
+                let stale = self.stale.lock();
+                let kept = stale.get(&ino).ok_or(err)?;
+                let again = format!("/proc/self/fd/{}", kept.as_raw_fd());
+                File::open(again).map_err(|_| err)?
+            }
+        };
         let of = Arc::new(OpenFile {
             state: Mutex::new(OpenState {
                 live: Arc::new(live),
@@ -1491,7 +1578,10 @@ impl SkillFs {
             }
             return Ok(());
         }
-        if hidden {
+        // A hidden file with another hard link (made while unmounted) is
+        // copied like a visible one: writing in place would change the
+        // other name's bytes too.
+        if hidden && sys::fstat(&*s.live).is_ok_and(|st| st.st_nlink <= 1) {
             // The live file again, for writing (through /proc: the daemon
             // holds it by descriptor, not by a name it may have lost). Where
             // that is refused, the copy below serves as for any file.
@@ -1508,6 +1598,7 @@ impl SkillFs {
                     file: Arc::new(file),
                     path: PathBuf::new(),
                     dirty: empty,
+                    trunc_only: false,
                     in_place: true,
                 });
                 return Ok(());
@@ -1535,6 +1626,7 @@ impl SkillFs {
             file: Arc::new(file),
             path,
             dirty: empty,
+            trunc_only: false,
             in_place: false,
         });
         Ok(())
@@ -1552,16 +1644,26 @@ impl SkillFs {
         }
         self.retry_after_store(Some(ino), || {
             let _ns = self.namespace.read();
-            let loc = self.loc(ino)?;
-            let of = self.open_live(ino, &loc)?;
-            self.finish_open(ino, &loc, of, flags, caller)
+            match self.loc(ino) {
+                Ok(loc) => {
+                    let of = self.open_live(ino, Ok(&loc))?;
+                    self.finish_open(ino, Some(&loc), of, flags, caller)
+                }
+                Err(e) => {
+                    // What a writer puts in it is lost, as on ext4: it
+                    // is no longer any file's content.
+                    let of = self.open_live(ino, Err(e))?;
+                    self.finish_open(ino, None, of, flags, caller)
+                }
+            }
         })
     }
 
+    /// `loc`: where the file is, `None` for one already replaced or removed.
     fn finish_open(
         &self,
         ino: Ino,
-        loc: &Location,
+        loc: Option<&Location>,
         of: Arc<OpenFile>,
         flags: i32,
         caller: &Caller,
@@ -1579,18 +1681,26 @@ impl SkillFs {
             };
             s.writers += 1;
             if flags & libc::O_TRUNC != 0 {
-                // Another writer's staged bytes were visible: keep them.
+                // Another writer's staged bytes were visible: keep them, or
+                // refuse the truncating open.
                 if s.staging.as_ref().is_some_and(|stg| stg.dirty)
+                    && let Some(loc) = loc
                     && let Err(e) = self.publish_locked(&mut s, loc, Op::Write, false, caller)
                 {
-                    tracing::error!("could not publish {} before O_TRUNC: {e:?}", loc.logical);
-                }
-                if let Err(e) = self.ensure_staging(&mut s, true, loc.is_hidden()) {
+                    tracing::warn!("could not publish {} before O_TRUNC: {e:?}", loc.logical);
                     drop(s);
                     self.release_open(ino, true);
                     return Err(e);
                 }
-                s.staging.as_mut().expect("just ensured").dirty = true;
+                let hidden = loc.is_some_and(|l| l.is_hidden());
+                if let Err(e) = self.ensure_staging(&mut s, true, hidden) {
+                    drop(s);
+                    self.release_open(ino, true);
+                    return Err(e);
+                }
+                let stg = s.staging.as_mut().expect("just ensured");
+                stg.dirty = true;
+                stg.trunc_only = true;
             }
         }
         let fh = self.new_handle(Handle::File {
@@ -1660,14 +1770,14 @@ impl SkillFs {
                 Err(e) => tracing::error!("could not journal the creation of {p}: {e}"),
             }
         }
-        let of = match self.open_live(ino, &loc) {
+        let of = match self.open_live(ino, Ok(&loc)) {
             Ok(of) => of,
             Err(e) => {
                 self.tree.lock().forget(ino, 1);
                 return Err(e);
             }
         };
-        let reply = match self.finish_open(ino, &loc, of, flags, caller) {
+        let reply = match self.finish_open(ino, Some(&loc), of, flags, caller) {
             Ok(r) => r,
             Err(e) => {
                 self.tree.lock().forget(ino, 1);
@@ -1752,17 +1862,32 @@ impl SkillFs {
         };
         stg.file.write_all_at(data, offset)?;
         stg.dirty = true;
+        stg.trunc_only = false;
         Ok(data.len() as u32)
     }
 
     /// Publishes a writer's staged bytes as a version (not yet durable).
+    ///
+    /// Not a file only emptied by its `O_TRUNC` open: a shell's `echo x >
+    /// f` opens with `O_TRUNC`, `dup2`s and closes the first descriptor (a
+    /// flush) before it writes, and that empty moment is no version. It is
+    /// published by the next flush after a write, or at the last release.
     pub fn flush(&self, fh: u64, caller: &Caller) -> FsResult<()> {
         if matches!(self.handles.lock().get(&fh), Some(Handle::Blob { .. })) {
             return Ok(());
         }
         let (ino, write, _) = self.file_handle(fh)?;
         if write {
-            self.publish(ino, false, caller)?;
+            let trunc_only = self.open_file(ino).is_some_and(|of| {
+                of.state
+                    .lock()
+                    .staging
+                    .as_ref()
+                    .is_some_and(|stg| stg.trunc_only)
+            });
+            if !trunc_only {
+                self.publish(ino, false, caller)?;
+            }
         }
         Ok(())
     }
@@ -1808,6 +1933,16 @@ impl SkillFs {
                     result = self.publish_locked(&mut s, loc, Op::Write, false, caller);
                     if let Err(e) = &result {
                         tracing::error!("could not publish {} at close: {e:?}", loc.logical);
+                        // The close fails, and no writer is left to try
+                        // again: the staged bytes are in no version, so
+                        // nobody may read them. Back to the live file, and
+                        // the kernel forgets the size and pages it cached.
+                        if let Some(stg) = s.staging.take()
+                            && !stg.in_place
+                        {
+                            let _ = std::fs::remove_file(&stg.path);
+                        }
+                        self.invalidate(ino);
                     }
                 }
                 self.offer_pages(ino, &s);
@@ -1885,43 +2020,76 @@ impl SkillFs {
             self.swap_in(s, loc)?;
             sys::fsync(&*stg_file)
         };
-        let mut replaced = false;
-        if let Some(path) = &self.versioned(loc) {
-            let state = self.stored_state(&stg_file, durable && !fast)?;
-            if fast {
-                self.blobs
-                    .mark_pending(state.blob.as_deref().expect("just stored"));
-            }
-            let mut ledger = self.ledger.lock();
-            // Without its record the version must not become live.
-            record_unless_same(&mut ledger, path, state, op, caller)?;
-            if fast {
-                ledger.write_out_then(&self.blobs, || one_commit(s))?;
-                replaced = true;
-            } else if durable {
-                ledger.sync(&self.blobs)?;
-            }
-        }
-        if !replaced {
-            if fast {
-                one_commit(s)?;
-            } else if durable {
-                sys::fsync(&*stg_file)?;
-                self.swap_in(s, loc)?;
-                sync_parent_of(loc)?;
-            } else {
-                // What a rename over a file would have done on ext4
-                // (auto_da_alloc): start writing the new content now, so a
-                // later commit of the swap does not expose an empty file.
-                // Replacing an empty file (a fresh create) risks nothing:
-                // empty is the version it had.
-                if sys::fstat(&*s.live).is_ok_and(|st| st.st_size > 0) {
-                    sys::start_write_out(&*stg_file)?;
+        // The path whose record this publish appended, until the swap makes
+        // it true.
+        let mut recorded: Option<RelPath> = None;
+        let steps = |s: &mut OpenState, recorded: &mut Option<RelPath>| -> FsResult<()> {
+            let mut replaced = false;
+            if let Some(path) = &self.versioned(loc) {
+                let state = self.stored_state(&stg_file, durable && !fast)?;
+                if fast {
+                    self.blobs
+                        .mark_pending(state.blob.as_deref().expect("just stored"));
                 }
-                self.swap_in(s, loc)?;
+                let mut ledger = self.ledger.lock();
+                // Without its record the version must not become live.
+                if record_unless_same(&mut ledger, path, state, op, caller)? {
+                    *recorded = Some(path.clone());
+                }
+                if fast {
+                    ledger.write_out_then(&self.blobs, || one_commit(s))?;
+                    replaced = true;
+                } else if durable {
+                    ledger.sync(&self.blobs)?;
+                }
             }
+            if !replaced {
+                if fast {
+                    one_commit(s)?;
+                } else if durable {
+                    sys::fsync(&*stg_file)?;
+                    self.swap_in(s, loc)?;
+                    sync_parent_of(loc)?;
+                } else {
+                    // What a rename over a file would have done on ext4
+                    // (auto_da_alloc): start writing the new content now, so a
+                    // later commit of the swap does not expose an empty file.
+                    // Replacing an empty file (a fresh create) risks nothing:
+                    // empty is the version it had.
+                    if sys::fstat(&*s.live).is_ok_and(|st| st.st_size > 0) {
+                        sys::start_write_out(&*stg_file)?;
+                    }
+                    self.swap_in(s, loc)?;
+                }
+            }
+            Ok(())
+        };
+        let result = steps(s, &mut recorded);
+        if result.is_err()
+            && s.staging.is_some()
+            && let Some(path) = recorded
+        {
+            // Recorded, never swapped in: the journal names a version the
+            // live file never held. Record the live content again, so the
+            // newest version is what the file holds.
+            self.record_live(s, &path, caller);
         }
-        Ok(())
+        result
+    }
+
+    /// Records the live file's content as the newest version of `path`
+    /// (after a publish that recorded a version it could not make live).
+    /// If even that fails, the next mount's scan records what the file holds.
+    fn record_live(&self, s: &OpenState, path: &RelPath, caller: &Caller) {
+        let done = self.stored_state(&s.live, false).and_then(|state| {
+            let change = Change::new(Op::Write, path.clone(), Some(state));
+            Ok(self.ledger.lock().record(change, caller.actor())?)
+        });
+        if let Err(e) = done {
+            tracing::error!(
+                "could not record the live content of {path} after a failed publish: {e:?}"
+            );
+        }
     }
 
     /// Stores the content of `file` as a blob and returns its state.
@@ -1945,17 +2113,20 @@ impl SkillFs {
         durable: bool,
         caller: &Caller,
     ) -> FsResult<()> {
-        let stg = s.staging.take().expect("caller checked");
+        // Taken out only once recorded: a failure leaves the content dirty,
+        // still owed a version.
+        let file = Arc::clone(&s.staging.as_ref().expect("caller checked").file);
         if let Some(path) = &self.versioned(loc) {
-            let state = self.stored_state(&stg.file, durable)?;
+            let state = self.stored_state(&file, durable)?;
             let mut ledger = self.ledger.lock();
             record_unless_same(&mut ledger, path, state, op, caller)?;
             if durable {
                 ledger.sync(&self.blobs)?;
             }
         }
+        s.staging = None;
         if durable {
-            sys::fsync(&*stg.file)?;
+            sys::fsync(&*file)?;
         }
         Ok(())
     }
@@ -2013,6 +2184,10 @@ impl SkillFs {
     /// its background inode reclaim.
     fn free_later(&self, held: Option<File>) {
         let Some(f) = held else { return };
+        // A janitor far behind (a big rmtree): free it here instead.
+        if self.held.load(Ordering::Relaxed) >= 2 * MAX_HELD {
+            return;
+        }
         if let Some((tx, _)) = self.janitor.lock().as_ref() {
             self.held.fetch_add(1, Ordering::Relaxed);
             if let Err(std::sync::mpsc::SendError(chore)) = tx.send(Chore::Close(f)) {
@@ -2028,7 +2203,7 @@ impl SkillFs {
     fn recycle(&self, old: Arc<File>, path: PathBuf) {
         match self.janitor.lock().as_ref() {
             Some((tx, _)) => {
-                let _ = tx.send(Chore::Recycle(old, path));
+                let _ = tx.send(Chore::Recycle(old, path, self.ordered_commit));
             }
             None => {
                 drop(old);
@@ -2140,7 +2315,7 @@ impl SkillFs {
         // but the record of its removal, synced just now.
         match loc {
             Ok(loc) => sys::fsync(&sys::open_dir(loc.dirfd, &loc.phys)?)?,
-            Err(FsError::ENOENT) => {}
+            Err(FsError::ESTALE) => {}
             Err(e) => return Err(e),
         }
         Ok(())
@@ -2179,7 +2354,7 @@ fn start_janitor(spares: Arc<Spares>, held: Arc<AtomicUsize>) -> Janitor {
     let handle = std::thread::spawn(move || {
         for chore in rx {
             match chore {
-                Chore::Recycle(old, path) => recycle_inode(&spares, old, path),
+                Chore::Recycle(old, path, reuse) => recycle_inode(&spares, old, path, reuse),
                 Chore::TopUp => {
                     if let Err(e) = spares.top_up() {
                         tracing::warn!("could not make spare files: {e}");
@@ -2196,15 +2371,27 @@ fn start_janitor(spares: Arc<Spares>, held: Arc<AtomicUsize>) -> Janitor {
     (tx, handle)
 }
 
-fn recycle_inode(spares: &Spares, old: Arc<File>, path: PathBuf) {
+/// Empties the inode a publish swapped out (now only at `path`) into the
+/// spares, or removes that name.
+///
+/// Never empties an inode that another name still points at: a hard link
+/// made while unmounted (a `cp -al` backup, a package store outside the
+/// root, the other name of a pair inside it) keeps its bytes. After the
+/// exchange the staging name is one link, so any count above one is such a
+/// name. `recycle` is false where the filesystem does not order metadata
+/// (ext4 without a journal): there a truncate lost in a power cut could
+/// bring an inode back with its old bytes after it was swapped in elsewhere.
+fn recycle_inode(spares: &Spares, old: Arc<File>, path: PathBuf, recycle: bool) {
     // A read in flight holds the old file: wait for it to finish.
     let mut waited = 0;
-    while Arc::strong_count(&old) > 1 && waited < 100 {
+    while recycle && Arc::strong_count(&old) > 1 && waited < 100 {
         std::thread::sleep(std::time::Duration::from_millis(1));
         waited += 1;
     }
-    let reusable = Arc::strong_count(&old) == 1 && spares.wants_more();
-    let identity = sys::fstat(&*old).ok().map(|st| (st.st_dev, st.st_ino));
+    let old_st = sys::fstat(&*old).ok();
+    let only_link = old_st.is_some_and(|st| st.st_nlink == 1);
+    let reusable = recycle && only_link && Arc::strong_count(&old) == 1 && spares.wants_more();
+    let identity = old_st.map(|st| (st.st_dev, st.st_ino));
     drop(old);
     let is_file = sys::lstatat(libc::AT_FDCWD, path.as_os_str().as_encoded_bytes())
         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
@@ -2216,8 +2403,8 @@ fn recycle_inode(spares: &Spares, old: Arc<File>, path: PathBuf) {
             .open(&path)
             .and_then(|f| {
                 let st = sys::fstat(&f)?;
-                if Some((st.st_dev, st.st_ino)) != identity {
-                    return Err(std::io::Error::other("not the swapped-out inode"));
+                if Some((st.st_dev, st.st_ino)) != identity || st.st_nlink != 1 {
+                    return Err(std::io::Error::other("not the swapped-out inode alone"));
                 }
                 sys::ftruncate(&f, 0).map(|()| f)
             });
@@ -2252,13 +2439,14 @@ fn put_spare(
 
 /// Journals a file's new `state` at `path`, unless it is the version the
 /// catalog has already (same content, mode and owner: nothing to record).
+/// Whether it recorded.
 fn record_unless_same(
     ledger: &mut Ledger,
     path: &RelPath,
     state: EntryState,
     op: Op,
     caller: &Caller,
-) -> FsResult<()> {
+) -> FsResult<bool> {
     let same = ledger.catalog().get(path).is_some_and(|old| {
         old.kind == Kind::File
             && old.blob == state.blob
@@ -2272,7 +2460,7 @@ fn record_unless_same(
         tracing::error!("could not journal {} of {path}: {e}", op.name());
         return Err(e.into());
     }
-    Ok(())
+    Ok(!same)
 }
 
 /// Fills `buf` from `offset` until it is full or the end is reached.
@@ -2298,6 +2486,53 @@ fn sync_parent_of(loc: &Location) -> FsResult<()> {
         None => &b""[..],
     };
     sys::fsync(&sys::open_dir(loc.dirfd, parent_phys)?)?;
+    Ok(())
+}
+
+/// The metadata change that puts back what `attr` changes, from `old`.
+fn undo_of(attr: &SetAttr, old: &libc::stat) -> SetAttr {
+    SetAttr {
+        mode: attr.mode.map(|_| old.st_mode),
+        uid: attr.uid.map(|_| old.st_uid),
+        gid: attr.gid.map(|_| old.st_gid),
+        atime: attr
+            .atime
+            .or(attr.mtime)
+            .map(|_| Time::At(old.st_atime, old.st_atime_nsec)),
+        mtime: attr
+            .mtime
+            .or(attr.atime)
+            .map(|_| Time::At(old.st_mtime, old.st_mtime_nsec)),
+        ..SetAttr::default()
+    }
+}
+
+/// Applies a metadata change to the entry at `l`, by path, never following
+/// a symlink (a symlink's own mode does not change).
+fn apply_meta_at(l: &Location, attr: &SetAttr) -> FsResult<()> {
+    let (fd, rel) = (l.dirfd, l.phys.as_slice());
+    if let Some(mode) = attr.mode {
+        let st = sys::lstatat(fd, rel)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
+            sys::fchmodat(fd, rel, mode & 0o7777)?;
+        }
+    }
+    if attr.uid.is_some() || attr.gid.is_some() {
+        sys::lchownat(
+            fd,
+            rel,
+            attr.uid.unwrap_or(u32::MAX),
+            attr.gid.unwrap_or(u32::MAX),
+        )?;
+    }
+    if attr.atime.is_some() || attr.mtime.is_some() {
+        sys::lutimensat(
+            fd,
+            rel,
+            attr.atime.unwrap_or(Time::Keep),
+            attr.mtime.unwrap_or(Time::Keep),
+        )?;
+    }
     Ok(())
 }
 

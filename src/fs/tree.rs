@@ -130,13 +130,20 @@ impl Tree {
 
     /// The location of `ino`, computing (and caching) the keys of the
     /// directories whose attached areas it passes through.
+    ///
+    /// `ESTALE` for an inode (or an ancestor) that is no longer in the tree:
+    /// the kernel resolved a path to it just before a rename replaced it or
+    /// an unlink removed it, and on `ESTALE` it walks the path again, so an
+    /// `open` or `stat` racing an atomic replace finds the new file (as on
+    /// ext4) instead of failing with `ENOENT`; a removed name then answers
+    /// `ENOENT` from that fresh lookup.
     pub fn location(&mut self, ino: Ino, root_fd: RawFd, parked_fd: RawFd) -> FsResult<Location> {
         let mut chain: Vec<Ino> = Vec::new();
         let mut cur = ino;
         while cur != ROOT_INO {
-            let n = self.nodes.get(&cur).ok_or(FsError::ENOENT)?;
+            let n = self.nodes.get(&cur).ok_or(FsError::ESTALE)?;
             if n.unlinked {
-                return Err(FsError::ENOENT);
+                return Err(FsError::ESTALE);
             }
             chain.push(cur);
             cur = n.parent;
@@ -265,6 +272,12 @@ impl Tree {
                 self.gone.remove(&ino);
             }
         }
+    }
+
+    /// Whether the kernel still holds `ino` (its lookups are not all
+    /// forgotten), in the tree or detached from it.
+    pub fn knows(&self, ino: Ino) -> bool {
+        self.nodes.contains_key(&ino)
     }
 
     pub fn forget(&mut self, ino: Ino, n: u64) {

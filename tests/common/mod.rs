@@ -43,8 +43,13 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new(tag: &str) -> Scratch {
+        Scratch::at(&std::env::temp_dir(), tag)
+    }
+
+    /// A scratch directory in `parent` (another filesystem, say).
+    pub fn at(parent: &Path, tag: &str) -> Scratch {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let dir = std::env::temp_dir().join(format!("skillfs-{tag}-{}-{n}", std::process::id()));
+        let dir = parent.join(format!("skillfs-{tag}-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("skills")).unwrap();
         Scratch { dir }
