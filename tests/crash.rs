@@ -71,7 +71,18 @@ fn sigkill_the_daemon_at_random_moments() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(rng.range(30, 400)));
+        // Each round kills the daemon only after an fsync of its own was
+        // acknowledged, at a random moment after that.
+        let acks_before = fs::read_to_string(&acklog).unwrap().lines().count();
+        let t = Instant::now();
+        while fs::read_to_string(&acklog).unwrap().lines().count() == acks_before {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "round {round}: no fsync acknowledged in 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(rng.range(0, 300)));
         m.kill_daemon();
         let t = Instant::now();
         let status = loop {
@@ -84,7 +95,12 @@ fn sigkill_the_daemon_at_random_moments() {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        assert!(status.success(), "round {round}: writer failed: {status:?}");
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(
+            status.success(),
+            "round {round}: writer failed (an errno other than the daemon's death?): {status:?}\n{err}"
+        );
         m.detach();
         m.remount();
 
@@ -107,7 +123,12 @@ fn sigkill_the_daemon_at_random_moments() {
             );
             assert_eq!(sha256_hex(&m.blob(sha)), sha, "blob {sha} is damaged");
         }
-        acked_total = acked.lines().count();
+        let acked_now = acked.lines().count();
+        assert!(
+            acked_now > acks_before,
+            "round {round} checked no fsync of its own"
+        );
+        acked_total = acked_now;
         // Ids stay gap-free across every crash.
         for (i, r) in log.iter().enumerate() {
             assert_eq!(r["seq"], (i + 1) as u64, "round {round}: gap in ids");
