@@ -38,6 +38,12 @@ enum Cmd {
         /// Threads serving requests.
         #[arg(long, default_value_t = 4)]
         threads: usize,
+        /// Let other users (a service account, root's processes) enter the
+        /// mount; the kernel checks each entry's mode and owner, as on any
+        /// filesystem. Unprivileged, it needs `user_allow_other` in
+        /// /etc/fuse.conf.
+        #[arg(long)]
+        allow_other: bool,
         /// Also hide names matching this rule: `[/]GLOB[:dir|file|root|outside-skills|keep,…]`.
         #[arg(long, value_name = "RULE")]
         hide: Vec<String>,
@@ -149,6 +155,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             store,
             foreground,
             threads,
+            allow_other,
             hide,
             show,
             park_max_age,
@@ -159,6 +166,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             store,
             foreground,
             threads,
+            allow_other,
             rules: crate::hide::RuleArgs {
                 hide,
                 show,

@@ -39,6 +39,8 @@ pub struct MountArgs {
     pub store: Option<PathBuf>,
     pub foreground: bool,
     pub threads: usize,
+    /// Other users may enter the mount (see `fuse::mount`).
+    pub allow_other: bool,
     pub rules: RuleArgs,
 }
 
@@ -194,6 +196,9 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     let mut cmd = Command::new(exe);
     cmd.arg("mount").arg(&args.root).arg("--foreground");
     cmd.arg("--threads").arg(args.threads.to_string());
+    if args.allow_other {
+        cmd.arg("--allow-other");
+    }
     if let Some(s) = &args.store {
         cmd.arg("--store").arg(s);
     }
@@ -496,6 +501,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
         &prepared.root,
         &fsname,
         args.threads,
+        args.allow_other,
     );
     let session = match session {
         Ok(s) => s,

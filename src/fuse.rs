@@ -58,13 +58,27 @@ impl Mounted {
     }
 }
 
+/// Whether /etc/fuse.conf lets unprivileged users mount with `allow_other`.
+fn user_allow_other() -> bool {
+    std::fs::read_to_string("/etc/fuse.conf").is_ok_and(|c| {
+        c.lines()
+            .any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other")
+    })
+}
+
 /// Mounts `fs` on `root` (as root through mount(2), otherwise through
 /// `fusermount3`) and wires the core's cache invalidations to the kernel.
+///
+/// `allow_other`: other users may enter (`allow_other`, and fuser's request
+/// filter opened to every uid); `default_permissions` makes the kernel
+/// check modes and owners for them as on any filesystem. Without it only
+/// the mounting user may (the kernel refuses the rest, root included).
 pub fn mount(
     fs: Arc<SkillFs>,
     root: &Path,
     fsname: &str,
     threads: usize,
+    allow_other: bool,
 ) -> std::io::Result<Mounted> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
@@ -76,15 +90,29 @@ pub fn mount(
     ];
     config.n_threads = Some(threads.max(1));
     config.clone_fd = true;
+    config.acl = if allow_other {
+        fuser::SessionACL::All
+    } else {
+        fuser::SessionACL::Owner
+    };
     let adapter = FuseAdapter {
         fs: Arc::clone(&fs),
     };
     let session = if crate::sys::geteuid() == 0 {
         fuser::Session::new(adapter, root, &config)?
     } else {
-        let opts = format!("fsname={fsname},subtype=skillfs,default_permissions,nodev,nosuid");
+        let mut opts = format!("fsname={fsname},subtype=skillfs,default_permissions,nodev,nosuid");
+        if allow_other {
+            if !user_allow_other() {
+                return Err(std::io::Error::other(
+                    "--allow-other needs a line 'user_allow_other' in /etc/fuse.conf \
+                     (as root: echo user_allow_other >> /etc/fuse.conf)",
+                ));
+            }
+            opts.push_str(",allow_other");
+        }
         let fd = crate::fusermount::mount(root, &opts)?;
-        fuser::Session::from_fd(adapter, fd, fuser::SessionACL::Owner, config)?
+        fuser::Session::from_fd(adapter, fd, config.acl, config)?
     };
     // Invalidations are sent from their own thread: a notification written
     // from inside a request handler can wait on the very kernel locks that

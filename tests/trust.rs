@@ -469,3 +469,77 @@ fn a_full_disk_fails_calls_cleanly_and_never_kills_the_daemon() {
     assert!(m.log().iter().any(|r| r["state"]["blob"] == kept.as_str()));
     m.umount();
 }
+
+/// Runs `sh -c script` in `dir` as uid/gid 65534 (nobody); its exit code.
+fn as_nobody(dir: &Path, script: &str) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir("/")
+        .env("D", dir)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap()
+}
+
+/// Another user enters a `--allow-other` mount with exactly the rights the
+/// modes give it (the kernel checks them: `default_permissions`), and what
+/// it creates is its own; without the option it cannot enter at all.
+#[test]
+fn other_users_enter_an_allow_other_mount_as_the_modes_say() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        eprintln!("skipped: acting as another user needs root");
+        return;
+    }
+    let scratch = Scratch::new("allowother");
+    // The scratch directory's own parents must let nobody through.
+    fs::set_permissions(&scratch.dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(scratch.root(), fs::Permissions::from_mode(0o755)).unwrap();
+    let mut m = Mount::over(scratch, vec!["--allow-other".into()]);
+    fs::write(m.path("public.md"), "for everyone").unwrap();
+    fs::set_permissions(m.path("public.md"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(m.path("private.md"), "root only").unwrap();
+    fs::set_permissions(m.path("private.md"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::create_dir(m.path("shared")).unwrap();
+    fs::set_permissions(m.path("shared"), fs::Permissions::from_mode(0o777)).unwrap();
+    let root = m.root();
+    let ok = |script: &str| {
+        let out = as_nobody(&root, script);
+        assert!(
+            out.status.success(),
+            "as nobody: {script}\n{}",
+            describe(&out)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let refused = |script: &str| {
+        let out = as_nobody(&root, script);
+        assert!(!out.status.success(), "as nobody, allowed: {script}");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(err.contains("Permission denied"), "{script}: {err}");
+    };
+    assert_eq!(ok("cat \"$D/public.md\""), "for everyone");
+    refused("cat \"$D/private.md\"");
+    refused("echo x > \"$D/public.md\"");
+    refused("touch \"$D/new.md\"");
+    ok("echo mine > \"$D/shared/mine.md\"");
+    let md = fs::metadata(m.path("shared/mine.md")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (65534, 65534));
+    assert!(ok("ls \"$D/shared\"").contains("mine.md"));
+    // Versioned like any write, with its actor.
+    let rec = m.log().into_iter().last().unwrap();
+    assert_eq!(rec["path"], "shared/mine.md");
+    assert_eq!(rec["actor"]["uid"], 65534);
+    m.umount();
+    // Without --allow-other, another user cannot enter.
+    m.extra_args.clear();
+    m.remount();
+    let out = as_nobody(&m.root(), "ls \"$D\"");
+    assert!(
+        !out.status.success(),
+        "nobody listed a mount without --allow-other"
+    );
+}
