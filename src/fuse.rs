@@ -563,12 +563,11 @@ impl Filesystem for FuseAdapter {
         }
         for (i, e) in entries.iter().enumerate().skip(start) {
             let next = snap << 32 | (i as u64 + 1);
-            if reply.add(
-                INodeNo(e.ino),
-                next,
-                kind_type(e.kind),
-                OsStr::from_bytes(&e.name),
-            ) {
+            let kind = match e.special {
+                0 => kind_type(e.kind),
+                t => file_type(t),
+            };
+            if reply.add(INodeNo(e.ino), next, kind, OsStr::from_bytes(&e.name)) {
                 break;
             }
         }

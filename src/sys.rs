@@ -72,6 +72,12 @@ pub fn mkdirat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
     check(unsafe { libc::mkdirat(dir, c.as_ptr(), mode as libc::mode_t) }).map(drop)
 }
 
+/// A FIFO or socket node (`mode` holds its type).
+pub fn mknodat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
+    let c = cpath(rel)?;
+    check(unsafe { libc::mknodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
+}
+
 pub fn unlinkat(dir: RawFd, rel: &[u8], remove_dir: bool) -> io::Result<()> {
     let c = cpath(rel)?;
     let flags = if remove_dir { libc::AT_REMOVEDIR } else { 0 };

@@ -512,8 +512,17 @@ fn mknod_regular_and_o_tmpfile_like_sequences() {
     let r = unsafe { libc::mknod(c(&p).as_ptr(), libc::S_IFREG | 0o640, 0) };
     assert_eq!(r, 0);
     assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o640);
+    // A FIFO is made (scratch, unversioned: see tests/trust.rs); a device
+    // node is not.
     let fifo = m.path("fifo");
     let r = unsafe { libc::mkfifo(c(&fifo).as_ptr(), 0o644) };
+    assert_eq!(r, 0);
+    assert_eq!(
+        fs::metadata(&fifo).unwrap().mode() & libc::S_IFMT,
+        libc::S_IFIFO
+    );
+    let dev = m.path("dev");
+    let r = unsafe { libc::mknod(c(&dev).as_ptr(), libc::S_IFBLK | 0o600, 0) };
     assert_eq!(r, -1);
     assert_eq!(
         std::io::Error::last_os_error().raw_os_error(),

@@ -543,3 +543,79 @@ fn other_users_enter_an_allow_other_mount_as_the_modes_say() {
         "nobody listed a mount without --allow-other"
     );
 }
+
+/// A skill's helper may make a FIFO or bind a unix socket in its folder:
+/// made in place, listed with their type, working between processes,
+/// never versioned, removed with the folder.
+#[test]
+fn fifos_and_sockets_are_made_in_place_and_never_versioned() {
+    let mut m = Mount::new("special");
+    fs::create_dir_all(m.path("cat/helper")).unwrap();
+    let before = m.log().len();
+    let script = r#"
+import os, socket, sys, threading
+d = sys.argv[1]
+fifo = os.path.join(d, "cat/helper/pipe")
+os.mkfifo(fifo, 0o600)
+def feed():
+    with open(fifo, "w") as w:
+        w.write("through the fifo")
+t = threading.Thread(target=feed); t.start()
+with open(fifo) as r:
+    assert r.read() == "through the fifo"
+t.join()
+path = os.path.join(d, "cat/helper/sock")
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(path); srv.listen(1)
+def serve():
+    c, _ = srv.accept(); c.sendall(c.recv(100).upper()); c.close()
+t = threading.Thread(target=serve); t.start()
+cli = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+cli.connect(path); cli.sendall(b"ping"); assert cli.recv(100) == b"PING"
+t.join(); cli.close(); srv.close()
+import stat
+names = sorted(os.listdir(os.path.join(d, "cat/helper")))
+assert names == ["pipe", "sock"], names
+# The listing's own types (d_type), as `find` reads them.
+import subprocess
+for t, want in (("p", "pipe"), ("s", "sock")):
+    got = subprocess.run(["find", os.path.join(d, "cat/helper"), "-type", t, "-printf", "%f"],
+                         capture_output=True, text=True, check=True).stdout
+    assert got == want, (t, got)
+assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_ISSOCK(os.lstat(path).st_mode)
+os.rename(path, os.path.join(d, "cat/helper/sock2"))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(m.root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let recs: Vec<serde_json::Value> = m.log().into_iter().skip(before).collect();
+    assert!(
+        recs.is_empty(),
+        "FIFOs and sockets were journaled: {recs:?}"
+    );
+    // In place under ROOT, so an unmounted ROOT has them too (G6).
+    m.umount();
+    let ft = fs::symlink_metadata(m.root().join("cat/helper/pipe"))
+        .unwrap()
+        .file_type();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&ft));
+    m.remount();
+    assert!(
+        m.log().len() == before,
+        "the remount versioned them: {:?}",
+        m.log()
+    );
+    fs::remove_dir_all(m.path("cat/helper")).unwrap();
+    assert!(!m.path("cat/helper").exists());
+    // Devices stay out of a skills tree.
+    let r = unsafe { libc::mknod(c(&m.path("cat/dev")).as_ptr(), libc::S_IFCHR | 0o600, 0) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EPERM)
+    );
+}

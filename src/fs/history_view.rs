@@ -225,11 +225,13 @@ impl SkillFs {
                 name: b".".to_vec(),
                 kind: Kind::Dir,
                 ino,
+                special: 0,
             },
             DirEntry {
                 name: b"..".to_vec(),
                 kind: Kind::Dir,
                 ino,
+                special: 0,
             },
         ];
         match v {
@@ -247,6 +249,7 @@ impl SkillFs {
                         name: id.to_string().into_bytes(),
                         kind: Kind::Dir,
                         ino: encode(VNode::Snap(scope, id)),
+                        special: 0,
                     });
                 }
             }
@@ -262,6 +265,7 @@ impl SkillFs {
                         name: h.path(c).file_name().to_vec(),
                         kind: s.kind,
                         ino: encode(VNode::Snap(c, id)),
+                        special: 0,
                     });
                 }
             }

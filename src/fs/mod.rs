@@ -147,6 +147,9 @@ pub struct DirEntry {
     /// inode number with the top bit set (never one of ours, never 0, which
     /// some C libraries treat as a deleted entry).
     pub ino: Ino,
+    /// `S_IFIFO` or `S_IFSOCK` for such a node (`kind` then says `File`),
+    /// else 0.
+    pub special: u32,
 }
 
 /// Flags the kernel should apply to an open file.
@@ -284,6 +287,23 @@ fn empty_blob_state(st: &libc::stat, blob: String) -> EntryState {
     let mut s = state_from_stat(st, Kind::File);
     s.blob = Some(blob);
     s
+}
+
+/// The kind the inode table gives an entry: FIFOs and sockets (scratch,
+/// never versioned) are non-directories like files; devices have none.
+fn node_kind(st: &libc::stat) -> Option<Kind> {
+    kind_of(st).or(match st.st_mode & libc::S_IFMT {
+        libc::S_IFIFO | libc::S_IFSOCK => Some(Kind::File),
+        _ => None,
+    })
+}
+
+/// `S_IFIFO` or `S_IFSOCK` for such a node, else 0.
+fn special_of(st: &libc::stat) -> u32 {
+    match st.st_mode & libc::S_IFMT {
+        t @ (libc::S_IFIFO | libc::S_IFSOCK) => t,
+        _ => 0,
+    }
 }
 
 fn check_name(name: &[u8]) -> FsResult<()> {
@@ -828,7 +848,7 @@ impl SkillFs {
         let ploc = self.loc(parent)?;
         let swaps = self.swaps.load(Ordering::SeqCst);
         let f = self.find(parent, &ploc, name)?;
-        let kind = kind_of(&f.st).ok_or(FsError::ENOENT)?;
+        let kind = node_kind(&f.st).ok_or(FsError::ENOENT)?;
         let ino = self.tree.lock().link(parent, name, kind, f.attached);
         let of = self.open_file(ino);
         // `find` stat'ed before the open state was looked up (see
@@ -1117,8 +1137,9 @@ impl SkillFs {
         })
     }
 
-    /// Creates a new directory or symlink `name` in `parent` where the hide
-    /// rules place it, and journals it when it is versioned.
+    /// Creates a new directory, symlink, or (`kind` `File`) FIFO or socket
+    /// `name` in `parent` where the hide rules place it, and journals it
+    /// when it is versioned (never a FIFO or socket).
     fn make(
         &self,
         parent: Ino,
@@ -1147,7 +1168,10 @@ impl SkillFs {
             self.invalidate_entry(parent, name.to_vec());
         })?;
         let ino = self.tree.lock().link(parent, name, kind, attached);
-        if let Some(p) = &self.versioned(&loc) {
+        // `File` here is a FIFO or socket from `mknod`: not versioned.
+        if kind != Kind::File
+            && let Some(p) = &self.versioned(&loc)
+        {
             let mut state = state_from_stat(&st, kind);
             state.target = target.map(|t| ByteString(t.to_vec()));
             let op = if kind == Kind::Dir {
@@ -1209,7 +1233,9 @@ impl SkillFs {
             }
             tree.detach(parent, name);
         }
-        if let Some(p) = &self.versioned(&f.loc) {
+        if let Some(p) = &self.versioned(&f.loc)
+            && special_of(&f.st) == 0
+        {
             let op = if dir { Op::Rmdir } else { Op::Unlink };
             self.record(Change::new(op, p.clone(), None), caller);
         }
@@ -1239,7 +1265,8 @@ impl SkillFs {
         let ploc = self.loc(parent)?;
         let nploc = self.loc(newparent)?;
         let src = self.find(parent, &ploc, name)?;
-        let kind = kind_of(&src.st).ok_or(FsError::EPERM)?;
+        let kind = node_kind(&src.st).ok_or(FsError::EPERM)?;
+        let src_special = special_of(&src.st) != 0;
         if parent == newparent && name == newname {
             return Ok(());
         }
@@ -1353,7 +1380,24 @@ impl SkillFs {
             }
         }
         let noreplace = flags & libc::RENAME_NOREPLACE != 0;
-        if exchange {
+        // FIFOs and sockets are never versioned: a move of one journals
+        // only what it replaced (a versioned file, now gone).
+        let dst_special = dst_st.as_ref().is_some_and(|st| special_of(st) != 0);
+        if src_special || (exchange && dst_special) {
+            if exchange {
+                if !src_special {
+                    self.journal_move(&src.loc, a_at, false, caller);
+                }
+                if !dst_special {
+                    self.journal_move(&dst, b_at, false, caller);
+                }
+            } else if dst_st.is_some()
+                && !dst_special
+                && let Some(p) = self.versioned(&dst)
+            {
+                self.record(Change::new(Op::Unlink, p, None), caller);
+            }
+        } else if exchange {
             let moves = [(&src.loc, a_at), (&dst, b_at)];
             let versioned = |(from, to): &(&Location, &Location)| {
                 (self.versioned(from).is_some(), self.versioned(to).is_some())
@@ -1794,12 +1838,20 @@ impl SkillFs {
         ))
     }
 
-    /// `mknod` of a regular file is a create without an open handle; other
-    /// node types are not kept in a skills tree.
+    /// `mknod` of a regular file is a create without an open handle. A
+    /// FIFO or a socket (a skill's helper binding a unix socket in its
+    /// folder) is made in place, like any scratch file, and never
+    /// versioned; device nodes are not kept in a skills tree.
     pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
         self.check_writable(parent, name, true)?;
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(FsError::EPERM);
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => {}
+            libc::S_IFIFO | libc::S_IFSOCK => {
+                return self.make(parent, name, Kind::File, None, caller, |loc| {
+                    sys::mknodat(loc.dirfd, &loc.phys, mode & (libc::S_IFMT | 0o7777))
+                });
+            }
+            _ => return Err(FsError::EPERM),
         }
         let (entry, reply) =
             self.create(parent, name, mode, libc::O_RDONLY | libc::O_EXCL, caller)?;
@@ -2242,35 +2294,40 @@ impl SkillFs {
             name: b".".to_vec(),
             kind: Kind::Dir,
             ino,
+            special: 0,
         });
         entries.push(DirEntry {
             name: b"..".to_vec(),
             kind: Kind::Dir,
             ino: parent,
+            special: 0,
         });
         let tree = self.tree.lock();
         for e in raw {
-            let kind = match e.d_type {
-                libc::DT_DIR => Kind::Dir,
-                libc::DT_REG => Kind::File,
-                libc::DT_LNK => Kind::Symlink,
-                _ => {
-                    let child = if attached_names.contains(&e.name) {
-                        continue;
-                    } else {
-                        loc.child(&e.name)
-                    };
-                    match child.lstat().ok().and_then(|st| kind_of(&st)) {
-                        Some(k) => k,
-                        None => continue,
+            let (kind, special) = match e.d_type {
+                libc::DT_DIR => (Kind::Dir, 0),
+                libc::DT_REG => (Kind::File, 0),
+                libc::DT_LNK => (Kind::Symlink, 0),
+                libc::DT_FIFO => (Kind::File, libc::S_IFIFO),
+                libc::DT_SOCK => (Kind::File, libc::S_IFSOCK),
+                libc::DT_UNKNOWN if !attached_names.contains(&e.name) => {
+                    match loc.child(&e.name).lstat() {
+                        Ok(st) => match node_kind(&st) {
+                            Some(k) => (k, special_of(&st)),
+                            None => continue,
+                        },
+                        Err(_) => continue,
                     }
                 }
+                // Device nodes are not kept in a skills tree.
+                _ => continue,
             };
             let ino = tree.child(ino, &e.name).unwrap_or(e.d_ino | 1 << 63);
             entries.push(DirEntry {
                 name: e.name,
                 kind,
                 ino,
+                special,
             });
         }
         drop(tree);
