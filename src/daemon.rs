@@ -27,7 +27,7 @@ use crate::scan::{Areas, Settler, tend_parked};
 use crate::store::blobs::BlobStore;
 use crate::store::journal::{self, Journal};
 use crate::store::journal::{Actor, Op};
-use crate::store::{self, Layout, StoreLock};
+use crate::store::{self, Layout, StoreLock, fsutil};
 
 const READY_FD_ENV: &str = "SKILLFS_READY_FD";
 /// Our mounts are told apart by their source, `skillfs:<store dir>` (the
@@ -354,6 +354,51 @@ fn check_root(root: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Refuses nested mounts: ROOT inside a skillfs mount (its store would be
+/// in the outer tree, and every write versioned twice), a skillfs mount
+/// inside ROOT (the scan would read it through its daemon), and a store
+/// inside a skillfs mount.
+fn check_nesting(root: &Path, store: &Path) -> Result<(), Failure> {
+    for m in mounts() {
+        if m.skillfs_store().is_none() || m.mount_point == root {
+            continue;
+        }
+        let mp = &m.mount_point;
+        let why = if root.starts_with(mp) {
+            (
+                Exit::BadRoot,
+                format!(
+                    "ROOT '{}' is inside the skillfs mount '{}': mount only the outer one",
+                    root.display(),
+                    mp.display()
+                ),
+            )
+        } else if mp.starts_with(root) {
+            (
+                Exit::BadRoot,
+                format!(
+                    "ROOT '{}' holds the skillfs mount '{}': unmount that one first",
+                    root.display(),
+                    mp.display()
+                ),
+            )
+        } else if store.starts_with(mp) {
+            (
+                Exit::BadStore,
+                format!(
+                    "store '{}' is inside the skillfs mount '{}': it would be versioned there",
+                    store.display(),
+                    mp.display()
+                ),
+            )
+        } else {
+            continue;
+        };
+        return Err(Failure::new(why.0, why.1));
+    }
+    Ok(())
+}
+
 fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let root = absolute_root(&args.root)?;
     check_root(&root)?;
@@ -367,6 +412,7 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     } else {
         anc.join(&tail)
     };
+    check_nesting(&root, &store_path)?;
     store::check_placement(&root, &store_path, &anc)?;
     if store_path.as_os_str().as_bytes().contains(&b',') {
         return Err(Failure::new(
@@ -378,16 +424,29 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         ));
     }
     let layout = Layout::new(store_path.clone());
-    // Bad rules and a damaged journal are refused before anything is
-    // created or locked.
+    // A store another user can reach, bad rules, a damaged journal and a
+    // store of another root are refused before anything is created,
+    // repaired or locked.
+    let uid = crate::sys::geteuid();
+    let mut repairs = fsutil::audit_parent(&store_path, &anc, uid)?;
+    if fs::symlink_metadata(&store_path).is_ok() {
+        repairs.extend(fsutil::audit(&store_path, uid)?);
+    }
     let config = Config::load(&layout.dir)?;
     let rules = HideRules::build(&config, &args.rules)?;
     if layout.journal().is_dir() {
         journal::read_dir(&layout.journal())?;
     }
+    StoreLock::refuse_if_held(&layout)?;
+    let root_id = store::RootId::of(&root)?;
+    let root_id_stale = root_id.check(&layout)?;
+    fsutil::repair(&repairs)?;
     layout.create()?;
     store::check_placement(&root, &store_path, &store_path)?;
     let lock = StoreLock::acquire(&layout)?;
+    if root_id_stale {
+        root_id.write(&layout)?;
+    }
     let contents = journal::read_dir(&layout.journal())?;
     layout.clear_scratch()?;
     let journal = Journal::open(&contents)?;
@@ -436,7 +495,7 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         rules.describe().join("  "),
         rules.describe_untracked().join("  ")
     );
-    fs::write(layout.rules(), rules_text)
+    fsutil::replace_file(&layout.rules(), rules_text.as_bytes())
         .map_err(|e| Failure::io(Exit::BadStore, "write", &layout.rules(), &e))?;
     let dirs = StoreDirs {
         staging: layout.staging(),
@@ -560,7 +619,7 @@ fn start_sweeper(fs: Arc<SkillFs>) {
 }
 
 fn redirect_stderr(log: &Path) {
-    if let Ok(f) = fs::OpenOptions::new().create(true).append(true).open(log) {
+    if let Ok(f) = fsutil::open_append(log) {
         unsafe { libc::dup2(f.as_raw_fd(), 2) };
     }
 }
@@ -645,16 +704,36 @@ pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
         ));
     };
     let layout = Layout::new(store);
-    match StoreLock::holder(&layout) {
-        Some(pid) => {
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    match StoreLock::is_held(&layout) {
+        true => {
+            // Signal only a pid proven to be this store's daemon (`LOCK`
+            // is a file: its pid alone proves nothing). Otherwise detach:
+            // the daemon ends once its mount is released, as after a
+            // signal.
+            match StoreLock::daemon(&layout) {
+                Some(proven) => unsafe {
+                    libc::kill(proven as i32, libc::SIGTERM);
+                },
+                None => {
+                    tracing::warn!(
+                        "the pid in the lock of '{}' is not proven to be its daemon: detaching the mount without signalling",
+                        root.display()
+                    );
+                    lazy_unmount(&root).map_err(|e| {
+                        Failure::new(
+                            Exit::Internal,
+                            format!("could not unmount '{}': {e}", root.display()),
+                        )
+                    })?;
+                }
+            }
             let deadline = Instant::now() + timeout;
-            while StoreLock::holder(&layout).is_some() {
+            while StoreLock::is_held(&layout) {
                 if Instant::now() > deadline {
                     return Err(Failure::new(
                         Exit::Internal,
                         format!(
-                            "the daemon (pid {pid}) of '{}' did not finish within {timeout:?}; files may still be open",
+                            "the daemon of '{}' did not finish within {timeout:?}; files may still be open",
                             root.display()
                         ),
                     ));
@@ -668,7 +747,7 @@ pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
             }
             Ok(format!("unmounted {}", root.display()))
         }
-        None => {
+        false => {
             lazy_unmount(&root).map_err(|e| {
                 Failure::new(
                     Exit::Internal,
