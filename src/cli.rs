@@ -44,9 +44,13 @@ enum Cmd {
         /// Stop hiding what a default rule hides (give its text or pattern).
         #[arg(long, value_name = "RULE")]
         show: Vec<String>,
-        /// Parks untouched for longer than this are swept at mount (e.g. 12h, 7d) [default: 7d].
+        /// Parks untouched for longer than this are swept at mount (e.g. 12h, 7d; at least 1h) [default: 7d].
         #[arg(long, value_name = "AGE")]
         park_max_age: Option<String>,
+        /// Accept a park age below 1h (for tests: it sweeps the temp files
+        /// of atomic writers still at work).
+        #[arg(long, hide = true)]
+        allow_short_park_max_age: bool,
         /// Keep no versions of visible files matching this rule (written
         /// copy-on-write all the same). Defaults: /.usage.json, /.curator_ledger.jsonl.
         #[arg(long, value_name = "RULE")]
@@ -163,6 +167,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             hide,
             show,
             park_max_age,
+            allow_short_park_max_age,
             untracked,
             tracked,
         } => daemon::mount(MountArgs {
@@ -176,6 +181,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 untracked,
                 tracked,
                 park_max_age,
+                allow_short_park_max_age,
             },
         }),
         Cmd::Umount { root, timeout } => {

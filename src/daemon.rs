@@ -211,6 +211,9 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     if let Some(a) = &r.park_max_age {
         cmd.arg("--park-max-age").arg(a);
     }
+    if r.allow_short_park_max_age {
+        cmd.arg("--allow-short-park-max-age");
+    }
     cmd.env(READY_FD_ENV, wr.as_raw_fd().to_string());
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
