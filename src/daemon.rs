@@ -262,6 +262,7 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
 struct Prepared {
     root: PathBuf,
     layout: Layout,
+    repaired: Vec<fsutil::Repair>,
     _lock: StoreLock,
     fs: Arc<SkillFs>,
 }
@@ -511,6 +512,7 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     Ok(Prepared {
         root,
         layout,
+        repaired: repairs,
         _lock: lock,
         fs: Arc::new(fs),
     })
@@ -550,6 +552,9 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     };
     if background {
         redirect_stderr(&prepared.layout.log());
+    }
+    for r in &prepared.repaired {
+        tracing::warn!("{r}");
     }
 
     let fsname = format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display());

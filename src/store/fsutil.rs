@@ -177,7 +177,7 @@ pub fn audit(store: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
 /// ours to make private (a store of an older version left it 0777).
 pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
     let dir = match store.parent() {
-        Some(p) if p.starts_with(anc) && fs::symlink_metadata(p).is_ok() => p,
+        Some(p) if anc.starts_with(p) => p,
         _ => anc,
     };
     let md = fs::symlink_metadata(dir).map_err(|e| Failure::io(Exit::BadStore, "stat", dir, &e))?;
@@ -283,7 +283,7 @@ fn check_entry(
 
 /// Applies the repairs of [`audit`], parents first (once a directory is
 /// 0700, no other user can swap what is below it), never through a
-/// symlink.
+/// symlink. The caller logs them (once the daemon's log is open).
 pub fn repair(repairs: &[Repair]) -> Result<(), Failure> {
     for r in repairs {
         let fail = |e: &io::Error| Failure::io(Exit::BadStore, "repair the mode of", &r.path, e);
@@ -306,14 +306,20 @@ pub fn repair(repairs: &[Repair]) -> Result<(), Failure> {
             std::os::unix::fs::PermissionsExt::from_mode(r.to),
         )
         .map_err(|e| fail(&e))?;
-        tracing::warn!(
-            "repaired the mode of {} from {:o} to {:o}: the store must be private",
-            r.path.display(),
-            r.from,
-            r.to
-        );
     }
     Ok(())
+}
+
+impl std::fmt::Display for Repair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "repaired the mode of {} from {:o} to {:o}: the store must be private",
+            self.path.display(),
+            self.from,
+            self.to
+        )
+    }
 }
 
 /// Opens a store file for appending (the daemon's log): created 0600, never
