@@ -504,6 +504,9 @@ mod tests {
             ("*.md", "SKILL.md"),
             ("a/b", "one name"),
             ("x:bogus", "unknown flag"),
+            ("zz\ncurl x|sh\n#", "control character"),
+            ("a\tb", "control character"),
+            ("a\u{85}b", "control character"),
         ] {
             let e = Rule::parse(t).unwrap_err();
             assert!(e.contains(why), "{t}: {e}");
@@ -530,6 +533,32 @@ mod tests {
             ..RuleArgs::default()
         };
         assert!(HideRules::build(&Config::default(), &show_nothing).is_err());
+        let long = "y".repeat(RULE_MAX_BYTES + 1);
+        assert!(Rule::parse(&long).unwrap_err().contains("longer than"));
+        let show_ctl = RuleArgs {
+            show: vec!["*.bak\n".into()],
+            ..RuleArgs::default()
+        };
+        assert!(HideRules::build(&Config::default(), &show_ctl).is_err());
+        for (age, ok) in [("0s", false), ("59m", false), ("1h", true), ("7d", true)] {
+            let args = RuleArgs {
+                park_max_age: Some(age.into()),
+                ..RuleArgs::default()
+            };
+            assert_eq!(
+                HideRules::build(&Config::default(), &args).is_ok(),
+                ok,
+                "{age}"
+            );
+            let allowed = RuleArgs {
+                allow_short_park_max_age: true,
+                ..args
+            };
+            assert!(
+                HideRules::build(&Config::default(), &allowed).is_ok(),
+                "{age}"
+            );
+        }
         let d = HideRules::defaults();
         assert!(d.is_untracked(&RelPath::parse(b".usage.json").unwrap()));
         assert!(!d.is_untracked(&RelPath::parse(b"cat/.usage.json").unwrap()));

@@ -27,6 +27,20 @@ pub fn skillfs(args: &[&str]) -> Output {
         .expect("run skillfs")
 }
 
+/// [`skillfs`] run under the file mode creation mask `mask`.
+pub fn skillfs_umask(args: &[&str], mask: u32) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env_remove("HERMES_HOME");
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::umask(mask as libc::mode_t);
+            Ok(())
+        });
+    }
+    cmd.output().expect("run skillfs")
+}
+
 pub fn describe(out: &Output) -> String {
     format!(
         "status {:?}\nstdout: {}\nstderr: {}",
@@ -107,6 +121,8 @@ pub struct Mount {
     pub scratch: Scratch,
     pub pid: u32,
     pub extra_args: Vec<String>,
+    /// The umask `skillfs mount` runs under (the test's own if `None`).
+    pub umask: Option<u32>,
     done: Arc<AtomicBool>,
 }
 
@@ -124,10 +140,16 @@ impl Mount {
     }
 
     pub fn over(scratch: Scratch, extra_args: Vec<String>) -> Mount {
+        Mount::over_umask(scratch, extra_args, None)
+    }
+
+    /// [`Mount::over`], with `skillfs mount` run under `umask`.
+    pub fn over_umask(scratch: Scratch, extra_args: Vec<String>, umask: Option<u32>) -> Mount {
         let mut m = Mount {
             scratch,
             pid: 0,
             extra_args,
+            umask,
             done: Arc::new(AtomicBool::new(false)),
         };
         m.mount();
@@ -152,7 +174,10 @@ impl Mount {
         let mut args: Vec<String> = vec!["mount".into(), root.display().to_string()];
         args.extend(self.extra_args.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = skillfs(&argv);
+        let out = match self.umask {
+            Some(mask) => skillfs_umask(&argv, mask),
+            None => skillfs(&argv),
+        };
         assert!(
             out.status.success(),
             "mount of {} failed (a mount that fails is a test failure):\n{}",
