@@ -165,15 +165,31 @@ impl MountInfo {
 /// Runs `skillfs mount`.
 pub fn mount(args: MountArgs) -> Result<(), Failure> {
     if args.foreground {
-        let ready = std::env::var(READY_FD_ENV)
-            .ok()
-            .and_then(|v| v.parse::<i32>().ok())
-            .map(|fd| unsafe { File::from_raw_fd(fd) });
-        // SAFETY of from_raw_fd: the fd was created for us by our parent and
-        // nothing else in this process owns it.
-        return run_daemon(args, ready);
+        return run_daemon(args, ready_pipe());
     }
     spawn_daemon(&args)
+}
+
+/// The pipe our parent `skillfs mount` reads the readiness report from.
+/// The variable is taken out of the environment (nothing we start inherits
+/// it), and only an open pipe above stderr is taken: a stray or hostile
+/// value never makes us own, and later close, stdin, stdout, stderr or a
+/// file.
+fn ready_pipe() -> Option<File> {
+    let value = std::env::var(READY_FD_ENV).ok();
+    // SAFETY: called before the daemon starts any thread.
+    unsafe { std::env::remove_var(READY_FD_ENV) };
+    let fd = value?.parse::<i32>().ok().filter(|fd| *fd > 2)?;
+    let mut st = crate::sys::empty_stat();
+    // SAFETY: fcntl and fstat only inspect the fd number.
+    let open = unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0
+        && unsafe { libc::fstat(fd, &mut st) } == 0;
+    if !open || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return None;
+    }
+    // SAFETY: an open pipe passed to us by our parent for this report;
+    // nothing else in this process owns it.
+    Some(unsafe { File::from_raw_fd(fd) })
 }
 
 fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
