@@ -345,8 +345,12 @@ fn status(root: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), Failure> 
     let _ = writeln!(out, "state:    {state}");
     let size = store::disk_usage(&layout.dir).unwrap_or(0);
     let _ = writeln!(out, "store:    {} ({} bytes)", layout.dir.display(), size);
-    let rules = match (&mounted, std::fs::read_to_string(layout.rules())) {
-        (Some(_), Ok(text)) => text,
+    let written = store::fsutil::read_small(&layout.rules(), 1 << 20)
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let rules = match (&mounted, written) {
+        (Some(_), Some(text)) => text,
         _ => {
             let r = crate::hide::HideRules::build(
                 &crate::hide::Config::load(&layout.dir)?,

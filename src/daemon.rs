@@ -182,8 +182,8 @@ fn ready_pipe() -> Option<File> {
     let fd = value?.parse::<i32>().ok().filter(|fd| *fd > 2)?;
     let mut st = crate::sys::empty_stat();
     // SAFETY: fcntl and fstat only inspect the fd number.
-    let open = unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0
-        && unsafe { libc::fstat(fd, &mut st) } == 0;
+    let open =
+        unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 && unsafe { libc::fstat(fd, &mut st) } == 0;
     if !open || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
         return None;
     }
@@ -728,60 +728,57 @@ pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
         ));
     };
     let layout = Layout::new(store);
-    match StoreLock::is_held(&layout) {
-        true => {
-            // Signal only a pid proven to be this store's daemon (`LOCK`
-            // is a file: its pid alone proves nothing). Otherwise detach:
-            // the daemon ends once its mount is released, as after a
-            // signal.
-            match StoreLock::daemon(&layout) {
-                Some(proven) => unsafe {
-                    libc::kill(proven as i32, libc::SIGTERM);
-                },
-                None => {
-                    tracing::warn!(
-                        "the pid in the lock of '{}' is not proven to be its daemon: detaching the mount without signalling",
-                        root.display()
-                    );
-                    lazy_unmount(&root).map_err(|e| {
-                        Failure::new(
-                            Exit::Internal,
-                            format!("could not unmount '{}': {e}", root.display()),
-                        )
-                    })?;
-                }
-            }
-            let deadline = Instant::now() + timeout;
-            while StoreLock::is_held(&layout) {
-                if Instant::now() > deadline {
-                    return Err(Failure::new(
+    if StoreLock::is_held(&layout) {
+        // Signal only a pid proven to be this store's daemon (`LOCK`
+        // is a file: its pid alone proves nothing). Otherwise detach:
+        // the daemon ends once its mount is released, as after a
+        // signal.
+        match StoreLock::daemon(&layout) {
+            Some(proven) => unsafe {
+                libc::kill(proven as i32, libc::SIGTERM);
+            },
+            None => {
+                tracing::warn!(
+                    "the pid in the lock of '{}' is not proven to be its daemon: detaching the mount without signalling",
+                    root.display()
+                );
+                lazy_unmount(&root).map_err(|e| {
+                    Failure::new(
                         Exit::Internal,
-                        format!(
-                            "the daemon of '{}' did not finish within {timeout:?}; files may still be open",
-                            root.display()
-                        ),
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(10));
+                        format!("could not unmount '{}': {e}", root.display()),
+                    )
+                })?;
             }
-            // The daemon detached the mount itself; a stacked mount left by
-            // a failure is detached here too.
-            if mount_at(&root).is_some_and(|m| m.skillfs_store().is_some()) {
-                let _ = lazy_unmount(&root);
-            }
-            Ok(format!("unmounted {}", root.display()))
         }
-        false => {
-            lazy_unmount(&root).map_err(|e| {
-                Failure::new(
+        let deadline = Instant::now() + timeout;
+        while StoreLock::is_held(&layout) {
+            if Instant::now() > deadline {
+                return Err(Failure::new(
                     Exit::Internal,
-                    format!("could not unmount '{}': {e}", root.display()),
-                )
-            })?;
-            Ok(format!(
-                "the daemon of {} was not running; detached its stale mount",
-                root.display()
-            ))
+                    format!(
+                        "the daemon of '{}' did not finish within {timeout:?}; files may still be open",
+                        root.display()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
+        // The daemon detached the mount itself; a stacked mount left by
+        // a failure is detached here too.
+        if mount_at(&root).is_some_and(|m| m.skillfs_store().is_some()) {
+            let _ = lazy_unmount(&root);
+        }
+        Ok(format!("unmounted {}", root.display()))
+    } else {
+        lazy_unmount(&root).map_err(|e| {
+            Failure::new(
+                Exit::Internal,
+                format!("could not unmount '{}': {e}", root.display()),
+            )
+        })?;
+        Ok(format!(
+            "the daemon of {} was not running; detached its stale mount",
+            root.display()
+        ))
     }
 }

@@ -186,9 +186,10 @@ impl StoreLock {
     /// Refuses a store a daemon serves, without creating anything (the
     /// check before the other checks of a mount).
     pub fn refuse_if_held(layout: &Layout) -> Result<(), Failure> {
-        match Self::is_held(layout) {
-            true => Err(Self::in_use(layout)),
-            false => Ok(()),
+        if Self::is_held(layout) {
+            Err(Self::in_use(layout))
+        } else {
+            Ok(())
         }
     }
 
@@ -278,12 +279,9 @@ pub fn check_placement(root: &Path, store: &Path, existing: &Path) -> Result<(),
             ),
         ));
     }
-    let probe = existing.join(format!(".skillfs-write-probe.{}", std::process::id()));
-    fsutil::options()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .and_then(|_| fs::remove_file(&probe))
+    // Asked, not tried: a probe file would be a write outside ROOT and the
+    // store (G8). The kernel answers EROFS for a read-only mount too.
+    sys::access_write(existing)
         .map_err(|e| Failure::io(Exit::BadStore, "write to store directory", existing, &e))?;
     Ok(())
 }
