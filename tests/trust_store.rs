@@ -262,6 +262,34 @@ fn a_symlink_in_the_store_is_refused_and_its_target_untouched() {
 }
 
 #[test]
+fn a_store_in_a_directory_anyone_can_write_is_refused() {
+    let s = Scratch::new("openparent");
+    let _detach = Detach(vec![s.root()]);
+    let shared = s.dir.join("shared");
+    fs::create_dir(&shared).unwrap();
+    chmod(&shared, 0o777);
+    let store = shared.join("store");
+    let out = skillfs(&[
+        "mount",
+        s.root().to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert_refused(&out, 4, &["shared", "every user can write"]);
+    assert!(!store.exists(), "nothing may be created");
+    // With the sticky bit (as /tmp), only the owner may rename the store.
+    chmod(&shared, 0o1777);
+    let root = s.root();
+    let r = root.to_str().unwrap();
+    let out = skillfs(&["mount", r, "--store", store.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    fs::write(root.join("a.md"), "a").unwrap();
+    let out = skillfs(&["umount", r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(!is_mounted(&root));
+}
+
+#[test]
 fn umount_never_signals_a_pid_written_in_lock() {
     let mut m = Mount::new("lockpid");
     let mut sleeper = Command::new("sleep").arg("120").spawn().unwrap();

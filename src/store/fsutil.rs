@@ -172,9 +172,11 @@ pub fn audit(store: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
 }
 
 /// Checks the directory the store lives in (or will be made in: `anc`,
-/// the deepest existing ancestor): another user who can write it without
-/// a sticky bit could swap the whole store. The default `.skillfs/` is
-/// ours to make private (a store of an older version left it 0777).
+/// the deepest existing ancestor): any user who can write it without a
+/// sticky bit could swap the whole store. (A group-writable one is let be:
+/// with per-user groups, the usual setup under umask 002, the group is the
+/// user.) The default `.skillfs/` is ours to make private (a store of an
+/// older version left it 0777).
 pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
     let dir = match store.parent() {
         Some(p) if anc.starts_with(p) => p,
@@ -190,12 +192,12 @@ pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, F
             to: DIR_MODE,
         }]);
     }
-    if mode & 0o022 != 0 && mode & libc::S_ISVTX == 0 {
+    if mode & 0o002 != 0 && mode & libc::S_ISVTX == 0 {
         return Err(Failure::new(
             Exit::BadStore,
             format!(
-                "store '{}' is in '{}', which other users can write (mode {mode:o}, no sticky \
-                 bit): they could replace the store",
+                "store '{}' is in '{}', which every user can write (mode {mode:o}, no sticky \
+                 bit): anyone could replace the store",
                 store.display(),
                 dir.display()
             ),
