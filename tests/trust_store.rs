@@ -279,14 +279,10 @@ fn a_store_in_a_directory_anyone_can_write_is_refused() {
     assert!(!store.exists(), "nothing may be created");
     // With the sticky bit (as /tmp), only the owner may rename the store.
     chmod(&shared, 0o1777);
-    let root = s.root();
-    let r = root.to_str().unwrap();
-    let out = skillfs(&["mount", r, "--store", store.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", describe(&out));
-    fs::write(root.join("a.md"), "a").unwrap();
-    let out = skillfs(&["umount", r]);
-    assert!(out.status.success(), "{}", describe(&out));
-    assert!(!is_mounted(&root));
+    let mut m = Mount::over(s, vec!["--store".into(), store.display().to_string()]);
+    fs::write(m.path("a.md"), "a").unwrap();
+    m.umount();
+    assert_eq!(mode(&store), 0o700);
 }
 
 #[test]

@@ -161,8 +161,12 @@ impl Mount {
         self.scratch.root()
     }
 
+    /// The store: `--store` of the extra arguments, else the default one.
     pub fn store(&self) -> PathBuf {
-        self.scratch.store()
+        match self.extra_args.iter().position(|a| a == "--store") {
+            Some(i) => PathBuf::from(&self.extra_args[i + 1]),
+            None => self.scratch.store(),
+        }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
