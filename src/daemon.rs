@@ -447,6 +447,7 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     // A store another user can reach, bad rules, a damaged journal and a
     // store of another root are refused before anything is created,
     // repaired or locked.
+    StoreLock::refuse_if_held(&layout)?;
     let uid = crate::sys::geteuid();
     let mut repairs = fsutil::audit_parent(&store_path, &anc, uid)?;
     if fs::symlink_metadata(&store_path).is_ok() {
@@ -457,7 +458,6 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     if layout.journal().is_dir() {
         journal::read_dir(&layout.journal())?;
     }
-    StoreLock::refuse_if_held(&layout)?;
     let root_id = store::RootId::of(&root)?;
     let root_id_stale = root_id.check(&layout)?;
     fsutil::repair(&repairs)?;

@@ -166,7 +166,9 @@ fn refuse(path: &Path, why: String) -> Failure {
 /// [`repair`]. Reads only.
 pub fn audit(store: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
     let mut repairs = Vec::new();
-    check_entry(store, true, uid, &mut repairs)?;
+    if check_entry(store, true, uid, &mut repairs)?.is_none() {
+        return Ok(repairs);
+    }
     walk(store, Depth::All, uid, &mut repairs, true)?;
     Ok(repairs)
 }
@@ -213,11 +215,17 @@ fn walk(
     repairs: &mut Vec<Repair>,
     top: bool,
 ) -> Result<(), Failure> {
-    let entries = fs::read_dir(dir).map_err(|e| Failure::io(Exit::BadStore, "list", dir, &e))?;
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Failure::io(Exit::BadStore, "list", dir, &e)),
+    };
     for ent in entries {
         let ent = ent.map_err(|e| Failure::io(Exit::BadStore, "list", dir, &e))?;
         let path = ent.path();
-        let is_dir = check_entry(&path, false, uid, repairs)?;
+        let Some(is_dir) = check_entry(&path, false, uid, repairs)? else {
+            continue; // gone since listed
+        };
         if !is_dir {
             if depth == Depth::Areas {
                 return Err(refuse(&path, "is not a directory".into()));
@@ -242,15 +250,19 @@ fn walk(
     Ok(())
 }
 
-/// Checks one entry; whether it is a directory.
+/// Checks one entry; whether it is a directory, `None` if it is gone (a
+/// temp file of a daemon that was still finishing).
 fn check_entry(
     path: &Path,
     must_be_dir: bool,
     uid: u32,
     repairs: &mut Vec<Repair>,
-) -> Result<bool, Failure> {
-    let md =
-        fs::symlink_metadata(path).map_err(|e| Failure::io(Exit::BadStore, "stat", path, &e))?;
+) -> Result<Option<bool>, Failure> {
+    let md = match fs::symlink_metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Failure::io(Exit::BadStore, "stat", path, &e)),
+    };
     let ft = md.file_type();
     if ft.is_symlink() {
         return Err(refuse(path, "is a symlink".into()));
@@ -280,7 +292,7 @@ fn check_entry(
             to: want,
         });
     }
-    Ok(ft.is_dir())
+    Ok(Some(ft.is_dir()))
 }
 
 /// Applies the repairs of [`audit`], parents first (once a directory is
