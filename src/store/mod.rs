@@ -396,3 +396,29 @@ pub fn disk_usage(dir: &Path) -> io::Result<u64> {
     }
     Ok(total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_holder_of_the_flock_is_proven_the_daemon() {
+        let d = std::env::temp_dir().join(format!("skillfs-lockproof-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        let layout = Layout::new(d.clone());
+        layout.create().unwrap();
+        assert_eq!(StoreLock::daemon(&layout), None, "no LOCK");
+        let lock = StoreLock::acquire(&layout).unwrap();
+        // This test process holds the flock and its comm starts with
+        // "skillfs" (the test binary is skillfs-<hash>).
+        assert_eq!(StoreLock::daemon(&layout), Some(std::process::id()));
+        // Another pid written in LOCK proves nothing.
+        fs::write(layout.lock(), "1\n").unwrap();
+        assert!(StoreLock::is_held(&layout));
+        assert_eq!(StoreLock::daemon(&layout), None);
+        drop(lock);
+        assert!(!StoreLock::is_held(&layout));
+        assert_eq!(StoreLock::daemon(&layout), None, "nobody holds it");
+        fs::remove_dir_all(&d).unwrap();
+    }
+}
