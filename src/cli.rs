@@ -50,9 +50,13 @@ enum Cmd {
         /// Stop hiding what a default rule hides (give its text or pattern).
         #[arg(long, value_name = "RULE")]
         show: Vec<String>,
-        /// Parks untouched for longer than this are swept at mount (e.g. 12h, 7d) [default: 7d].
+        /// Parks untouched for longer than this are swept at mount (e.g. 12h, 7d; at least 1h) [default: 7d].
         #[arg(long, value_name = "AGE")]
         park_max_age: Option<String>,
+        /// Accept a park age below 1h (for tests: it sweeps the temp files
+        /// of atomic writers still at work).
+        #[arg(long, hide = true)]
+        allow_short_park_max_age: bool,
         /// Keep no versions of visible files matching this rule (written
         /// copy-on-write all the same). Defaults: /.usage.json, /.curator_ledger.jsonl.
         #[arg(long, value_name = "RULE")]
@@ -159,6 +163,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             hide,
             show,
             park_max_age,
+            allow_short_park_max_age,
             untracked,
             tracked,
         } => daemon::mount(MountArgs {
@@ -173,6 +178,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 untracked,
                 tracked,
                 park_max_age,
+                allow_short_park_max_age,
             },
         }),
         Cmd::Umount { root, timeout } => {
@@ -336,8 +342,12 @@ fn status(root: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), Failure> 
     let _ = writeln!(out, "state:    {state}");
     let size = store::disk_usage(&layout.dir).unwrap_or(0);
     let _ = writeln!(out, "store:    {} ({} bytes)", layout.dir.display(), size);
-    let rules = match (&mounted, std::fs::read_to_string(layout.rules())) {
-        (Some(_), Ok(text)) => text,
+    let written = store::fsutil::read_small(&layout.rules(), 1 << 20)
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let rules = match (&mounted, written) {
+        (Some(_), Some(text)) => text,
         _ => {
             let r = crate::hide::HideRules::build(
                 &crate::hide::Config::load(&layout.dir)?,

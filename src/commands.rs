@@ -1,13 +1,19 @@
 //! `show`, `diff` and `restore`: history read from the store (mounted or
 //! not), and a restore written through the mount so that it is itself an
 //! ordinary, versioned change.
+//!
+//! Invariant: a restore writes only inside ROOT. The directory that will
+//! hold the restored entry is reached from ROOT one component at a time
+//! without following a symlink, and everything (the staging directory, the
+//! swap) happens relative to that directory's fd.
 
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Exit, Failure};
 use crate::history::{HistoryIndex, PathIdx, ROOT_IDX, parse_alias};
@@ -15,6 +21,7 @@ use crate::relpath::RelPath;
 use crate::store::blobs::BlobStore;
 use crate::store::journal::{EntryState, Kind, Record};
 use crate::store::{Layout, journal};
+use crate::sys;
 
 /// History as the store has it.
 pub struct Store {
@@ -349,18 +356,34 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     let (idx, st) = store.lookup(path, id)?;
     let st = st.expect("not the root").clone();
     let target = root.join(path.as_os_str());
-    let parent = target.parent().expect("below root").to_path_buf();
+    let parent_fd = open_parent(root, path)?;
+    // The directory opened above, by a name that never resolves again
+    // through ROOT's path (a component swapped for a symlink meanwhile
+    // cannot redirect what follows).
+    let parent = PathBuf::from(format!("/proc/self/fd/{}", parent_fd.as_raw_fd()));
+    let name = path.file_name();
     // Built inside a directory the default rules hide wherever it is, so no
     // listing shows any of it, whatever kind the restored entry is; what
     // the swap replaces stays there, hidden, until the park sweep (its
     // hidden and untracked entries, which are in no history, are kept).
-    let park = parent.join(format!(
+    let park_name = format!(
         ".rollback-staging-skillfs-restore-{}-{}",
         std::process::id(),
         crate::time::now_ns()
-    ));
-    fs::create_dir(&park).map_err(|e| Failure::io(Exit::Internal, "create", &park, &e))?;
-    let stage = park.join(std::ffi::OsStr::from_bytes(path.file_name()));
+    );
+    let park = parent.join(&park_name);
+    sys::mkdirat(parent_fd.as_raw_fd(), park_name.as_bytes(), 0o700).map_err(|e| {
+        Failure::io(
+            Exit::Internal,
+            "create",
+            &target.with_file_name(&park_name),
+            &e,
+        )
+    })?;
+    let stage = park.join(std::ffi::OsStr::from_bytes(name));
+    let mut stage_rel = park_name.as_bytes().to_vec();
+    stage_rel.push(b'/');
+    stage_rel.extend_from_slice(name);
     let mut done = Restored {
         files: 0,
         dirs: 0,
@@ -401,20 +424,10 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     for (_, s) in store.subtree(idx, id) {
         count(&mut done, s.kind);
     }
-    let (a, b) = (c_path(&stage), c_path(&target));
-    let exists = fs::symlink_metadata(&target).is_ok();
+    let dir = parent_fd.as_raw_fd();
+    let exists = sys::lstatat(dir, name).is_ok();
     let flags = if exists { libc::RENAME_EXCHANGE } else { 0 };
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            flags,
-        )
-    };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = sys::renameat2(dir, &stage_rel, dir, name, flags) {
         let _ = fs::remove_dir_all(&park);
         return Err(Failure::io(
             Exit::Internal,
@@ -426,7 +439,48 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     if exists {
         done.replaced = true;
     } else {
-        let _ = fs::remove_dir(&park);
+        let _ = sys::unlinkat(dir, park_name.as_bytes(), true);
     }
     Ok(done)
+}
+
+/// The directory that holds `path`, reached from ROOT one component at a
+/// time, never through a symlink: a symlinked component could lead out of
+/// ROOT, where a restore must not write (and which no history covers).
+fn open_parent(root: &Path, path: &RelPath) -> Result<OwnedFd, Failure> {
+    let mut fd = sys::openat(
+        libc::AT_FDCWD,
+        root.as_os_str().as_bytes(),
+        libc::O_RDONLY | libc::O_DIRECTORY,
+        0,
+    )
+    .map(OwnedFd::from)
+    .map_err(|e| Failure::io(Exit::BadRoot, "open", root, &e))?;
+    let parent = path.parent().unwrap_or_default();
+    let mut so_far = RelPath::root();
+    for comp in parent.components() {
+        so_far = so_far.join(comp);
+        match sys::open_dir(fd.as_raw_fd(), comp) {
+            Ok(next) => fd = next,
+            Err(e) => {
+                let st = sys::lstatat(fd.as_raw_fd(), comp);
+                if st.is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK) {
+                    return Err(Failure::new(
+                        Exit::Usage,
+                        format!(
+                            "'{so_far}' is a symlink: a restore writes only inside ROOT, never \
+                             through a link (restore '{so_far}' itself first)"
+                        ),
+                    ));
+                }
+                return Err(Failure::io(
+                    Exit::Internal,
+                    "open the directory",
+                    &root.join(so_far.as_os_str()),
+                    &e,
+                ));
+            }
+        }
+    }
+    Ok(fd)
 }

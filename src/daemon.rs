@@ -27,7 +27,7 @@ use crate::scan::{Areas, Settler, tend_parked};
 use crate::store::blobs::BlobStore;
 use crate::store::journal::{self, Journal};
 use crate::store::journal::{Actor, Op};
-use crate::store::{self, Layout, StoreLock};
+use crate::store::{self, Layout, StoreLock, fsutil};
 
 const READY_FD_ENV: &str = "SKILLFS_READY_FD";
 /// Our mounts are told apart by their source, `skillfs:<store dir>` (the
@@ -167,15 +167,31 @@ impl MountInfo {
 /// Runs `skillfs mount`.
 pub fn mount(args: MountArgs) -> Result<(), Failure> {
     if args.foreground {
-        let ready = std::env::var(READY_FD_ENV)
-            .ok()
-            .and_then(|v| v.parse::<i32>().ok())
-            .map(|fd| unsafe { File::from_raw_fd(fd) });
-        // SAFETY of from_raw_fd: the fd was created for us by our parent and
-        // nothing else in this process owns it.
-        return run_daemon(args, ready);
+        return run_daemon(args, ready_pipe());
     }
     spawn_daemon(&args)
+}
+
+/// The pipe our parent `skillfs mount` reads the readiness report from.
+/// The variable is taken out of the environment (nothing we start inherits
+/// it), and only an open pipe above stderr is taken: a stray or hostile
+/// value never makes us own, and later close, stdin, stdout, stderr or a
+/// file.
+fn ready_pipe() -> Option<File> {
+    let value = std::env::var(READY_FD_ENV).ok();
+    // SAFETY: called before the daemon starts any thread.
+    unsafe { std::env::remove_var(READY_FD_ENV) };
+    let fd = value?.parse::<i32>().ok().filter(|fd| *fd > 2)?;
+    let mut st = crate::sys::empty_stat();
+    // SAFETY: fcntl and fstat only inspect the fd number.
+    let open =
+        unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 && unsafe { libc::fstat(fd, &mut st) } == 0;
+    if !open || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return None;
+    }
+    // SAFETY: an open pipe passed to us by our parent for this report;
+    // nothing else in this process owns it.
+    Some(unsafe { File::from_raw_fd(fd) })
 }
 
 fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
@@ -215,6 +231,9 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     }
     if let Some(a) = &r.park_max_age {
         cmd.arg("--park-max-age").arg(a);
+    }
+    if r.allow_short_park_max_age {
+        cmd.arg("--allow-short-park-max-age");
     }
     cmd.env(READY_FD_ENV, wr.as_raw_fd().to_string());
     cmd.stdin(Stdio::null())
@@ -264,6 +283,7 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
 struct Prepared {
     root: PathBuf,
     layout: Layout,
+    repaired: Vec<fsutil::Repair>,
     _lock: StoreLock,
     fs: Arc<SkillFs>,
 }
@@ -359,6 +379,51 @@ fn check_root(root: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Refuses nested mounts: ROOT inside a skillfs mount (its store would be
+/// in the outer tree, and every write versioned twice), a skillfs mount
+/// inside ROOT (the scan would read it through its daemon), and a store
+/// inside a skillfs mount.
+fn check_nesting(root: &Path, store: &Path) -> Result<(), Failure> {
+    for m in mounts() {
+        if m.skillfs_store().is_none() || m.mount_point == root {
+            continue;
+        }
+        let mp = &m.mount_point;
+        let why = if root.starts_with(mp) {
+            (
+                Exit::BadRoot,
+                format!(
+                    "ROOT '{}' is inside the skillfs mount '{}': mount only the outer one",
+                    root.display(),
+                    mp.display()
+                ),
+            )
+        } else if mp.starts_with(root) {
+            (
+                Exit::BadRoot,
+                format!(
+                    "ROOT '{}' holds the skillfs mount '{}': unmount that one first",
+                    root.display(),
+                    mp.display()
+                ),
+            )
+        } else if store.starts_with(mp) {
+            (
+                Exit::BadStore,
+                format!(
+                    "store '{}' is inside the skillfs mount '{}': it would be versioned there",
+                    store.display(),
+                    mp.display()
+                ),
+            )
+        } else {
+            continue;
+        };
+        return Err(Failure::new(why.0, why.1));
+    }
+    Ok(())
+}
+
 fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let root = absolute_root(&args.root)?;
     check_root(&root)?;
@@ -372,6 +437,7 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     } else {
         anc.join(&tail)
     };
+    check_nesting(&root, &store_path)?;
     store::check_placement(&root, &store_path, &anc)?;
     if store_path.as_os_str().as_bytes().contains(&b',') {
         return Err(Failure::new(
@@ -383,16 +449,29 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         ));
     }
     let layout = Layout::new(store_path.clone());
-    // Bad rules and a damaged journal are refused before anything is
-    // created or locked.
+    // A store another user can reach, bad rules, a damaged journal and a
+    // store of another root are refused before anything is created,
+    // repaired or locked.
+    StoreLock::refuse_if_held(&layout)?;
+    let uid = crate::sys::geteuid();
+    let mut repairs = fsutil::audit_parent(&store_path, &anc, uid)?;
+    if fs::symlink_metadata(&store_path).is_ok() {
+        repairs.extend(fsutil::audit(&store_path, uid)?);
+    }
     let config = Config::load(&layout.dir)?;
     let rules = HideRules::build(&config, &args.rules)?;
     if layout.journal().is_dir() {
         journal::read_dir(&layout.journal())?;
     }
+    let root_id = store::RootId::of(&root)?;
+    let root_id_stale = root_id.check(&layout)?;
+    fsutil::repair(&repairs)?;
     layout.create()?;
     store::check_placement(&root, &store_path, &store_path)?;
     let lock = StoreLock::acquire(&layout)?;
+    if root_id_stale {
+        root_id.write(&layout)?;
+    }
     let contents = journal::read_dir(&layout.journal())?;
     layout.clear_scratch()?;
     let journal = Journal::open(&contents)?;
@@ -441,7 +520,7 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         rules.describe().join("  "),
         rules.describe_untracked().join("  ")
     );
-    fs::write(layout.rules(), rules_text)
+    fsutil::replace_file(&layout.rules(), rules_text.as_bytes())
         .map_err(|e| Failure::io(Exit::BadStore, "write", &layout.rules(), &e))?;
     let dirs = StoreDirs {
         staging: layout.staging(),
@@ -454,6 +533,7 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     Ok(Prepared {
         root,
         layout,
+        repaired: repairs,
         _lock: lock,
         fs: Arc::new(fs),
     })
@@ -494,6 +574,9 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     if background {
         redirect_stderr(&prepared.layout.log());
     }
+    for r in &prepared.repaired {
+        tracing::warn!("{r}");
+    }
 
     let fsname = format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display());
     let session = crate::fuse::mount(
@@ -533,6 +616,9 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
         prepared.layout.dir.display()
     );
     start_sweeper(Arc::clone(&prepared.fs));
+    // What the start-up logged (repairs, the scan) is in the log before
+    // `mount` returns.
+    crate::logging::flush();
     report_ready(&mut ready, "ok\n");
     let result = session.run();
     // `destroy` has published and synced; make sure of it for the paths
@@ -566,7 +652,7 @@ fn start_sweeper(fs: Arc<SkillFs>) {
 }
 
 fn redirect_stderr(log: &Path) {
-    if let Ok(f) = fs::OpenOptions::new().create(true).append(true).open(log) {
+    if let Ok(f) = fsutil::open_append(log) {
         unsafe { libc::dup2(f.as_raw_fd(), 2) };
     }
 }
@@ -651,40 +737,57 @@ pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
         ));
     };
     let layout = Layout::new(store);
-    match StoreLock::holder(&layout) {
-        Some(pid) => {
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + timeout;
-            while StoreLock::holder(&layout).is_some() {
-                if Instant::now() > deadline {
-                    return Err(Failure::new(
+    if StoreLock::is_held(&layout) {
+        // Signal only a pid proven to be this store's daemon (`LOCK`
+        // is a file: its pid alone proves nothing). Otherwise detach:
+        // the daemon ends once its mount is released, as after a
+        // signal.
+        match StoreLock::daemon(&layout) {
+            Some(proven) => unsafe {
+                libc::kill(proven as i32, libc::SIGTERM);
+            },
+            None => {
+                tracing::warn!(
+                    "the pid in the lock of '{}' is not proven to be its daemon: detaching the mount without signalling",
+                    root.display()
+                );
+                lazy_unmount(&root).map_err(|e| {
+                    Failure::new(
                         Exit::Internal,
-                        format!(
-                            "the daemon (pid {pid}) of '{}' did not finish within {timeout:?}; files may still be open",
-                            root.display()
-                        ),
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(10));
+                        format!("could not unmount '{}': {e}", root.display()),
+                    )
+                })?;
             }
-            // The daemon detached the mount itself; a stacked mount left by
-            // a failure is detached here too.
-            if mount_at(&root).is_some_and(|m| m.skillfs_store().is_some()) {
-                let _ = lazy_unmount(&root);
-            }
-            Ok(format!("unmounted {}", root.display()))
         }
-        None => {
-            lazy_unmount(&root).map_err(|e| {
-                Failure::new(
+        let deadline = Instant::now() + timeout;
+        while StoreLock::is_held(&layout) {
+            if Instant::now() > deadline {
+                return Err(Failure::new(
                     Exit::Internal,
-                    format!("could not unmount '{}': {e}", root.display()),
-                )
-            })?;
-            Ok(format!(
-                "the daemon of {} was not running; detached its stale mount",
-                root.display()
-            ))
+                    format!(
+                        "the daemon of '{}' did not finish within {timeout:?}; files may still be open",
+                        root.display()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
+        // The daemon detached the mount itself; a stacked mount left by
+        // a failure is detached here too.
+        if mount_at(&root).is_some_and(|m| m.skillfs_store().is_some()) {
+            let _ = lazy_unmount(&root);
+        }
+        Ok(format!("unmounted {}", root.display()))
+    } else {
+        lazy_unmount(&root).map_err(|e| {
+            Failure::new(
+                Exit::Internal,
+                format!("could not unmount '{}': {e}", root.display()),
+            )
+        })?;
+        Ok(format!(
+            "the daemon of {} was not running; detached its stale mount",
+            root.display()
+        ))
     }
 }

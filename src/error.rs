@@ -74,11 +74,27 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// Control characters in `message` (from a path, a rule or a config
+    /// value) are escaped, so the failure stays one line and cannot forge
+    /// another.
     pub fn new(exit: Exit, message: impl Into<String>) -> Failure {
-        Failure {
-            exit,
-            message: message.into(),
-        }
+        let message = message.into();
+        let message = if message.chars().any(char::is_control) {
+            message
+                .chars()
+                .flat_map(|c| {
+                    let esc: Vec<char> = if c.is_control() {
+                        c.escape_default().collect()
+                    } else {
+                        vec![c]
+                    };
+                    esc
+                })
+                .collect()
+        } else {
+            message
+        };
+        Failure { exit, message }
     }
 
     /// "could not {what} '{path}': {err}" in the style of gitoxide.

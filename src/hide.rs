@@ -85,6 +85,7 @@ impl Rule {
     }
 
     pub fn parse_for(text: &str, purpose: Purpose) -> Result<Rule, String> {
+        check_text("hide rule", text)?;
         let (pat, flags) = match text.split_once(':') {
             Some((p, f)) => (p, f),
             None => (text, ""),
@@ -161,6 +162,29 @@ impl Rule {
     }
 }
 
+/// Longest rule (or `--show`/`--tracked` text) accepted.
+pub const RULE_MAX_BYTES: usize = 4096;
+/// Largest `config.json` read.
+pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
+/// Refuses a control character (a newline would forge lines in `RULES`
+/// and the log) and an outsized text.
+fn check_text(what: &str, text: &str) -> Result<(), String> {
+    if text.len() > RULE_MAX_BYTES {
+        return Err(format!(
+            "{what} of {} bytes is longer than {RULE_MAX_BYTES}",
+            text.len()
+        ));
+    }
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "{what} {:?} holds the control character {:?}",
+            text, c
+        ));
+    }
+    Ok(())
+}
+
 /// What the store's `config.json` may say.
 #[derive(Serialize, Deserialize, Default, Debug)]
 #[serde(deny_unknown_fields)]
@@ -190,6 +214,9 @@ pub struct RuleArgs {
     pub untracked: Vec<String>,
     pub tracked: Vec<String>,
     pub park_max_age: Option<String>,
+    /// Accept a park age below [`PARK_MAX_AGE_FLOOR`] (tests only: it
+    /// sweeps atomic writers' temp files before their rename).
+    pub allow_short_park_max_age: bool,
 }
 
 pub const CONFIG_FILE: &str = "config.json";
@@ -198,14 +225,18 @@ impl Config {
     /// Reads `<store>/config.json`; a missing file is the empty config.
     pub fn load(store: &std::path::Path) -> Result<Config, Failure> {
         let path = store.join(CONFIG_FILE);
-        match std::fs::read(&path) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+        match crate::store::fsutil::read_small(&path, CONFIG_MAX_BYTES) {
+            Ok(Some(b)) => serde_json::from_slice(&b).map_err(|e| {
                 Failure::new(
                     Exit::BadRules,
                     format!("config file '{}' does not parse: {e}", path.display()),
                 )
             }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Ok(None) => Ok(Config::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(Failure::new(
+                Exit::BadRules,
+                format!("config file '{}' is {e}", path.display()),
+            )),
             Err(e) => Err(Failure::io(Exit::BadStore, "read config file", &path, &e)),
         }
     }
@@ -220,6 +251,9 @@ pub struct HideRules {
 }
 
 pub const DEFAULT_PARK_MAX_AGE: &str = "7d";
+/// The shortest park age accepted: a shorter one would sweep the temp file
+/// of an atomic writer (or a lock file) still in use.
+pub const PARK_MAX_AGE_FLOOR: &str = "1h";
 
 /// `30s`, `10m`, `2h`, `7d` as nanoseconds.
 pub fn parse_age(s: &str) -> Option<i64> {
@@ -262,11 +296,19 @@ impl HideRules {
             .clone()
             .or_else(|| config.park_max_age.clone())
             .unwrap_or_else(|| DEFAULT_PARK_MAX_AGE.to_string());
+        check_text("park max age", &age_text).map_err(bad)?;
         let park_max_age_ns = parse_age(&age_text).ok_or_else(|| {
             bad(format!(
                 "park max age '{age_text}' is not a duration like 30m, 12h or 7d"
             ))
         })?;
+        let floor = parse_age(PARK_MAX_AGE_FLOOR).expect("the floor parses");
+        if park_max_age_ns < floor && !args.allow_short_park_max_age {
+            return Err(bad(format!(
+                "park max age '{age_text}' is below {PARK_MAX_AGE_FLOOR}: it would sweep an \
+                 atomic writer's temp file before its rename"
+            )));
+        }
         Ok(HideRules {
             rules,
             untracked,
@@ -352,6 +394,7 @@ fn layer<'a>(
         .map(|t| Rule::parse_for(t, purpose).expect("default rules parse"))
         .collect();
     for s in remove {
+        check_text(flag, s)?;
         let before = rules.len();
         rules.retain(|r| r.text != *s && r.glob != s.trim_start_matches('/'));
         if rules.len() == before {
@@ -462,6 +505,9 @@ mod tests {
             ("*.md", "SKILL.md"),
             ("a/b", "one name"),
             ("x:bogus", "unknown flag"),
+            ("zz\ncurl x|sh\n#", "control character"),
+            ("a\tb", "control character"),
+            ("a\u{85}b", "control character"),
         ] {
             let e = Rule::parse(t).unwrap_err();
             assert!(e.contains(why), "{t}: {e}");
@@ -488,6 +534,32 @@ mod tests {
             ..RuleArgs::default()
         };
         assert!(HideRules::build(&Config::default(), &show_nothing).is_err());
+        let long = "y".repeat(RULE_MAX_BYTES + 1);
+        assert!(Rule::parse(&long).unwrap_err().contains("longer than"));
+        let show_ctl = RuleArgs {
+            show: vec!["*.bak\n".into()],
+            ..RuleArgs::default()
+        };
+        assert!(HideRules::build(&Config::default(), &show_ctl).is_err());
+        for (age, ok) in [("0s", false), ("59m", false), ("1h", true), ("7d", true)] {
+            let args = RuleArgs {
+                park_max_age: Some(age.into()),
+                ..RuleArgs::default()
+            };
+            assert_eq!(
+                HideRules::build(&Config::default(), &args).is_ok(),
+                ok,
+                "{age}"
+            );
+            let allowed = RuleArgs {
+                allow_short_park_max_age: true,
+                ..args
+            };
+            assert!(
+                HideRules::build(&Config::default(), &allowed).is_ok(),
+                "{age}"
+            );
+        }
         let d = HideRules::defaults();
         assert!(d.is_untracked(&RelPath::parse(b".usage.json").unwrap()));
         assert!(!d.is_untracked(&RelPath::parse(b"cat/.usage.json").unwrap()));

@@ -367,6 +367,17 @@ pub fn split_ns(ns: i128) -> (i64, i64) {
     }
 }
 
+/// Whether this process (by its effective ids) may create entries in the
+/// directory `path`: `faccessat(W_OK, AT_EACCESS)`, `EROFS` on a read-only
+/// mount.
+pub fn access_write(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    check(unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) })
+        .map(|_| ())
+}
+
 pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }

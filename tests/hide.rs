@@ -212,7 +212,14 @@ fn hidden_children_of_a_directory_removed_offline_are_orphaned_at_mount() {
 #[test]
 fn old_parks_are_swept_and_journaled_but_kept_ones_stay() {
     let s = Scratch::new("sweep");
-    let mut m = Mount::over(s, vec!["--park-max-age".into(), "5s".into()]);
+    let mut m = Mount::over(
+        s,
+        vec![
+            "--park-max-age".into(),
+            "5s".into(),
+            "--allow-short-park-max-age".into(),
+        ],
+    );
     skill(&m.root(), "cat/foo", "foo");
     fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
     fs::create_dir(m.path(".curator_backups")).unwrap();
@@ -390,7 +397,14 @@ fn rmdir_of_a_hidden_directory_that_lists_entries_is_enotempty() {
 #[test]
 fn old_parks_are_swept_while_mounted_and_the_kernel_forgets_them() {
     let s = Scratch::new("livesweep");
-    let m = Mount::over(s, vec!["--park-max-age".into(), "2s".into()]);
+    let m = Mount::over(
+        s,
+        vec![
+            "--park-max-age".into(),
+            "2s".into(),
+            "--allow-short-park-max-age".into(),
+        ],
+    );
     skill(&m.root(), "cat/foo", "foo");
     fs::rename(m.path("cat/foo"), m.path("cat/foo.bak")).unwrap();
     // Cached by the kernel: entry and attributes.
@@ -492,7 +506,14 @@ fn a_sweep_while_mounted_moves_nothing_between_visible_and_hidden() {
     // periodic sweep (every 2 s here) must leave every entry where it was
     // placed, even when the rules would now decide otherwise.
     let s = Scratch::new("nomove");
-    let mut m = Mount::over(s, vec!["--park-max-age".into(), "8s".into()]);
+    let mut m = Mount::over(
+        s,
+        vec![
+            "--park-max-age".into(),
+            "8s".into(),
+            "--allow-short-park-max-age".into(),
+        ],
+    );
     // Hidden when made (no SKILL.md above), visible by the rules once one
     // appears.
     fs::create_dir_all(m.path("cat/refs.bak")).unwrap();

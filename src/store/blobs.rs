@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use super::fsutil;
 use super::packs::{PACK_MAX, Packs};
 use super::spares::Spares;
 use crate::relpath::hex;
@@ -315,7 +316,7 @@ impl BlobStore {
             if st.st_uid != euid || st.st_gid != egid {
                 sys::fchown(&file, euid, egid)?;
             }
-            sys::fchmod(&file, 0o444)
+            sys::fchmod(&file, fsutil::SEALED_MODE)
         })();
         match ready {
             Ok(()) => Ok((path, file)),
@@ -352,7 +353,7 @@ impl BlobStore {
         let mut created_fan = false;
         let known = u8::from_str_radix(&id[..2], 16).is_ok_and(|b| self.fans.lock()[b as usize]);
         if !known {
-            match fs::create_dir(&fan) {
+            match fs::DirBuilder::new().mode(fsutil::DIR_MODE).create(&fan) {
                 Ok(()) => created_fan = true,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
@@ -486,11 +487,10 @@ impl Opened {
 }
 
 fn create_tmp(path: &Path) -> io::Result<File> {
-    fs::OpenOptions::new()
+    fsutil::sealed_options()
         .read(true)
         .write(true)
         .create_new(true)
-        .mode(0o444)
         .open(path)
 }
 

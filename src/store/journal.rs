@@ -13,7 +13,7 @@
 //!   and line number, and nothing is changed;
 //! - a record is durable once [`Journal::sync`] returns.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -340,7 +340,7 @@ impl Journal {
     /// Opens for appending after [`read_dir`]; cuts off a torn tail.
     pub fn open(contents: &Contents) -> Result<Journal, Failure> {
         let path = contents.segment.clone();
-        let file = OpenOptions::new()
+        let file = crate::store::fsutil::options()
             .read(true)
             .write(true)
             .create(true)

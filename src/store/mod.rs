@@ -15,15 +15,20 @@
 //! orphans/          hidden entries whose directory was removed, kept until swept
 //! config.json       hide rules and park age set for this store (optional)
 //! RULES             the hide rules in force while mounted (for `status`)
+//! ROOT              the root this store versions: its path, then its
+//!                   device and inode numbers (one store per root)
 //! daemon.log        the mounted daemon's log
 //! ```
 //!
 //! Invariants: the store is outside the root and on the same filesystem
-//! (renames between the two stay atomic); the journal and the blobs are the
-//! only durable truth, everything else is rebuilt from them; `staging/` and
-//! `tmp/` hold nothing of value once no daemon runs and are emptied at mount.
+//! (renames between the two stay atomic), and the root is not inside it;
+//! the journal and the blobs are the only durable truth, everything else is
+//! rebuilt from them; `staging/` and `tmp/` hold nothing of value once no
+//! daemon runs and are emptied at mount. The store is private: its modes,
+//! and how its files are opened, are [`fsutil`]'s to decide.
 
 pub mod blobs;
+pub mod fsutil;
 pub mod journal;
 pub mod packs;
 pub mod spares;
@@ -45,6 +50,7 @@ pub const PARKED: &str = "parked";
 pub const ORPHANS: &str = "orphans";
 pub const RULES: &str = "RULES";
 pub const LOG: &str = "daemon.log";
+pub const ROOT_ID: &str = "ROOT";
 
 /// Paths inside one store directory.
 #[derive(Clone, Debug)]
@@ -90,11 +96,16 @@ impl Layout {
     pub fn log(&self) -> PathBuf {
         self.dir.join(LOG)
     }
+    pub fn root_id(&self) -> PathBuf {
+        self.dir.join(ROOT_ID)
+    }
 
-    /// Creates the directories of the layout (idempotent).
+    /// Creates the directories of the layout (idempotent), each 0700, and
+    /// the missing ancestors of the store too (the default `.skillfs/`).
     pub fn create(&self) -> Result<(), Failure> {
+        fsutil::create_dir_all(&self.dir)
+            .map_err(|e| Failure::io(Exit::BadStore, "create store directory", &self.dir, &e))?;
         for d in [
-            self.dir.clone(),
             self.journal(),
             self.blobs(),
             self.tmp(),
@@ -102,7 +113,7 @@ impl Layout {
             self.parked(),
             self.orphans(),
         ] {
-            fs::create_dir_all(&d)
+            fsutil::create_dir(&d)
                 .map_err(|e| Failure::io(Exit::BadStore, "create store directory", &d, &e))?;
         }
         Ok(())
@@ -135,7 +146,7 @@ pub struct StoreLock {
 impl StoreLock {
     pub fn acquire(layout: &Layout) -> Result<StoreLock, Failure> {
         let path = layout.lock();
-        let mut file = fs::OpenOptions::new()
+        let mut file = fsutil::options()
             .read(true)
             .write(true)
             .create(true)
@@ -145,15 +156,7 @@ impl StoreLock {
         let got = sys::try_lock_exclusive(&file)
             .map_err(|e| Failure::io(Exit::BadStore, "lock", &path, &e))?;
         if !got {
-            let holder = fs::read_to_string(&path).unwrap_or_default();
-            return Err(Failure::new(
-                Exit::BadStore,
-                format!(
-                    "store '{}' is in use by another skillfs daemon (pid {}): one mount per store",
-                    layout.dir.display(),
-                    holder.trim()
-                ),
-            ));
+            return Err(Self::in_use(layout));
         }
         file.set_len(0)
             .and_then(|()| writeln!(file, "{}", std::process::id()))
@@ -161,14 +164,75 @@ impl StoreLock {
         Ok(StoreLock { _file: file })
     }
 
-    /// The pid written by the daemon holding the lock, if one holds it.
+    /// The pid written by the daemon holding the lock, if one holds it
+    /// (what `status` shows; never signal it without [`Self::daemon`]).
     pub fn holder(layout: &Layout) -> Option<u32> {
-        let path = layout.lock();
-        let file = File::open(&path).ok()?;
-        if sys::try_lock_exclusive(&file).ok()? {
-            return None; // nobody holds it (our probe lock drops with `file`)
+        let (file, pid) = Self::probe(layout)?;
+        drop(file);
+        pid
+    }
+
+    fn in_use(layout: &Layout) -> Failure {
+        let pid = Self::holder(layout).map_or("?".to_string(), |p| p.to_string());
+        Failure::new(
+            Exit::BadStore,
+            format!(
+                "store '{}' is in use by another skillfs daemon (pid {pid}): one mount per store",
+                layout.dir.display(),
+            ),
+        )
+    }
+
+    /// Refuses a store a daemon serves, without creating anything (the
+    /// check before the other checks of a mount).
+    pub fn refuse_if_held(layout: &Layout) -> Result<(), Failure> {
+        if Self::is_held(layout) {
+            Err(Self::in_use(layout))
+        } else {
+            Ok(())
         }
-        fs::read_to_string(&path).ok()?.trim().parse().ok()
+    }
+
+    /// Whether a process holds the flock (a daemon serves the store).
+    pub fn is_held(layout: &Layout) -> bool {
+        Self::probe(layout).is_some()
+    }
+
+    /// Opens `LOCK` (never through a symlink); `None` when nobody holds
+    /// its flock (our probe lock drops with the file), else the pid it
+    /// names, if it names one.
+    fn probe(layout: &Layout) -> Option<(File, Option<u32>)> {
+        let mut file = fsutil::options().read(true).open(layout.lock()).ok()?;
+        if sys::try_lock_exclusive(&file).ok()? {
+            return None;
+        }
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut file, &mut text);
+        let pid = text.trim().parse().ok();
+        Some((file, pid))
+    }
+
+    /// The pid of the daemon serving this store, only when proven: the
+    /// flock on `LOCK` is held, the kernel's lock table says that pid holds
+    /// an flock on `LOCK`'s inode, and the process is a skillfs. The pid
+    /// written in `LOCK` alone proves nothing (it is a file), and it is
+    /// the only pid `skillfs umount` may signal.
+    pub fn daemon(layout: &Layout) -> Option<u32> {
+        let (file, pid) = Self::probe(layout)?;
+        let pid = pid?;
+        let st = sys::fstat(&file).ok()?;
+        let locks = fs::read_to_string("/proc/locks").ok()?;
+        let holds = locks.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`; waiters
+            // are listed with `->` after the number and hold nothing.
+            f.len() >= 6
+                && f[1] == "FLOCK"
+                && f[4].parse::<u32>().ok() == Some(pid)
+                && f[5].rsplit(':').next().and_then(|i| i.parse::<u64>().ok()) == Some(st.st_ino)
+        });
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        (holds && comm.trim_end().starts_with("skillfs")).then_some(pid)
     }
 }
 
@@ -177,6 +241,17 @@ impl StoreLock {
 /// (canonical, possibly not yet created) and `existing` its deepest existing
 /// ancestor (itself once created).
 pub fn check_placement(root: &Path, store: &Path, existing: &Path) -> Result<(), Failure> {
+    if let Some(s) = root.ancestors().find(|a| *a == store || is_store(a)) {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "ROOT '{}' is inside the skillfs store '{}': a store holds history, never a \
+                 tree to version",
+                root.display(),
+                s.display()
+            ),
+        ));
+    }
     if store.starts_with(root) {
         return Err(Failure::new(
             Exit::BadStore,
@@ -204,11 +279,104 @@ pub fn check_placement(root: &Path, store: &Path, existing: &Path) -> Result<(),
             ),
         ));
     }
-    let probe = existing.join(format!(".skillfs-write-probe.{}", std::process::id()));
-    File::create(&probe)
-        .and_then(|_| fs::remove_file(&probe))
+    // Asked, not tried: a probe file would be a write outside ROOT and the
+    // store (G8). The kernel answers EROFS for a read-only mount too.
+    sys::access_write(existing)
         .map_err(|e| Failure::io(Exit::BadStore, "write to store directory", existing, &e))?;
     Ok(())
+}
+
+/// Whether `dir` looks like a skillfs store: a `journal/` and a `LOCK`.
+pub fn is_store(dir: &Path) -> bool {
+    dir.join(JOURNAL).is_dir() && dir.join(LOCK).is_file()
+}
+
+/// Which root a store versions, as its `ROOT` file says: the path, and
+/// the device and inode numbers of the directory.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RootId {
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl RootId {
+    pub fn of(root: &Path) -> Result<RootId, Failure> {
+        let md = fs::metadata(root).map_err(|e| Failure::io(Exit::BadRoot, "stat", root, &e))?;
+        Ok(RootId {
+            path: root.to_path_buf(),
+            dev: md.dev(),
+            ino: md.ino(),
+        })
+    }
+
+    /// `<dev> <ino>\n<path bytes>\n` (the path last: it may hold any byte
+    /// but NUL).
+    fn encode(&self) -> Vec<u8> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = format!("{} {}\n", self.dev, self.ino).into_bytes();
+        out.extend_from_slice(self.path.as_os_str().as_bytes());
+        out.push(b'\n');
+        out
+    }
+
+    fn decode(data: &[u8]) -> Option<RootId> {
+        use std::os::unix::ffi::OsStrExt;
+        let nl = data.iter().position(|b| *b == b'\n')?;
+        let (head, rest) = (std::str::from_utf8(&data[..nl]).ok()?, &data[nl + 1..]);
+        let (dev, ino) = head.split_once(' ')?;
+        let path = rest.strip_suffix(b"\n")?;
+        Some(RootId {
+            path: PathBuf::from(std::ffi::OsStr::from_bytes(path)),
+            dev: dev.parse().ok()?,
+            ino: ino.parse().ok()?,
+        })
+    }
+
+    /// Checks the store is `self`'s (one store per root): refused when the
+    /// store names another root by both path and identity. `Ok(true)` when
+    /// `ROOT` must be (re)written: missing (a store from before the file
+    /// existed), or the root moved or was made again at the same path.
+    pub fn check(&self, layout: &Layout) -> Result<bool, Failure> {
+        let path = layout.root_id();
+        let data = fsutil::read_small(&path, 64 * 1024)
+            .map_err(|e| Failure::io(Exit::BadStore, "read", &path, &e))?;
+        let Some(data) = data else {
+            return Ok(true);
+        };
+        let Some(old) = RootId::decode(&data) else {
+            return Err(Failure::new(
+                Exit::BadStore,
+                format!(
+                    "'{}' does not name a root (expected '<dev> <ino>' then a path)",
+                    path.display()
+                ),
+            ));
+        };
+        if old == *self {
+            return Ok(false);
+        }
+        if old.path == self.path || (old.dev, old.ino) == (self.dev, self.ino) {
+            return Ok(true);
+        }
+        Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "store '{}' versions ROOT '{}', not '{}': one store per root (give another \
+                 --store; if the tree was moved, remove '{}')",
+                layout.dir.display(),
+                old.path.display(),
+                self.path.display(),
+                path.display()
+            ),
+        ))
+    }
+
+    pub fn write(&self, layout: &Layout) -> Result<(), Failure> {
+        let path = layout.root_id();
+        fsutil::replace_file(&path, &self.encode())
+            .map_err(|e| Failure::io(Exit::BadStore, "write", &path, &e))
+    }
 }
 
 /// Size in bytes of every regular file under `dir`.
@@ -227,4 +395,30 @@ pub fn disk_usage(dir: &Path) -> io::Result<u64> {
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_holder_of_the_flock_is_proven_the_daemon() {
+        let d = std::env::temp_dir().join(format!("skillfs-lockproof-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        let layout = Layout::new(d.clone());
+        layout.create().unwrap();
+        assert_eq!(StoreLock::daemon(&layout), None, "no LOCK");
+        let lock = StoreLock::acquire(&layout).unwrap();
+        // This test process holds the flock and its comm starts with
+        // "skillfs" (the test binary is skillfs-<hash>).
+        assert_eq!(StoreLock::daemon(&layout), Some(std::process::id()));
+        // Another pid written in LOCK proves nothing.
+        fs::write(layout.lock(), "1\n").unwrap();
+        assert!(StoreLock::is_held(&layout));
+        assert_eq!(StoreLock::daemon(&layout), None);
+        drop(lock);
+        assert!(!StoreLock::is_held(&layout));
+        assert_eq!(StoreLock::daemon(&layout), None, "nobody holds it");
+        fs::remove_dir_all(&d).unwrap();
+    }
 }

@@ -21,12 +21,14 @@
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
+
+use super::fsutil;
 
 /// Largest blob kept in a pack.
 pub const PACK_MAX: u64 = 128 * 1024;
@@ -300,7 +302,10 @@ impl Packs {
     }
 
     fn start_pack(&self) -> io::Result<Writer> {
-        let made_dir = match fs::create_dir(&self.dir) {
+        let made_dir = match fs::DirBuilder::new()
+            .mode(fsutil::DIR_MODE)
+            .create(&self.dir)
+        {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(e),
@@ -309,11 +314,10 @@ impl Packs {
             ix.last += 1;
             ix.last
         });
-        let file = fs::OpenOptions::new()
+        let file = fsutil::sealed_options()
             .read(true)
             .write(true)
             .create_new(true)
-            .mode(0o444)
             .open(self.path(n))?;
         Ok(Writer {
             n,

@@ -23,12 +23,13 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+
+use super::fsutil;
 
 /// Kept at most (each is an inode, and costs nothing else).
 pub const MAX: usize = 64;
@@ -137,7 +138,9 @@ impl Spares {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let born = self.nursery.join(format!("spare.d{n}"));
         let path = self.dir.join(format!("d{n}"));
-        std::fs::DirBuilder::new().mode(0o700).create(&born)?;
+        std::fs::DirBuilder::new()
+            .mode(fsutil::DIR_MODE)
+            .create(&born)?;
         std::fs::rename(&born, &path).inspect_err(|_| {
             let _ = std::fs::remove_dir(&born);
         })?;
@@ -148,11 +151,10 @@ impl Spares {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let born = self.nursery.join(format!("spare.{n}"));
         let path = self.dir.join(format!("{n}"));
-        let file = std::fs::OpenOptions::new()
+        let file = fsutil::options()
             .read(true)
             .write(true)
             .create_new(true)
-            .mode(0o600)
             .open(&born)?;
         std::fs::rename(&born, &path).inspect_err(|_| {
             let _ = std::fs::remove_file(&born);

