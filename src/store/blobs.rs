@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use super::durable::StoreIo;
 use super::packs::{PACK_MAX, Packs};
 use super::spares::Spares;
 use crate::relpath::hex;
@@ -45,11 +46,13 @@ pub struct BlobStore {
     sync_lock: Mutex<()>,
     /// Fan-out directories known to exist (saves a mkdir per blob).
     fans: Mutex<[bool; 256]>,
-    /// Blobs this process stored or found intact (saves a `stat` per
-    /// version; nothing removes blobs while a store is open for writing).
+    /// Blobs this process stored or found intact (hash checked) (saves a
+    /// `stat` per version; nothing removes blobs while a store is open for
+    /// writing).
     known: Mutex<HashSet<[u8; 32]>>,
     spares: Option<Arc<Spares>>,
     packs: Packs,
+    io: StoreIo,
 }
 
 /// The 32 bytes behind a hex id (None for anything else).
@@ -80,7 +83,15 @@ impl BlobStore {
             spares: None,
             packs: Packs::new(dir.join("packs")),
             dir,
+            io: StoreIo::real(),
         }
+    }
+
+    /// Makes blobs and packs durable through `io` (tests).
+    pub fn with_io(mut self, io: StoreIo) -> BlobStore {
+        self.packs.set_io(io.clone());
+        self.io = io;
+        self
     }
 
     /// New blobs start as files taken from `spares`.
@@ -336,7 +347,7 @@ impl BlobStore {
         let result = (|| {
             fill(&tmp)?;
             if durable {
-                sys::fsync(&tmp)?;
+                self.io.sync_all(&tmp, &tmp_path)?;
             }
             self.install(&tmp_path, id, durable)
         })();
@@ -378,9 +389,9 @@ impl BlobStore {
             self.known.lock().insert(raw);
         }
         if durable {
-            sync_dir(&fan)?;
+            self.io.sync_dir(&fan)?;
             if created_fan {
-                sync_dir(&self.dir)?;
+                self.io.sync_dir(&self.dir)?;
             }
         }
         Ok(())
@@ -392,6 +403,7 @@ impl BlobStore {
         // One sync at a time: a second caller must not return while the
         // first is still flushing blobs the second depends on.
         let _one = self.sync_lock.lock();
+        self.io.check()?;
         let pending = std::mem::take(&mut *self.unsynced.lock());
         if pending.is_empty() {
             return Ok(());
@@ -403,7 +415,7 @@ impl BlobStore {
         let result = (|| {
             for p in &pending {
                 let f = File::open(p)?;
-                sys::fsync(&f)?;
+                self.io.sync_all(&f, p)?;
                 // A pack's own directory entry is synced once, when it is
                 // new (then the directory itself is pending).
                 if let Some(parent) = p.parent()
@@ -414,7 +426,7 @@ impl BlobStore {
                 }
             }
             for d in &dirs {
-                sync_dir(d)?;
+                self.io.sync_dir(d)?;
             }
             Ok(())
         })();
@@ -428,7 +440,7 @@ impl BlobStore {
 
 impl BlobStore {
     fn sync_all(&self, pending: Vec<PathBuf>) -> io::Result<()> {
-        let r = File::open(&self.dir).and_then(|d| sys::syncfs(&d));
+        let r = File::open(&self.dir).and_then(|d| self.io.syncfs(&d, &self.dir));
         if r.is_err() {
             self.unsynced.lock().extend(pending);
         }
@@ -441,6 +453,7 @@ impl BlobStore {
     /// Until that succeeds they stay pending.
     pub fn write_out_pending(&self) -> io::Result<Vec<PathBuf>> {
         let _one = self.sync_lock.lock();
+        self.io.check()?;
         let pending = std::mem::take(&mut *self.unsynced.lock());
         if pending.len() > MANY {
             self.sync_all(pending)?;
@@ -450,7 +463,7 @@ impl BlobStore {
             if p.is_dir() {
                 continue; // a fan-out directory: metadata, in the commit
             }
-            if let Err(e) = File::open(p).and_then(|f| sys::write_out(&f)) {
+            if let Err(e) = File::open(p).and_then(|f| self.io.write_out(&f, p)) {
                 self.unsynced.lock().extend(pending.iter().cloned());
                 return Err(e);
             }

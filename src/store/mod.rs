@@ -24,6 +24,7 @@
 //! `tmp/` hold nothing of value once no daemon runs and are emptied at mount.
 
 pub mod blobs;
+pub mod durable;
 pub mod journal;
 pub mod packs;
 pub mod spares;

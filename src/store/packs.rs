@@ -28,6 +28,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use super::durable::StoreIo;
+
 /// Largest blob kept in a pack.
 pub const PACK_MAX: u64 = 128 * 1024;
 /// A pack past this size is closed and the next one started.
@@ -72,6 +74,7 @@ pub struct Packs {
     dir: PathBuf,
     index: Mutex<Option<Index>>,
     writer: Mutex<Option<Writer>>,
+    io: StoreIo,
 }
 
 /// What an append left to make durable.
@@ -89,7 +92,13 @@ impl Packs {
             dir,
             index: Mutex::new(None),
             writer: Mutex::new(None),
+            io: StoreIo::real(),
         }
+    }
+
+    /// Makes packs durable through `io` (tests).
+    pub fn set_io(&mut self, io: StoreIo) {
+        self.io = io;
     }
 
     pub fn dir(&self) -> &Path {
@@ -269,13 +278,13 @@ impl Packs {
         };
         wr.end += buf.len() as u64;
         if durable {
-            crate::sys::fdatasync(&*wr.file)?;
+            self.io.sync_data(&wr.file, &self.path(wr.n))?;
             if !wr.dir_synced {
-                super::blobs::sync_dir(&self.dir)?;
+                self.io.sync_dir(&self.dir)?;
                 if wr.made_dir
                     && let Some(parent) = self.dir.parent()
                 {
-                    super::blobs::sync_dir(parent)?;
+                    self.io.sync_dir(parent)?;
                 }
                 wr.dir_synced = true;
             }
