@@ -263,6 +263,7 @@ mod tests {
             hidden: None,
             state,
             actor: Actor::daemon(),
+            acked_through: None,
         }
     }
 

@@ -170,7 +170,10 @@ impl Ledger {
     }
 
     /// Durability point: every blob stored so far, then every record.
+    /// Fails with `EIO` once any durable sync of the store has failed (the
+    /// store is poisoned until remount, see `store::durable`).
     pub fn sync(&mut self, blobs: &BlobStore) -> io::Result<()> {
+        self.journal.io().check()?;
         blobs.sync_pending()?;
         self.journal.sync()
     }
@@ -183,8 +186,23 @@ impl Ledger {
         blobs: &BlobStore,
         commit: impl FnOnce() -> io::Result<()>,
     ) -> io::Result<()> {
+        self.journal.io().check()?;
         let pending = blobs.write_out_pending()?;
-        let r = self.journal.write_out().and_then(|()| commit());
+        let r = self.journal.write_out().and_then(|()| {
+            // The commit of the blobs and records written out above: if it
+            // fails to write, their pages may have been marked clean without
+            // being on disk, so no later sync could be trusted to write them.
+            // (`commit` also renames; its other errors write nothing.)
+            let path = self.journal.path().to_path_buf();
+            commit().inspect_err(|e| {
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EIO | libc::ENOSPC | libc::EDQUOT)
+                ) {
+                    self.journal.io().poison("commit", &path, e)
+                }
+            })
+        });
         match r {
             Ok(()) => {
                 self.journal.mark_synced();
@@ -226,6 +244,7 @@ mod tests {
             hidden: None,
             state,
             actor: Actor::daemon(),
+            acked_through: None,
         }
     }
 
