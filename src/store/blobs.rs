@@ -10,7 +10,11 @@
 //! must happen before any journal record naming them is made durable (the
 //! durability order of DESIGN.md: blob, then journal record, then live file).
 //! Blob files are taken ready-made from the daemon's [`Spares`] where it has
-//! them (an inode allocation off the request path).
+//! them (an inode allocation off the request path). A loose blob this
+//! process did not write is checked against its hash once before it is
+//! trusted (deduplicated onto) or served: a power loss can leave a blob
+//! that was never synced under its final name with the right size and the
+//! wrong bytes. Every sync goes through [`StoreIo`] (see `store::durable`).
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -123,12 +127,40 @@ impl BlobStore {
             // version of skillfs is not looked for: at worst stored twice).
             self.packs.has_intact(&raw, size)
         } else {
-            std::fs::metadata(self.path(id)).is_ok_and(|m| m.len() == size)
+            // Hashed once per process (then `known`): the size alone does
+            // not tell a blob from one a power loss left unwritten.
+            File::open(self.path(id)).is_ok_and(|f| {
+                f.metadata().is_ok_and(|m| m.len() == size)
+                    && self.check_loose(id, &raw, &f).is_ok()
+            })
         };
         if intact {
             self.known.lock().insert(raw);
         }
         intact
+    }
+
+    /// Checks a loose blob's content against its name, once per process.
+    fn check_loose(&self, id: &str, raw: &[u8; 32], f: &File) -> io::Result<()> {
+        if self.known.lock().contains(raw) {
+            return Ok(());
+        }
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; CHUNK];
+        let mut off = 0u64;
+        loop {
+            let n = f.read_at(&mut buf, off)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            off += n as u64;
+        }
+        if hasher.finalize().as_slice() != raw {
+            return Err(damaged_blob(id, &self.path(id)));
+        }
+        self.known.lock().insert(*raw);
+        Ok(())
     }
 
     pub fn read(&self, id: &str) -> io::Result<Vec<u8>> {
@@ -138,14 +170,27 @@ impl BlobStore {
         if self.packs.contains(&raw) {
             return self.packs.read(&raw);
         }
-        fs::read(self.path(id))
+        let data = fs::read(self.path(id))?;
+        if !self.known.lock().contains(&raw) {
+            if Sha256::digest(&data).as_slice() != raw {
+                return Err(damaged_blob(id, &self.path(id)));
+            }
+            self.known.lock().insert(raw);
+        }
+        Ok(data)
     }
 
-    /// The content of `id`, to be read at offsets.
+    /// The content of `id`, to be read at offsets; a loose blob is checked
+    /// against its hash before it is served (once per process).
     pub fn open(&self, id: &str) -> io::Result<Opened> {
         match raw_id(id) {
             Some(raw) if self.packs.contains(&raw) => Ok(Opened::Bytes(self.packs.read(&raw)?)),
-            _ => Ok(Opened::File(File::open(self.path(id))?)),
+            Some(raw) => {
+                let f = File::open(self.path(id))?;
+                self.check_loose(id, &raw, &f)?;
+                Ok(Opened::File(f))
+            }
+            None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
         }
     }
 
@@ -498,6 +543,17 @@ impl Opened {
     }
 }
 
+/// A blob whose bytes do not match its name: damage, never "missing".
+fn damaged_blob(id: &str, path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "blob {id} is damaged: the content of {} does not match its hash",
+            path.display()
+        ),
+    )
+}
+
 fn create_tmp(path: &Path) -> io::Result<File> {
     fs::OpenOptions::new()
         .read(true)
@@ -615,6 +671,53 @@ mod tests {
         assert_eq!(&buf, b"llo");
         assert!(fresh.has_intact(&a, 5) && fresh.has_intact(&id, big.len() as u64));
         assert_eq!(fs::read_dir(d.join("tmp")).unwrap().count(), 0);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_loose_blob_is_never_trusted_nor_served() {
+        let d = tempdir("damaged-loose");
+        let big: Vec<u8> = (0..PACK_MAX as usize + 5000)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let id = BlobStore::new(d.join("blobs"), d.join("tmp"))
+            .put_bytes(&big, false)
+            .unwrap();
+        // Right size, wrong bytes: what a power loss can leave of a blob
+        // renamed into place but never synced.
+        let path = BlobStore::new(d.join("blobs"), d.join("tmp")).path(&id);
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        let mut bad = big.clone();
+        bad[1000] ^= 1;
+        fs::write(&path, &bad).unwrap();
+
+        let fresh = BlobStore::new(d.join("blobs"), d.join("tmp"));
+        for e in [
+            match fresh.read(&id) {
+                Ok(_) => panic!("read a damaged blob"),
+                Err(e) => e,
+            },
+            fresh.open(&id).err().expect("served a damaged blob"),
+        ] {
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            assert!(
+                e.to_string().contains("damaged") && e.to_string().contains(&id),
+                "{e}"
+            );
+        }
+        assert!(
+            !fresh.has_intact(&id, big.len() as u64),
+            "deduplicated onto damage"
+        );
+        // Storing the content again repairs it.
+        let src = d.join("src");
+        fs::write(&src, &big).unwrap();
+        let (again, _) = fresh.put_file(&File::open(&src).unwrap(), true).unwrap();
+        assert_eq!(again, id);
+        let third = BlobStore::new(d.join("blobs"), d.join("tmp"));
+        assert_eq!(third.read(&id).unwrap(), big);
+        assert!(third.has_intact(&id, big.len() as u64));
         fs::remove_dir_all(&d).unwrap();
     }
 }
