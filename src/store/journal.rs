@@ -326,17 +326,19 @@ pub fn read_dir(dir: &Path) -> Result<Contents, Failure> {
         let data = fs::read(seg)
             .map_err(|e| Failure::io(Exit::DamagedJournal, "read journal", seg, &e))?;
         let is_last_seg = si + 1 == nsegs;
-        let lines = split_lines(&data);
+        let mut lines = split_lines(&data);
         let mut valid_len = 0usize;
         let mut torn_lines = 0usize;
-        for (i, line) in lines.iter().enumerate() {
+        for i in 0..lines.len() {
             let expect = records.last().map_or(1, |r| r.seq + 1);
+            if lines[i].parsed.as_ref().is_ok_and(|r| r.seq == expect) {
+                let taken = std::mem::replace(&mut lines[i].parsed, Err(String::new()));
+                records.extend(taken.ok());
+                valid_len = lines[i].next;
+                continue;
+            }
+            let line = &lines[i];
             let why = match &line.parsed {
-                Ok(rec) if rec.seq == expect => {
-                    records.push(rec.clone());
-                    valid_len = line.next;
-                    continue;
-                }
                 Ok(rec) => format!("sequence number {} where {expect} was expected", rec.seq),
                 Err(why) => why.clone(),
             };
