@@ -478,6 +478,9 @@ impl BlobStore {
         if result.is_err() {
             // Keep them pending so a later sync retries.
             self.unsynced.lock().extend(pending);
+        } else if pending.iter().any(|p| p == self.packs.dir()) {
+            // A new pack's directory entry is durable now: not again.
+            self.packs.mark_dir_synced(&pending);
         }
         result
     }

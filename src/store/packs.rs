@@ -345,6 +345,17 @@ impl Packs {
         })
     }
 
+    /// The directory entries of the pack being appended to were made
+    /// durable together with `synced` (which holds it): later appends need
+    /// not sync them again.
+    pub fn mark_dir_synced(&self, synced: &[PathBuf]) {
+        if let Some(w) = self.writer.lock().as_mut()
+            && synced.contains(&self.path(w.n))
+        {
+            w.dir_synced = true;
+        }
+    }
+
     fn start_pack(&self) -> io::Result<Writer> {
         let made_dir = match fs::create_dir(&self.dir) {
             Ok(()) => true,
