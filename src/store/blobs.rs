@@ -14,7 +14,11 @@
 //! process did not write is checked against its hash once before it is
 //! trusted (deduplicated onto) or served: a power loss can leave a blob
 //! that was never synced under its final name with the right size and the
-//! wrong bytes. Every sync goes through [`StoreIo`] (see `store::durable`).
+//! wrong bytes. Once a loose blob's content has been fsynced (after it was
+//! written, or checked) its mtime is set to [`DURABLE_MTIME`]: a blob so
+//! marked is known whole on its size, so a mount need not read every large
+//! version again (it is still hashed before it is served). Every sync goes
+//! through [`StoreIo`] (see `store::durable`).
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -37,6 +41,10 @@ use crate::sys;
 pub type BlobId = String;
 
 const CHUNK: usize = 256 * 1024;
+/// The mtime (seconds, nanoseconds) of a loose blob whose content was
+/// fsynced before the mtime was set: the mark can only become durable
+/// after the content has.
+pub const DURABLE_MTIME: (i64, i64) = (1, 0x5eed);
 /// Past this many pending blobs one `syncfs` beats one `fsync` each.
 const MANY: usize = 64;
 
@@ -127,17 +135,35 @@ impl BlobStore {
             // version of skillfs is not looked for: at worst stored twice).
             self.packs.has_intact(&raw, size)
         } else {
-            // Hashed once per process (then `known`): the size alone does
-            // not tell a blob from one a power loss left unwritten.
-            File::open(self.path(id)).is_ok_and(|f| {
-                f.metadata().is_ok_and(|m| m.len() == size)
-                    && self.check_loose(id, &raw, &f).is_ok()
-            })
+            self.loose_intact(id, &raw, size)
         };
         if intact {
             self.known.lock().insert(raw);
         }
         intact
+    }
+
+    /// The size alone does not tell a loose blob from one a power loss
+    /// left unwritten, unless it was marked after an fsync; an unmarked one
+    /// is hashed, then synced and marked (so once, not at every mount).
+    fn loose_intact(&self, id: &str, raw: &[u8; 32], size: u64) -> bool {
+        let path = self.path(id);
+        let Ok(f) = File::open(&path) else {
+            return false;
+        };
+        if !f.metadata().is_ok_and(|m| m.len() == size) {
+            return false;
+        }
+        if is_marked_durable(&f) {
+            return true;
+        }
+        if self.check_loose(id, raw, &f).is_err() {
+            return false;
+        }
+        if self.io.sync_all(&f, &path).is_ok() {
+            mark_durable(&f);
+        }
+        true
     }
 
     /// Checks a loose blob's content against its name, once per process.
@@ -393,6 +419,7 @@ impl BlobStore {
             fill(&tmp)?;
             if durable {
                 self.io.sync_all(&tmp, &tmp_path)?;
+                mark_durable(&tmp);
             }
             self.install(&tmp_path, id, durable)
         })();
@@ -461,6 +488,9 @@ impl BlobStore {
             for p in &pending {
                 let f = File::open(p)?;
                 self.io.sync_all(&f, p)?;
+                if self.is_loose(p) {
+                    mark_durable(&f);
+                }
                 // A pack's own directory entry is synced once, when it is
                 // new (then the directory itself is pending).
                 if let Some(parent) = p.parent()
@@ -491,8 +521,19 @@ impl BlobStore {
         let r = File::open(&self.dir).and_then(|d| self.io.syncfs(&d, &self.dir));
         if r.is_err() {
             self.unsynced.lock().extend(pending);
+        } else {
+            for p in pending.iter().filter(|p| self.is_loose(p)) {
+                if let Ok(f) = File::open(p) {
+                    mark_durable(&f);
+                }
+            }
         }
         r
+    }
+
+    /// `blobs/ab/<hex>` (not a pack, not a directory).
+    fn is_loose(&self, p: &Path) -> bool {
+        p.parent().and_then(Path::parent) == Some(&self.dir) && p.parent() != Some(self.packs.dir())
     }
 
     /// Writes out the data of every pending blob and waits for it, without
@@ -544,6 +585,19 @@ impl Opened {
             }
         }
     }
+}
+
+/// Marks a loose blob whose content was just fsynced (see [`DURABLE_MTIME`];
+/// one left unmarked is only hashed again by a later daemon).
+fn mark_durable(f: &File) {
+    let (s, ns) = DURABLE_MTIME;
+    let _ = sys::futimens(f, sys::Time::Keep, sys::Time::At(s, ns));
+}
+
+fn is_marked_durable(f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    f.metadata()
+        .is_ok_and(|m| (m.mtime(), m.mtime_nsec()) == DURABLE_MTIME)
 }
 
 /// A blob whose bytes do not match its name: damage, never "missing".
@@ -721,6 +775,11 @@ mod tests {
         let third = BlobStore::new(d.join("blobs"), d.join("tmp"));
         assert_eq!(third.read(&id).unwrap(), big);
         assert!(third.has_intact(&id, big.len() as u64));
+        // Synced, it is marked, so a later mount trusts its size without
+        // reading it (serving it still hashes it).
+        use std::os::unix::fs::MetadataExt;
+        let md = fs::metadata(&path).unwrap();
+        assert_eq!((md.mtime(), md.mtime_nsec()), DURABLE_MTIME);
         fs::remove_dir_all(&d).unwrap();
     }
 }
