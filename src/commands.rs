@@ -105,10 +105,12 @@ impl Store {
     fn content(&self, st: &EntryState) -> Result<Vec<u8>, Failure> {
         let blob = st.blob.as_deref().unwrap_or("");
         self.blobs.read(blob).map_err(|e| {
-            Failure::new(
-                Exit::BadStore,
-                format!("blob {blob} is missing from the store: {e}"),
-            )
+            let msg = if e.kind() == std::io::ErrorKind::InvalidData {
+                e.to_string() // damaged: the error names the blob and the file
+            } else {
+                format!("blob {blob} is missing from the store: {e}")
+            };
+            Failure::new(Exit::BadStore, msg)
         })
     }
 

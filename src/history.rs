@@ -266,6 +266,7 @@ mod tests {
             hidden: None,
             state,
             actor: Actor::daemon(),
+            acked_through: None,
         }
     }
 

@@ -170,7 +170,10 @@ impl Ledger {
     }
 
     /// Durability point: every blob stored so far, then every record.
+    /// Fails with `EIO` once any durable sync of the store has failed (the
+    /// store is poisoned until remount, see `store::durable`).
     pub fn sync(&mut self, blobs: &BlobStore) -> io::Result<()> {
+        self.journal.io().check()?;
         blobs.sync_pending()?;
         self.journal.sync()
     }
@@ -183,8 +186,23 @@ impl Ledger {
         blobs: &BlobStore,
         commit: impl FnOnce() -> io::Result<()>,
     ) -> io::Result<()> {
+        self.journal.io().check()?;
         let pending = blobs.write_out_pending()?;
-        let r = self.journal.write_out().and_then(|()| commit());
+        let r = self.journal.write_out().and_then(|()| {
+            // The commit of the blobs and records written out above: if it
+            // fails to write, their pages may have been marked clean without
+            // being on disk, so no later sync could be trusted to write them.
+            // (`commit` also renames; its other errors write nothing.)
+            let path = self.journal.path().to_path_buf();
+            commit().inspect_err(|e| {
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EIO | libc::ENOSPC | libc::EDQUOT)
+                ) {
+                    self.journal.io().poison("commit", &path, e)
+                }
+            })
+        });
         match r {
             Ok(()) => {
                 self.journal.mark_synced();
@@ -226,6 +244,7 @@ mod tests {
             hidden: None,
             state,
             actor: Actor::daemon(),
+            acked_through: None,
         }
     }
 
@@ -248,5 +267,100 @@ mod tests {
         assert_eq!(paths(&c), ["ab", "ab/s", "ab/s/y", "ab/x", "b"]);
         c.apply(&rec(Op::Rmdir, "ab", None, None));
         assert_eq!(paths(&c), ["b"]);
+    }
+
+    /// A disk whose syncs fail while `fail` is set.
+    struct Flaky {
+        fail: std::sync::atomic::AtomicBool,
+    }
+
+    impl Flaky {
+        fn answer(&self, real: io::Result<()>) -> io::Result<()> {
+            if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            real
+        }
+    }
+
+    impl crate::store::durable::SyncBackend for Flaky {
+        fn sync_data(&self, f: &std::fs::File) -> io::Result<()> {
+            self.answer(crate::sys::fdatasync(f))
+        }
+        fn sync_all(&self, f: &std::fs::File) -> io::Result<()> {
+            self.answer(crate::sys::fsync(f))
+        }
+        fn sync_dir(&self, d: &std::path::Path) -> io::Result<()> {
+            self.answer(crate::store::blobs::sync_dir(d))
+        }
+        fn syncfs(&self, f: &std::fs::File) -> io::Result<()> {
+            self.answer(crate::sys::syncfs(f))
+        }
+        fn write_out(&self, f: &std::fs::File) -> io::Result<()> {
+            self.answer(crate::sys::write_out(f))
+        }
+    }
+
+    #[test]
+    fn a_failed_sync_poisons_the_store_until_remount() {
+        use crate::store::durable::StoreIo;
+        use crate::store::{Layout, journal};
+        use std::sync::Arc;
+        use std::sync::atomic::Ordering;
+
+        let d = std::env::temp_dir().join(format!("skillfs-poison-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let layout = Layout::new(d.clone());
+        layout.create().unwrap();
+        let disk = Arc::new(Flaky { fail: false.into() });
+        let open = |io: &StoreIo| {
+            let contents = journal::read_dir(&layout.journal()).unwrap();
+            let j = Journal::open_with(&contents, io.clone()).unwrap();
+            let blobs = BlobStore::new(layout.blobs(), layout.tmp()).with_io(io.clone());
+            (Ledger::new(j, &contents.records), blobs)
+        };
+        let change = |p: &str| Change::new(Op::Unlink, RelPath::parse(p.as_bytes()).unwrap(), None);
+        let io = StoreIo::with_backend(disk.clone());
+        let (mut ledger, blobs) = open(&io);
+        ledger.record(change("a"), Actor::daemon()).unwrap();
+        ledger.sync(&blobs).unwrap();
+
+        disk.fail.store(true, Ordering::SeqCst);
+        ledger.record(change("b"), Actor::daemon()).unwrap();
+        assert!(ledger.sync(&blobs).is_err());
+        disk.fail.store(false, Ordering::SeqCst);
+        // The disk answers again, but what failed to write may be gone.
+        assert!(io.is_poisoned());
+        let e = ledger.sync(&blobs).unwrap_err();
+        assert_eq!(crate::error::FsError::from(e).0, libc::EIO);
+        // Work that promises no durability goes on; durable work does not.
+        ledger.record(change("c"), Actor::daemon()).unwrap();
+        blobs.put_bytes(b"not durable", false).unwrap();
+        let src = d.join("src");
+        std::fs::write(&src, b"durable").unwrap();
+        assert!(
+            blobs
+                .put_file(&std::fs::File::open(&src).unwrap(), true)
+                .is_err()
+        );
+        assert!(ledger.write_out_then(&blobs, || Ok(())).is_err());
+        drop((ledger, blobs));
+
+        // A remount starts afresh.
+        let io = StoreIo::with_backend(disk.clone());
+        let (mut ledger, blobs) = open(&io);
+        assert_eq!(ledger.next_seq(), 4);
+        // A single-commit durability point whose commit fails to write
+        // poisons too; one that fails otherwise (a rename) does not.
+        ledger.record(change("d"), Actor::daemon()).unwrap();
+        let enoent =
+            ledger.write_out_then(&blobs, || Err(io::Error::from_raw_os_error(libc::ENOENT)));
+        assert!(enoent.is_err() && !io.is_poisoned());
+        ledger.sync(&blobs).unwrap();
+        ledger.record(change("e"), Actor::daemon()).unwrap();
+        let eio = ledger.write_out_then(&blobs, || Err(io::Error::from_raw_os_error(libc::EIO)));
+        assert!(eio.is_err() && io.is_poisoned());
+        assert!(ledger.sync(&blobs).is_err());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -131,8 +131,12 @@ fn second_mount_of_the_same_store() {
 #[test]
 fn damaged_journal_refuses_and_changes_nothing() {
     let mut m = Mount::new("damaged");
+    // Acknowledged (fsync), so each later record says the earlier ones were
+    // durable: damage to them cannot be a torn tail.
     for i in 0..5 {
-        fs::write(m.path(&format!("f{i}")), format!("v{i}")).unwrap();
+        let mut f = fs::File::create(m.path(&format!("f{i}"))).unwrap();
+        std::io::Write::write_all(&mut f, format!("v{i}").as_bytes()).unwrap();
+        f.sync_all().unwrap();
     }
     m.umount();
     let seg = fs::read_dir(m.store().join("journal"))
@@ -161,6 +165,59 @@ fn damaged_journal_refuses_and_changes_nothing() {
     // Read-only commands refuse the same way.
     let out = skillfs(&["log", "--root", m.root().to_str().unwrap()]);
     assert_refused(&out, 5, &["line 3"]);
+}
+
+#[test]
+fn damage_no_later_record_vouches_for_is_set_aside_not_refused() {
+    // Plain closes: no record says another was durable, so a bad line
+    // followed by good ones is what a power loss can leave (blocks written
+    // out of order). The mount goes on; the cut bytes are kept aside.
+    let mut m = Mount::new("unacked");
+    for i in 0..5 {
+        fs::write(m.path(&format!("f{i}")), format!("v{i}")).unwrap();
+    }
+    m.umount();
+    let before = m.log();
+    let n = before.len();
+    let seg = fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut data = fs::read(&seg).unwrap();
+    let lines: Vec<usize> = data
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1)
+        .collect();
+    let cut = lines[n - 4]; // the start of the third-last record
+    data[cut + 10..cut + 30].fill(0);
+    fs::write(&seg, &data).unwrap();
+    m.remount();
+    let after = m.log();
+    assert_eq!(after[..n - 3], before[..n - 3]);
+    // What the cut records said, the mount's scan finds again.
+    assert!(
+        after[n - 3..]
+            .iter()
+            .any(|r| r["op"] == "scan" && r["path"] == "f4"),
+        "{after:?}"
+    );
+    assert_eq!(fs::read_to_string(m.path("f4")).unwrap(), "v4");
+    let aside: Vec<_> = fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("torn-")
+        })
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(fs::read(&aside[0]).unwrap(), &data[cut..]);
 }
 
 #[test]

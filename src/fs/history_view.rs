@@ -203,7 +203,7 @@ impl SkillFs {
             s.blob.clone().ok_or(FsError::EIO)?
         };
         let file = self.blobs.open(&blob).map_err(|e| {
-            tracing::error!("blob {blob} of a version is missing: {e}");
+            tracing::error!("blob {blob} of a version could not be opened: {e}");
             FsError::EIO
         })?;
         let fh = self.new_handle(Handle::Blob {

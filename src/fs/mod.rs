@@ -36,6 +36,7 @@ mod tree;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,6 +51,7 @@ use crate::ledger::Ledger;
 use crate::relpath::{ByteString, RelPath};
 use crate::scan::{Areas, Settler, kind_of, state_from_stat};
 use crate::store::blobs::{BlobStore, Opened, copy_range};
+use crate::store::durable::StoreIo;
 use crate::store::journal::{Actor, Change, EntryState, Kind, Op};
 use crate::store::spares::Spares;
 use crate::sys::{self, Time};
@@ -2033,10 +2035,10 @@ impl SkillFs {
                 let live = Arc::clone(&s.live);
                 self.ledger
                     .lock()
-                    .write_out_then(&self.blobs, || sys::fsync(&*live))?;
+                    .write_out_then(&self.blobs, || live_fsync(&live, &loc))?;
             } else {
                 self.ledger.lock().sync(&self.blobs)?;
-                sys::fsync(&*s.live)?;
+                live_fsync(&s.live, &loc)?;
                 sync_parent_of(&loc)?;
             }
         }
@@ -2070,7 +2072,7 @@ impl SkillFs {
         let one_commit = |s: &mut OpenState| -> std::io::Result<()> {
             sys::write_out(&*stg_file)?;
             self.swap_in(s, loc)?;
-            sys::fsync(&*stg_file)
+            live_fsync(&stg_file, loc)
         };
         // The path whose record this publish appended, until the swap makes
         // it true.
@@ -2099,7 +2101,7 @@ impl SkillFs {
                 if fast {
                     one_commit(s)?;
                 } else if durable {
-                    sys::fsync(&*stg_file)?;
+                    live_fsync(&stg_file, loc)?;
                     self.swap_in(s, loc)?;
                     sync_parent_of(loc)?;
                 } else {
@@ -2178,7 +2180,7 @@ impl SkillFs {
         }
         s.staging = None;
         if durable {
-            sys::fsync(&*file)?;
+            live_fsync(&file, loc)?;
         }
         Ok(())
     }
@@ -2371,7 +2373,7 @@ impl SkillFs {
         // A directory removed while open has nothing left to make durable
         // but the record of its removal, synced just now.
         match loc {
-            Ok(loc) => sys::fsync(&sys::open_dir(loc.dirfd, &loc.phys)?)?,
+            Ok(loc) => live_fsync(&File::from(sys::open_dir(loc.dirfd, &loc.phys)?), &loc)?,
             Err(FsError::ESTALE) => {}
             Err(e) => return Err(e),
         }
@@ -2397,8 +2399,8 @@ impl SkillFs {
         }
         self.spares.clear();
         // Live files replaced by plain closes become durable too.
-        if unsafe { libc::syncfs(self.root_raw()) } != 0 {
-            tracing::error!("syncfs at unmount: {}", std::io::Error::last_os_error());
+        if let Err(e) = sys::syncfs(&self.root_fd) {
+            tracing::error!("syncfs at unmount: {e}");
         }
     }
 }
@@ -2537,12 +2539,21 @@ fn read_full(
     Ok(got)
 }
 
+/// An fsync of the live tree (a file or directory at `loc`), under the
+/// store's poison rule: after a failed one (the kernel may have dropped the
+/// pages that failed to write and marked them clean), no later fsync is
+/// acknowledged until remount.
+fn live_fsync(f: &File, loc: &Location) -> std::io::Result<()> {
+    let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(loc.logical.as_bytes()));
+    StoreIo::real().sync_all(f, &path)
+}
+
 fn sync_parent_of(loc: &Location) -> FsResult<()> {
     let parent_phys = match loc.phys.iter().rposition(|&b| b == b'/') {
         Some(i) => &loc.phys[..i],
         None => &b""[..],
     };
-    sys::fsync(&sys::open_dir(loc.dirfd, parent_phys)?)?;
+    live_fsync(&File::from(sys::open_dir(loc.dirfd, parent_phys)?), loc)?;
     Ok(())
 }
 

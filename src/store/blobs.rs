@@ -10,7 +10,15 @@
 //! must happen before any journal record naming them is made durable (the
 //! durability order of DESIGN.md: blob, then journal record, then live file).
 //! Blob files are taken ready-made from the daemon's [`Spares`] where it has
-//! them (an inode allocation off the request path).
+//! them (an inode allocation off the request path). A loose blob this
+//! process did not write is checked against its hash once before it is
+//! trusted (deduplicated onto) or served: a power loss can leave a blob
+//! that was never synced under its final name with the right size and the
+//! wrong bytes. Once a loose blob's content has been fsynced (after it was
+//! written, or checked) its mtime is set to [`DURABLE_MTIME`]: a blob so
+//! marked is known whole on its size, so a mount need not read every large
+//! version again (it is still hashed before it is served). Every sync goes
+//! through [`StoreIo`] (see `store::durable`).
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -23,6 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use super::durable::StoreIo;
 use super::fsutil;
 use super::packs::{PACK_MAX, Packs};
 use super::spares::Spares;
@@ -33,6 +42,10 @@ use crate::sys;
 pub type BlobId = String;
 
 const CHUNK: usize = 256 * 1024;
+/// The mtime (seconds, nanoseconds) of a loose blob whose content was
+/// fsynced before the mtime was set: the mark can only become durable
+/// after the content has.
+pub const DURABLE_MTIME: (i64, i64) = (1, 0x5eed);
 /// Past this many pending blobs one `syncfs` beats one `fsync` each.
 const MANY: usize = 64;
 
@@ -46,11 +59,13 @@ pub struct BlobStore {
     sync_lock: Mutex<()>,
     /// Fan-out directories known to exist (saves a mkdir per blob).
     fans: Mutex<[bool; 256]>,
-    /// Blobs this process stored or found intact (saves a `stat` per
-    /// version; nothing removes blobs while a store is open for writing).
+    /// Blobs this process stored or found intact (hash checked) (saves a
+    /// `stat` per version; nothing removes blobs while a store is open for
+    /// writing).
     known: Mutex<HashSet<[u8; 32]>>,
     spares: Option<Arc<Spares>>,
     packs: Packs,
+    io: StoreIo,
 }
 
 /// The 32 bytes behind a hex id (None for anything else).
@@ -81,7 +96,15 @@ impl BlobStore {
             spares: None,
             packs: Packs::new(dir.join("packs")),
             dir,
+            io: StoreIo::real(),
         }
+    }
+
+    /// Makes blobs and packs durable through `io` (tests).
+    pub fn with_io(mut self, io: StoreIo) -> BlobStore {
+        self.packs.set_io(io.clone());
+        self.io = io;
+        self
     }
 
     /// New blobs start as files taken from `spares`.
@@ -113,12 +136,58 @@ impl BlobStore {
             // version of skillfs is not looked for: at worst stored twice).
             self.packs.has_intact(&raw, size)
         } else {
-            std::fs::metadata(self.path(id)).is_ok_and(|m| m.len() == size)
+            self.loose_intact(id, &raw, size)
         };
         if intact {
             self.known.lock().insert(raw);
         }
         intact
+    }
+
+    /// The size alone does not tell a loose blob from one a power loss
+    /// left unwritten, unless it was marked after an fsync; an unmarked one
+    /// is hashed, then synced and marked (so once, not at every mount).
+    fn loose_intact(&self, id: &str, raw: &[u8; 32], size: u64) -> bool {
+        let path = self.path(id);
+        let Ok(f) = File::open(&path) else {
+            return false;
+        };
+        if !f.metadata().is_ok_and(|m| m.len() == size) {
+            return false;
+        }
+        if is_marked_durable(&f) {
+            return true;
+        }
+        if self.check_loose(id, raw, &f).is_err() {
+            return false;
+        }
+        if self.io.sync_all(&f, &path).is_ok() {
+            mark_durable(&f);
+        }
+        true
+    }
+
+    /// Checks a loose blob's content against its name, once per process.
+    fn check_loose(&self, id: &str, raw: &[u8; 32], f: &File) -> io::Result<()> {
+        if self.known.lock().contains(raw) {
+            return Ok(());
+        }
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; CHUNK];
+        let mut off = 0u64;
+        loop {
+            let n = f.read_at(&mut buf, off)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            off += n as u64;
+        }
+        if hasher.finalize().as_slice() != raw {
+            return Err(damaged_blob(id, &self.path(id)));
+        }
+        self.known.lock().insert(*raw);
+        Ok(())
     }
 
     pub fn read(&self, id: &str) -> io::Result<Vec<u8>> {
@@ -128,14 +197,27 @@ impl BlobStore {
         if self.packs.contains(&raw) {
             return self.packs.read(&raw);
         }
-        fs::read(self.path(id))
+        let data = fs::read(self.path(id))?;
+        if !self.known.lock().contains(&raw) {
+            if Sha256::digest(&data).as_slice() != raw {
+                return Err(damaged_blob(id, &self.path(id)));
+            }
+            self.known.lock().insert(raw);
+        }
+        Ok(data)
     }
 
-    /// The content of `id`, to be read at offsets.
+    /// The content of `id`, to be read at offsets; a loose blob is checked
+    /// against its hash before it is served (once per process).
     pub fn open(&self, id: &str) -> io::Result<Opened> {
         match raw_id(id) {
             Some(raw) if self.packs.contains(&raw) => Ok(Opened::Bytes(self.packs.read(&raw)?)),
-            _ => Ok(Opened::File(File::open(self.path(id))?)),
+            Some(raw) => {
+                let f = File::open(self.path(id))?;
+                self.check_loose(id, &raw, &f)?;
+                Ok(Opened::File(f))
+            }
+            None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
         }
     }
 
@@ -337,7 +419,8 @@ impl BlobStore {
         let result = (|| {
             fill(&tmp)?;
             if durable {
-                sys::fsync(&tmp)?;
+                self.io.sync_all(&tmp, &tmp_path)?;
+                mark_durable(&tmp);
             }
             self.install(&tmp_path, id, durable)
         })();
@@ -379,9 +462,9 @@ impl BlobStore {
             self.known.lock().insert(raw);
         }
         if durable {
-            sync_dir(&fan)?;
+            self.io.sync_dir(&fan)?;
             if created_fan {
-                sync_dir(&self.dir)?;
+                self.io.sync_dir(&self.dir)?;
             }
         }
         Ok(())
@@ -393,6 +476,7 @@ impl BlobStore {
         // One sync at a time: a second caller must not return while the
         // first is still flushing blobs the second depends on.
         let _one = self.sync_lock.lock();
+        self.io.check()?;
         let pending = std::mem::take(&mut *self.unsynced.lock());
         if pending.is_empty() {
             return Ok(());
@@ -404,7 +488,10 @@ impl BlobStore {
         let result = (|| {
             for p in &pending {
                 let f = File::open(p)?;
-                sys::fsync(&f)?;
+                self.io.sync_all(&f, p)?;
+                if self.is_loose(p) {
+                    mark_durable(&f);
+                }
                 // A pack's own directory entry is synced once, when it is
                 // new (then the directory itself is pending).
                 if let Some(parent) = p.parent()
@@ -415,13 +502,16 @@ impl BlobStore {
                 }
             }
             for d in &dirs {
-                sync_dir(d)?;
+                self.io.sync_dir(d)?;
             }
             Ok(())
         })();
         if result.is_err() {
             // Keep them pending so a later sync retries.
             self.unsynced.lock().extend(pending);
+        } else if pending.iter().any(|p| p == self.packs.dir()) {
+            // A new pack's directory entry is durable now: not again.
+            self.packs.mark_dir_synced(&pending);
         }
         result
     }
@@ -429,11 +519,22 @@ impl BlobStore {
 
 impl BlobStore {
     fn sync_all(&self, pending: Vec<PathBuf>) -> io::Result<()> {
-        let r = File::open(&self.dir).and_then(|d| sys::syncfs(&d));
+        let r = File::open(&self.dir).and_then(|d| self.io.syncfs(&d, &self.dir));
         if r.is_err() {
             self.unsynced.lock().extend(pending);
+        } else {
+            for p in pending.iter().filter(|p| self.is_loose(p)) {
+                if let Ok(f) = File::open(p) {
+                    mark_durable(&f);
+                }
+            }
         }
         r
+    }
+
+    /// `blobs/ab/<hex>` (not a pack, not a directory).
+    fn is_loose(&self, p: &Path) -> bool {
+        p.parent().and_then(Path::parent) == Some(&self.dir) && p.parent() != Some(self.packs.dir())
     }
 
     /// Writes out the data of every pending blob and waits for it, without
@@ -442,6 +543,7 @@ impl BlobStore {
     /// Until that succeeds they stay pending.
     pub fn write_out_pending(&self) -> io::Result<Vec<PathBuf>> {
         let _one = self.sync_lock.lock();
+        self.io.check()?;
         let pending = std::mem::take(&mut *self.unsynced.lock());
         if pending.len() > MANY {
             self.sync_all(pending)?;
@@ -451,7 +553,7 @@ impl BlobStore {
             if p.is_dir() {
                 continue; // a fan-out directory: metadata, in the commit
             }
-            if let Err(e) = File::open(p).and_then(|f| sys::write_out(&f)) {
+            if let Err(e) = File::open(p).and_then(|f| self.io.write_out(&f, p)) {
                 self.unsynced.lock().extend(pending.iter().cloned());
                 return Err(e);
             }
@@ -484,6 +586,30 @@ impl Opened {
             }
         }
     }
+}
+
+/// Marks a loose blob whose content was just fsynced (see [`DURABLE_MTIME`];
+/// one left unmarked is only hashed again by a later daemon).
+fn mark_durable(f: &File) {
+    let (s, ns) = DURABLE_MTIME;
+    let _ = sys::futimens(f, sys::Time::Keep, sys::Time::At(s, ns));
+}
+
+fn is_marked_durable(f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    f.metadata()
+        .is_ok_and(|m| (m.mtime(), m.mtime_nsec()) == DURABLE_MTIME)
+}
+
+/// A blob whose bytes do not match its name: damage, never "missing".
+fn damaged_blob(id: &str, path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "blob {id} is damaged: the content of {} does not match its hash",
+            path.display()
+        ),
+    )
 }
 
 fn create_tmp(path: &Path) -> io::Result<File> {
@@ -602,6 +728,58 @@ mod tests {
         assert_eq!(&buf, b"llo");
         assert!(fresh.has_intact(&a, 5) && fresh.has_intact(&id, big.len() as u64));
         assert_eq!(fs::read_dir(d.join("tmp")).unwrap().count(), 0);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_loose_blob_is_never_trusted_nor_served() {
+        let d = tempdir("damaged-loose");
+        let big: Vec<u8> = (0..PACK_MAX as usize + 5000)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let id = BlobStore::new(d.join("blobs"), d.join("tmp"))
+            .put_bytes(&big, false)
+            .unwrap();
+        // Right size, wrong bytes: what a power loss can leave of a blob
+        // renamed into place but never synced.
+        let path = BlobStore::new(d.join("blobs"), d.join("tmp")).path(&id);
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        let mut bad = big.clone();
+        bad[1000] ^= 1;
+        fs::write(&path, &bad).unwrap();
+
+        let fresh = BlobStore::new(d.join("blobs"), d.join("tmp"));
+        for e in [
+            match fresh.read(&id) {
+                Ok(_) => panic!("read a damaged blob"),
+                Err(e) => e,
+            },
+            fresh.open(&id).err().expect("served a damaged blob"),
+        ] {
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            assert!(
+                e.to_string().contains("damaged") && e.to_string().contains(&id),
+                "{e}"
+            );
+        }
+        assert!(
+            !fresh.has_intact(&id, big.len() as u64),
+            "deduplicated onto damage"
+        );
+        // Storing the content again repairs it.
+        let src = d.join("src");
+        fs::write(&src, &big).unwrap();
+        let (again, _) = fresh.put_file(&File::open(&src).unwrap(), true).unwrap();
+        assert_eq!(again, id);
+        let third = BlobStore::new(d.join("blobs"), d.join("tmp"));
+        assert_eq!(third.read(&id).unwrap(), big);
+        assert!(third.has_intact(&id, big.len() as u64));
+        // Synced, it is marked, so a later mount trusts its size without
+        // reading it (serving it still hashes it).
+        use std::os::unix::fs::MetadataExt;
+        let md = fs::metadata(&path).unwrap();
+        assert_eq!((md.mtime(), md.mtime_nsec()), DURABLE_MTIME);
         fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -2,16 +2,26 @@
 //!
 //! Line format: a JSON object whose last member is `"crc":"xxxxxxxx"`, the
 //! CRC-32 of the line with that member removed. Sequence numbers start at 1
-//! and have no gaps.
+//! and have no gaps. Each record carries `acked_through`, the highest
+//! sequence number known durable when it was appended (its durability
+//! watermark); records written before it existed have none.
 //!
 //! Invariants:
 //! - a line is appended with a single `write`; a failed or short append is
 //!   cut off again, so a later record never follows a partial one;
-//! - at open, a final line that is incomplete or fails its checksum was never
-//!   acknowledged (it was being written when the process or machine died) and
-//!   is dropped; a bad line anywhere else is damage, reported with its file
-//!   and line number, and nothing is changed;
-//! - a record is durable once [`Journal::sync`] returns.
+//! - a record is durable once [`Journal::sync`] returns; no record is made
+//!   durable before every blob it names is: at open, before the first sync,
+//!   one `syncfs` makes durable whatever a killed daemon left unsynced
+//!   (records and the blobs and live files they name);
+//! - at open, the first bad line (incomplete, failing its checksum, or out
+//!   of sequence) decides: if a later intact record says it was durable
+//!   (`acked_through` at or past it, or a record without the watermark), it
+//!   is damage, reported with its file and line number, and nothing is
+//!   changed; otherwise everything from it on was never made durable, only
+//!   partly written when the machine died: it is a torn tail, set aside in
+//!   `journal/torn-<seq>-<ns>` and cut off. A bad record that was made
+//!   durable and then damaged, with no later record to vouch for it, cannot
+//!   be told from a torn one: it is set aside (never deleted) with a warning.
 
 use std::fs::{self, File};
 use std::io;
@@ -23,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Exit, Failure};
 use crate::relpath::{ByteString, RelPath};
 use crate::store::blobs::BlobId;
+use crate::store::durable::StoreIo;
 use crate::sys;
 
 /// What a record did.
@@ -154,6 +165,11 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<EntryState>,
     pub actor: Actor,
+    /// The highest sequence number known durable when this record was
+    /// appended (`None`: written before the watermark existed, read as
+    /// "everything before me was durable").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acked_through: Option<u64>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -205,7 +221,13 @@ pub fn decode(line: &[u8]) -> Result<Record, String> {
     if !suffix.starts_with(br#","crc":""#) || !suffix.ends_with(br#""}"#) {
         return Err("no checksum at the end of the line".into());
     }
-    let want = std::str::from_utf8(&suffix[8..16])
+    // Exactly as `encode` writes it: lowercase (an uppercase digit is a
+    // changed byte, whatever it parses to).
+    let hex = &suffix[8..16];
+    if !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err("checksum is not lowercase hex".into());
+    }
+    let want = std::str::from_utf8(hex)
         .ok()
         .and_then(|h| u32::from_str_radix(h, 16).ok())
         .ok_or("checksum is not hex")?;
@@ -239,8 +261,11 @@ pub struct Contents {
     /// The segment appended to, and the length of its valid prefix.
     pub segment: PathBuf,
     pub valid_len: u64,
-    /// Bytes after `valid_len` that were dropped as a torn tail.
+    /// Bytes after `valid_len` that are a torn tail (to be set aside).
     pub torn_bytes: u64,
+    /// Complete lines (ending in a newline) in the torn tail: a complete
+    /// bad line may have been a durable record damaged later.
+    pub torn_lines: usize,
 }
 
 fn segment_name(first_seq: u64) -> String {
@@ -256,56 +281,94 @@ fn list_segments(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(segs)
 }
 
+/// One line of a segment: its byte range (newline excluded) and what it
+/// decodes to.
+struct Line {
+    start: usize,
+    next: usize,
+    complete: bool,
+    parsed: Result<Record, String>,
+}
+
+fn split_lines(data: &[u8]) -> Vec<Line> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while pos < data.len() {
+        let end = data[pos..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|i| pos + i);
+        let bytes = &data[pos..end.unwrap_or(data.len())];
+        let next = end.map_or(data.len(), |e| e + 1);
+        let parsed = if end.is_none() {
+            Err("the line is incomplete".to_string())
+        } else {
+            decode(bytes)
+        };
+        out.push(Line {
+            start: pos,
+            next,
+            complete: end.is_some(),
+            parsed,
+        });
+        pos = next;
+    }
+    out
+}
+
 /// Reads and checks every record under `dir` (read-only).
 pub fn read_dir(dir: &Path) -> Result<Contents, Failure> {
     let segs = list_segments(dir)
         .map_err(|e| Failure::io(Exit::DamagedJournal, "list journal", dir, &e))?;
     let mut records: Vec<Record> = Vec::new();
-    let mut last = (dir.join(segment_name(1)), 0u64, 0u64);
+    let mut last = (dir.join(segment_name(1)), 0u64, 0u64, 0usize);
     let nsegs = segs.len();
     for (si, seg) in segs.iter().enumerate() {
         let data = fs::read(seg)
             .map_err(|e| Failure::io(Exit::DamagedJournal, "read journal", seg, &e))?;
         let is_last_seg = si + 1 == nsegs;
-        let mut pos = 0usize;
-        let mut lineno = 0usize;
+        let mut lines = split_lines(&data);
         let mut valid_len = 0usize;
-        while pos < data.len() {
-            lineno += 1;
-            let end = data[pos..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map(|i| pos + i);
-            let line = &data[pos..end.unwrap_or(data.len())];
-            let next = end.map_or(data.len(), |e| e + 1);
-            let at_tail = next >= data.len();
-            let parsed = if end.is_none() {
-                Err("the line is incomplete".to_string())
-            } else {
-                decode(line)
-            };
-            match parsed {
-                Ok(rec) => {
-                    let expect = records.last().map_or(1, |r| r.seq + 1);
-                    if rec.seq != expect {
-                        return Err(damaged(
-                            seg,
-                            lineno,
-                            &format!("sequence number {} where {expect} was expected", rec.seq),
-                        ));
-                    }
-                    records.push(rec);
-                    valid_len = next;
-                }
-                Err(_) if at_tail && is_last_seg => break, // torn tail: never acknowledged
-                Err(why) => return Err(damaged(seg, lineno, &why)),
+        let mut torn_lines = 0usize;
+        for i in 0..lines.len() {
+            let expect = records.last().map_or(1, |r| r.seq + 1);
+            if lines[i].parsed.as_ref().is_ok_and(|r| r.seq == expect) {
+                let taken = std::mem::replace(&mut lines[i].parsed, Err(String::new()));
+                records.extend(taken.ok());
+                valid_len = lines[i].next;
+                continue;
             }
-            pos = next;
+            let line = &lines[i];
+            let why = match &line.parsed {
+                Ok(rec) => format!("sequence number {} where {expect} was expected", rec.seq),
+                Err(why) => why.clone(),
+            };
+            // The first bad line: a torn tail unless a record from here on
+            // says record `expect` had been made durable.
+            let vouched = lines[i..].iter().position(|l| {
+                l.parsed
+                    .as_ref()
+                    .is_ok_and(|r| r.acked_through.is_none_or(|a| a >= expect))
+            });
+            if !is_last_seg || vouched.is_some() {
+                let why = match vouched {
+                    Some(k) => format!(
+                        "{why} (line {} says record {expect} was already durable)",
+                        i + k + 1
+                    ),
+                    None => why,
+                };
+                return Err(damaged(seg, i + 1, &why));
+            }
+            torn_lines = lines[i..].iter().filter(|l| l.complete).count();
+            debug_assert_eq!(line.start, valid_len);
+            break;
         }
         last = (
             seg.clone(),
             valid_len as u64,
             (data.len() - valid_len) as u64,
+            torn_lines,
         );
     }
     Ok(Contents {
@@ -313,7 +376,53 @@ pub fn read_dir(dir: &Path) -> Result<Contents, Failure> {
         segment: last.0,
         valid_len: last.1,
         torn_bytes: last.2,
+        torn_lines: last.3,
     })
+}
+
+/// Copies the torn tail to `torn-<seq>-<ns>` beside the segment, durably,
+/// before it is cut off: damaged data is set aside, never deleted.
+fn set_aside_torn_tail(
+    contents: &Contents,
+    file: &File,
+    dir: &Path,
+    io: &StoreIo,
+) -> Result<(), Failure> {
+    let seq = contents.records.last().map_or(0, |r| r.seq) + 1;
+    let aside = dir.join(format!("torn-{seq}-{}", crate::time::now_ns()));
+    let mut tail = vec![0u8; contents.torn_bytes as usize];
+    file.read_exact_at(&mut tail, contents.valid_len)
+        .map_err(|e| Failure::io(Exit::BadStore, "read journal", &contents.segment, &e))?;
+    let copy = crate::store::fsutil::options()
+        .write(true)
+        .create_new(true)
+        .open(&aside)
+        .and_then(|f| {
+            f.write_all_at(&tail, 0)?;
+            io.sync_all(&f, &aside)
+        })
+        .and_then(|()| io.sync_dir(dir));
+    copy.map_err(|e| Failure::io(Exit::BadStore, "set aside the torn tail in", &aside, &e))?;
+    if contents.torn_lines > 0 {
+        tracing::warn!(
+            "journal {}: record {seq} and what follows ({} bytes, {} complete lines) fail \
+             their checks and no later record says they were durable: taken as cut off by \
+             a power loss and set aside in {} (if they had been acknowledged, they were \
+             damaged since)",
+            contents.segment.display(),
+            contents.torn_bytes,
+            contents.torn_lines,
+            aside.display()
+        );
+    } else {
+        tracing::warn!(
+            "journal {}: dropping {} bytes of an incomplete last record (set aside in {})",
+            contents.segment.display(),
+            contents.torn_bytes,
+            aside.display()
+        );
+    }
+    Ok(())
 }
 
 fn damaged(seg: &Path, lineno: usize, why: &str) -> Failure {
@@ -334,12 +443,23 @@ pub struct Journal {
     len: u64,
     next_seq: u64,
     unsynced: bool,
+    /// The highest sequence number known durable (the watermark written
+    /// into each record).
+    durable_through: u64,
+    io: StoreIo,
 }
 
 impl Journal {
-    /// Opens for appending after [`read_dir`]; cuts off a torn tail.
+    /// Opens for appending after [`read_dir`]; sets a torn tail aside and
+    /// cuts it off.
     pub fn open(contents: &Contents) -> Result<Journal, Failure> {
+        Journal::open_with(contents, StoreIo::real())
+    }
+
+    /// [`Journal::open`] making things durable through `io`.
+    pub fn open_with(contents: &Contents, io: StoreIo) -> Result<Journal, Failure> {
         let path = contents.segment.clone();
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let file = crate::store::fsutil::options()
             .read(true)
             .write(true)
@@ -347,23 +467,34 @@ impl Journal {
             .truncate(false)
             .open(&path)
             .map_err(|e| Failure::io(Exit::BadStore, "open journal", &path, &e))?;
+        // What a killed daemon left in the page cache (records, the blobs
+        // they name, the live files it swapped in, the store's directories
+        // and this segment's own entry) is made durable before any record
+        // of ours is: one commit of the whole filesystem. The store is on
+        // ROOT's filesystem, so this covers the live tree too.
+        io.syncfs(&file, &path)
+            .map_err(|e| Failure::io(Exit::BadStore, "sync the filesystem of", &path, &e))?;
         if contents.torn_bytes > 0 {
-            tracing::warn!(
-                "dropping {} bytes of an incomplete last record in {}",
-                contents.torn_bytes,
-                path.display()
-            );
+            set_aside_torn_tail(contents, &file, &dir, &io)?;
             file.set_len(contents.valid_len)
-                .and_then(|()| sys::fsync(&file))
+                .and_then(|()| io.sync_all(&file, &path))
                 .map_err(|e| Failure::io(Exit::BadStore, "truncate journal", &path, &e))?;
         }
+        let last = contents.records.last().map_or(0, |r| r.seq);
         Ok(Journal {
             file,
             path,
             len: contents.valid_len,
-            next_seq: contents.records.last().map_or(1, |r| r.seq + 1),
+            next_seq: last + 1,
             unsynced: false,
+            durable_through: last,
+            io,
         })
+    }
+
+    /// What makes this journal's records (and the store's blobs) durable.
+    pub fn io(&self) -> &StoreIo {
+        &self.io
     }
 
     pub fn next_seq(&self) -> u64 {
@@ -382,6 +513,7 @@ impl Journal {
             hidden: change.hidden,
             state: change.state,
             actor,
+            acked_through: Some(self.durable_through),
         };
         let line = encode(&rec);
         if let Err(e) = self.file.write_all_at(&line, self.len) {
@@ -396,9 +528,11 @@ impl Journal {
 
     /// Makes every appended record durable.
     pub fn sync(&mut self) -> io::Result<()> {
+        self.io.check()?;
         if self.unsynced {
-            sys::fdatasync(&self.file)?;
+            self.io.sync_data(&self.file, &self.path)?;
             self.unsynced = false;
+            self.durable_through = self.next_seq - 1;
         }
         Ok(())
     }
@@ -411,7 +545,7 @@ impl Journal {
     /// `BlobStore::write_out_pending`).
     pub fn write_out(&mut self) -> io::Result<()> {
         if self.unsynced {
-            sys::write_out(&self.file)?;
+            self.io.write_out(&self.file, &self.path)?;
         }
         Ok(())
     }
@@ -419,6 +553,7 @@ impl Journal {
     /// The records written out were committed by the caller's `fsync`.
     pub fn mark_synced(&mut self) {
         self.unsynced = false;
+        self.durable_through = self.next_seq - 1;
     }
 }
 
@@ -450,6 +585,7 @@ mod tests {
                 pid: 1,
                 comm: "python3".into(),
             },
+            acked_through: Some(seq.saturating_sub(1)),
         }
     }
 
@@ -512,6 +648,170 @@ mod tests {
         assert_eq!(err.exit, Exit::DamagedJournal);
         assert!(err.message.contains("line 2"), "{}", err.message);
         assert_eq!(fs::read(&seg).unwrap(), data);
+        fs::remove_dir_all(&d).unwrap();
+    }
+    /// Six records; syncs after 2 and after 4, so records 3-4 say 2 was
+    /// durable and 5-6 say 4 was.
+    fn watermarked() -> (Vec<u8>, Vec<(usize, usize)>) {
+        let mut data = Vec::new();
+        let mut lines = Vec::new();
+        for (seq, acked) in [(1, 0), (2, 0), (3, 2), (4, 2), (5, 4), (6, 4)] {
+            let mut r = rec(seq);
+            r.acked_through = Some(acked);
+            let start = data.len();
+            data.extend(encode(&r));
+            lines.push((start, data.len()));
+        }
+        (data, lines)
+    }
+
+    /// The recovery rule at every byte: a cut anywhere never refuses;
+    /// zeroed or flipped bytes refuse exactly when a later intact record
+    /// says the damaged one was durable, and otherwise keep every record
+    /// before the damage.
+    #[test]
+    fn torn_tail_or_damage_at_every_byte() {
+        let d = dir("every-byte");
+        let seg = d.join(segment_name(1));
+        let (good, lines) = watermarked();
+        let acked = [0u64, 0, 2, 2, 4, 4];
+        let line_of = |b: usize| lines.iter().position(|&(s, e)| s <= b && b < e).unwrap();
+        let check = |data: &[u8], what: &str, lo: usize, hi: usize| {
+            fs::write(&seg, data).unwrap();
+            let got = read_dir(&d);
+            assert_eq!(fs::read(&seg).unwrap(), data, "read_dir changed the file");
+            if what == "cut" {
+                let whole = lines.iter().filter(|&&(_, e)| e <= lo).count();
+                let c = got.unwrap_or_else(|e| panic!("cut at {lo} refused: {}", e.message));
+                assert_eq!(c.records.len(), whole, "cut at {lo}");
+                assert_eq!(
+                    c.valid_len as usize,
+                    lines.get(whole).map_or(good.len(), |l| l.0)
+                );
+                return;
+            }
+            let f = line_of(lo);
+            // A record is intact if neither it nor the newline before it
+            // was touched.
+            let intact = |k: usize| {
+                let from = lines[k].0.saturating_sub(1);
+                hi <= from || lo >= lines[k].1
+            };
+            let vouched = (f + 1..lines.len()).any(|k| intact(k) && acked[k] > f as u64);
+            match got {
+                Err(e) => {
+                    assert!(
+                        vouched,
+                        "{what} at {lo}: refused an unacknowledged tail: {}",
+                        e.message
+                    );
+                    assert_eq!(e.exit, Exit::DamagedJournal);
+                    assert!(
+                        e.message.contains(&format!("line {}", f + 1)),
+                        "{}",
+                        e.message
+                    );
+                }
+                Ok(c) => {
+                    assert!(
+                        !vouched,
+                        "{what} at {lo}: damage to a durable record passed"
+                    );
+                    assert!(f >= 4, "{what} at {lo}: record {} was acknowledged", f + 1);
+                    assert_eq!(c.records.len(), f, "{what} at {lo}");
+                    assert_eq!(
+                        c.records,
+                        (1..=f as u64)
+                            .map(|s| {
+                                let mut r = rec(s);
+                                r.acked_through = Some(acked[s as usize - 1]);
+                                r
+                            })
+                            .collect::<Vec<_>>()
+                    );
+                    assert_eq!(c.valid_len as usize + c.torn_bytes as usize, data.len());
+                }
+            }
+        };
+        for off in 0..good.len() {
+            check(&good[..off], "cut", off, good.len());
+            let mut flipped = good.clone();
+            flipped[off] ^= 0x20;
+            check(&flipped, "flip", off, off + 1);
+            let mut zeroed = good.clone();
+            let hi = (off + 16).min(good.len());
+            zeroed[off..hi].fill(0);
+            check(&zeroed, "zero-fill", off, hi);
+        }
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn records_without_a_watermark_vouch_for_everything_before() {
+        // Written before `acked_through` existed: a bad line followed by
+        // one of them is damage, as it always was; a bad last line is torn.
+        let d = dir("old");
+        let seg = d.join(segment_name(1));
+        let old = |s| {
+            let mut r = rec(s);
+            r.acked_through = None;
+            encode(&r)
+        };
+        let line = old(1);
+        assert!(!String::from_utf8_lossy(&line).contains("acked_through"));
+        let mut data = [old(1), old(2), old(3)].concat();
+        fs::write(&seg, &data).unwrap();
+        assert_eq!(read_dir(&d).unwrap().records.len(), 3);
+        data[line.len() + 5] ^= 1;
+        fs::write(&seg, &data).unwrap();
+        assert!(read_dir(&d).is_err());
+        let mut data = [old(1), old(2), old(3)].concat();
+        let n = data.len();
+        data[n - 5] ^= 1;
+        fs::write(&seg, &data).unwrap();
+        assert_eq!(read_dir(&d).unwrap().records.len(), 2);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_torn_tail_is_set_aside_before_it_is_cut() {
+        let d = dir("aside");
+        let seg = d.join(segment_name(1));
+        let (good, lines) = watermarked();
+        // Records 5 and 6 half written out of order: 5 zeroed, 6 whole.
+        let mut data = good.clone();
+        data[lines[4].0 + 10..lines[4].0 + 40].fill(0);
+        fs::write(&seg, &data).unwrap();
+        let c = read_dir(&d).unwrap();
+        assert_eq!((c.records.len(), c.torn_lines), (4, 2));
+        let mut j = Journal::open(&c).unwrap();
+        assert_eq!(fs::read(&seg).unwrap(), &good[..lines[4].0]);
+        let aside: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("torn-5-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        assert_eq!(fs::read(d.join(&aside[0])).unwrap(), &data[lines[4].0..]);
+        // Appends carry the watermark: everything read at open is durable.
+        let r = j
+            .append(
+                Change::new(Op::Unlink, RelPath::parse(b"x").unwrap(), None),
+                rec(0).actor,
+                1,
+            )
+            .unwrap();
+        assert_eq!((r.seq, r.acked_through), (5, Some(4)));
+        j.sync().unwrap();
+        let r = j
+            .append(
+                Change::new(Op::Unlink, RelPath::parse(b"y").unwrap(), None),
+                rec(0).actor,
+                1,
+            )
+            .unwrap();
+        assert_eq!((r.seq, r.acked_through), (6, Some(5)));
+        assert_eq!(read_dir(&d).unwrap().records.len(), 6);
         fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -28,6 +28,7 @@
 //! and how its files are opened, are [`fsutil`]'s to decide.
 
 pub mod blobs;
+pub mod durable;
 pub mod fsutil;
 pub mod journal;
 pub mod packs;

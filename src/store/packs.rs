@@ -12,11 +12,14 @@
 //! Invariants: packs are append-only and entries are never rewritten; each
 //! daemon appends to a pack of its own, started after every pack that exists
 //! (so a tail cut off by a crash is never written after); an entry counts
-//! only when its whole content lies inside the file, and the first entry
-//! that does not stops the scan of its pack (only a cut-off tail can be
-//! incomplete); content is checked against its hash before it is served
-//! when it was not written by this process (bytes that a power loss left
-//! unwritten are an error, never a version).
+//! only when its whole content lies inside the file; bytes that are not a
+//! whole entry at the end of a pack are a tail cut off by a crash, while
+//! a bad entry followed by good ones is damage: it is reported as such and
+//! the entries after it are found again by scanning for the next header
+//! whose content matches its hash (none is dropped silently); content is
+//! checked against its hash before it is served when it was not written
+//! by this process (bytes that a power loss left unwritten are an error,
+//! never a version).
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -28,6 +31,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use super::durable::StoreIo;
 use super::fsutil;
 
 /// Largest blob kept in a pack.
@@ -74,6 +78,7 @@ pub struct Packs {
     dir: PathBuf,
     index: Mutex<Option<Index>>,
     writer: Mutex<Option<Writer>>,
+    io: StoreIo,
 }
 
 /// What an append left to make durable.
@@ -91,7 +96,13 @@ impl Packs {
             dir,
             index: Mutex::new(None),
             writer: Mutex::new(None),
+            io: StoreIo::real(),
         }
+    }
+
+    /// Makes packs durable through `io` (tests).
+    pub fn set_io(&mut self, io: StoreIo) {
+        self.io = io;
     }
 
     pub fn dir(&self) -> &Path {
@@ -131,16 +142,48 @@ impl Packs {
             let size = file.metadata().map(|m| m.len()).unwrap_or(0);
             let mut off = 0u64;
             let mut head = [0u8; HEADER as usize];
+            // Where a damaged stretch began, while looking for the entry
+            // after it.
+            let mut damaged_from: Option<u64> = None;
             while off + HEADER <= size {
-                if file.read_exact_at(&mut head, off).is_err() || &head[..4] != MAGIC {
-                    break;
-                }
-                let mut id = [0u8; 32];
-                id.copy_from_slice(&head[4..36]);
-                let len = u64::from_le_bytes(head[36..44].try_into().expect("8 bytes"));
-                let body = off + HEADER;
-                if len > PACK_MAX || body + len > size {
-                    break;
+                let entry = file
+                    .read_exact_at(&mut head, off)
+                    .ok()
+                    .filter(|()| &head[..4] == MAGIC)
+                    .and_then(|()| {
+                        let mut id = [0u8; 32];
+                        id.copy_from_slice(&head[4..36]);
+                        let len = u64::from_le_bytes(head[36..44].try_into().expect("8 bytes"));
+                        let body = off + HEADER;
+                        (len <= PACK_MAX && body + len <= size).then_some((id, body, len))
+                    })
+                    // Past damage only an entry whose content matches its
+                    // hash is taken as the next one (a header-like run of
+                    // bytes inside some content is not).
+                    .filter(|&(id, body, len)| {
+                        damaged_from.is_none() || content_matches(&file, &id, body, len)
+                    });
+                let Some((id, body, len)) = entry else {
+                    let from = *damaged_from.get_or_insert(off);
+                    match find_magic(&file, off + 1, size) {
+                        Some(next) => {
+                            off = next;
+                            continue;
+                        }
+                        None => {
+                            off = from;
+                            break;
+                        }
+                    }
+                };
+                if let Some(from) = damaged_from.take() {
+                    tracing::error!(
+                        "{}: {} bytes at offset {from} are not a valid entry (damaged); \
+                         the entries after them were found again by scanning, and a \
+                         content stored in the damaged bytes is lost from this pack",
+                        self.path(n).display(),
+                        off - from
+                    );
                 }
                 let e = Entry {
                     pack: n,
@@ -160,7 +203,8 @@ impl Packs {
             }
             if off < size {
                 tracing::warn!(
-                    "{}: {} bytes after offset {off} are not a whole entry (cut off by a crash?); ignored",
+                    "{}: {} bytes after offset {off} are not a whole entry and no entry \
+                     follows them (cut off by a crash?); ignored",
                     self.path(n).display(),
                     size - off
                 );
@@ -211,7 +255,8 @@ impl Packs {
         let damaged = io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "{} at offset {}: content does not match its hash",
+                "blob {} is damaged: {} at offset {}: content does not match its hash",
+                crate::relpath::hex(id),
                 self.path(e.pack).display(),
                 e.off
             ),
@@ -271,13 +316,13 @@ impl Packs {
         };
         wr.end += buf.len() as u64;
         if durable {
-            crate::sys::fdatasync(&*wr.file)?;
+            self.io.sync_data(&wr.file, &self.path(wr.n))?;
             if !wr.dir_synced {
-                super::blobs::sync_dir(&self.dir)?;
+                self.io.sync_dir(&self.dir)?;
                 if wr.made_dir
                     && let Some(parent) = self.dir.parent()
                 {
-                    super::blobs::sync_dir(parent)?;
+                    self.io.sync_dir(parent)?;
                 }
                 wr.dir_synced = true;
             }
@@ -299,6 +344,17 @@ impl Packs {
             pack: self.path(n),
             new_pack: !durable && (new_pack || !dir_durable),
         })
+    }
+
+    /// The directory entries of the pack being appended to were made
+    /// durable together with `synced` (which holds it): later appends need
+    /// not sync them again.
+    pub fn mark_dir_synced(&self, synced: &[PathBuf]) {
+        if let Some(w) = self.writer.lock().as_mut()
+            && synced.contains(&self.path(w.n))
+        {
+            w.dir_synced = true;
+        }
     }
 
     fn start_pack(&self) -> io::Result<Writer> {
@@ -327,6 +383,29 @@ impl Packs {
             made_dir,
         })
     }
+}
+
+/// Whether `len` bytes at `body` hash to `id`.
+fn content_matches(file: &File, id: &RawId, body: u64, len: u64) -> bool {
+    let mut data = vec![0u8; len as usize];
+    file.read_exact_at(&mut data, body).is_ok() && Sha256::digest(&data).as_slice() == id
+}
+
+/// The offset of the next `MAGIC` at or after `from` (and before `size`).
+fn find_magic(file: &File, from: u64, size: u64) -> Option<u64> {
+    const STEP: usize = 1 << 20;
+    let mut buf = vec![0u8; STEP + MAGIC.len()];
+    let mut at = from;
+    while at + MAGIC.len() as u64 <= size {
+        let want = ((size - at) as usize).min(buf.len());
+        file.read_exact_at(&mut buf[..want], at).ok()?;
+        if let Some(i) = buf[..want].windows(MAGIC.len()).position(|w| w == MAGIC) {
+            return Some(at + i as u64);
+        }
+        // The last bytes again next time: a header may straddle.
+        at += (want - (MAGIC.len() - 1)) as u64;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -422,6 +501,44 @@ mod tests {
         assert!(!again.has_intact(&id_of(&a), a.len() as u64));
         let e = again.read(&id_of(&a)).unwrap_err();
         assert!(e.to_string().contains("does not match its hash"), "{e}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_bad_length_in_the_middle_loses_no_later_entry() {
+        let dir = std::env::temp_dir().join(format!("skillfs-packs-len-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let packs = Packs::new(dir.clone());
+        let contents: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 100 + 50 * i as usize]).collect();
+        let mut offsets = Vec::new();
+        for c in &contents {
+            offsets.push(packs.writer.lock().as_ref().map_or(0, |w| w.end));
+            packs.append(&id_of(c), c, false).unwrap();
+        }
+        let path = packs.path(1);
+        let good = fs::read(&path).unwrap();
+        for (bad_len, magic) in [(u64::MAX, false), (PACK_MAX, false), (10, false), (0, true)] {
+            let mut raw = good.clone();
+            let at = offsets[3] as usize;
+            if magic {
+                raw[at] = b'X';
+            } else {
+                raw[at + 36..at + 44].copy_from_slice(&bad_len.to_le_bytes());
+            }
+            overwrite(&path, &raw);
+            let again = Packs::new(dir.clone());
+            for (i, c) in contents.iter().enumerate() {
+                if i == 3 {
+                    assert!(!again.has_intact(&id_of(c), c.len() as u64));
+                } else {
+                    assert_eq!(
+                        again.read(&id_of(c)).unwrap(),
+                        *c,
+                        "entry {i}, length {bad_len}"
+                    );
+                }
+            }
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 }
