@@ -11,6 +11,8 @@
 use std::collections::BTreeMap;
 use std::io;
 
+use parking_lot::{Condvar, Mutex};
+
 use crate::history::HistoryIndex;
 use crate::relpath::RelPath;
 use crate::store::blobs::BlobStore;
@@ -122,6 +124,82 @@ impl Catalog {
 
 /// The journal and what it implies (the catalog of current states and the
 /// history index), kept in step.
+/// Group commit: makes records durable without holding the ledger's lock
+/// across the device flush, one flush for every record appended before it
+/// started.
+///
+/// Invariants: `durable` only grows, and every record up to it was synced
+/// (with every blob stored before it: a blob is marked pending before its
+/// record is appended, and the leader syncs the pending blobs before the
+/// journal). At most one thread (the leader) syncs at a time; the others
+/// wait for it, and one whose record it did not cover leads the next sync.
+/// Lock order: the committer's state, never held while taking the ledger.
+pub struct GroupCommit {
+    state: Mutex<CommitState>,
+    synced: Condvar,
+}
+
+struct CommitState {
+    durable: u64,
+    leader: bool,
+}
+
+impl GroupCommit {
+    /// For a journal whose records up to `durable` are durable.
+    pub fn new(durable: u64) -> GroupCommit {
+        GroupCommit {
+            state: Mutex::new(CommitState {
+                durable,
+                leader: false,
+            }),
+            synced: Condvar::new(),
+        }
+    }
+
+    /// Returns once every record up to `seq` (and every blob stored before
+    /// it) is durable. Fails with the errno of a failed sync (the store is
+    /// then poisoned until remount).
+    pub fn sync_through(
+        &self,
+        ledger: &Mutex<Ledger>,
+        blobs: &BlobStore,
+        seq: u64,
+    ) -> io::Result<()> {
+        let mut st = self.state.lock();
+        loop {
+            if st.durable >= seq {
+                return Ok(());
+            }
+            if !st.leader {
+                break;
+            }
+            self.synced.wait(&mut st);
+        }
+        st.leader = true;
+        drop(st);
+        let synced = (|| {
+            let (file, path, target, io) = {
+                let l = ledger.lock();
+                l.journal.io().check()?;
+                let (file, path, target) = l.journal.sync_target();
+                (file, path, target, l.journal.io().clone())
+            };
+            blobs.sync_pending()?;
+            io.sync_data(&file, &path)?;
+            ledger.lock().journal.mark_durable(target);
+            Ok(target)
+        })();
+        let mut st = self.state.lock();
+        st.leader = false;
+        if let Ok(t) = synced {
+            st.durable = st.durable.max(t);
+        }
+        self.synced.notify_all();
+        drop(st);
+        synced.map(drop)
+    }
+}
+
 pub struct Ledger {
     journal: Journal,
     catalog: Catalog,
@@ -158,6 +236,16 @@ impl Ledger {
 
     pub fn next_seq(&self) -> u64 {
         self.journal.next_seq()
+    }
+
+    /// The highest sequence number known durable.
+    pub fn durable_through(&self) -> u64 {
+        self.journal.durable_through()
+    }
+
+    /// The sequence number of the last record appended (0 for none).
+    pub fn last_seq(&self) -> u64 {
+        self.journal.next_seq() - 1
     }
 
     /// Appends `change` and applies it. The caller has already made every
@@ -361,6 +449,92 @@ mod tests {
         let eio = ledger.write_out_then(&blobs, || Err(io::Error::from_raw_os_error(libc::EIO)));
         assert!(eio.is_err() && io.is_poisoned());
         assert!(ledger.sync(&blobs).is_err());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A backend that counts `fdatasync`s of the journal and takes a while
+    /// over each, as a device flush does.
+    struct SlowCounting {
+        flushes: std::sync::atomic::AtomicUsize,
+    }
+
+    impl crate::store::durable::SyncBackend for SlowCounting {
+        fn sync_data(&self, file: &std::fs::File) -> io::Result<()> {
+            self.flushes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            crate::sys::fdatasync(file)
+        }
+        fn sync_all(&self, file: &std::fs::File) -> io::Result<()> {
+            crate::sys::fsync(file)
+        }
+        fn sync_dir(&self, dir: &std::path::Path) -> io::Result<()> {
+            crate::sys::fsync(&std::fs::File::open(dir)?)
+        }
+        fn syncfs(&self, _file: &std::fs::File) -> io::Result<()> {
+            Ok(())
+        }
+        fn write_out(&self, file: &std::fs::File) -> io::Result<()> {
+            crate::sys::write_out(file)
+        }
+    }
+
+    /// Eight threads append and wait for their own record to be durable:
+    /// each call returns only once the journal is synced past its record,
+    /// and records share flushes (the ledger's lock is not held across one,
+    /// so others append meanwhile).
+    #[test]
+    fn group_commit_covers_every_record_with_fewer_flushes() {
+        use crate::store::durable::StoreIo;
+        use crate::store::{Layout, journal};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let d = std::env::temp_dir().join(format!("skillfs-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let layout = Layout::new(d.clone());
+        layout.create().unwrap();
+        let disk = Arc::new(SlowCounting {
+            flushes: AtomicUsize::new(0),
+        });
+        let io = StoreIo::with_backend(disk.clone());
+        let contents = journal::read_dir(&layout.journal()).unwrap();
+        let j = Journal::open_with(&contents, io.clone()).unwrap();
+        let blobs = BlobStore::new(layout.blobs(), layout.tmp()).with_io(io.clone());
+        let ledger = parking_lot::Mutex::new(Ledger::new(j, &contents.records));
+        let commit = GroupCommit::new(ledger.lock().durable_through());
+        const THREADS: usize = 8;
+        const EACH: usize = 25;
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (ledger, blobs, commit) = (&ledger, &blobs, &commit);
+                s.spawn(move || {
+                    for i in 0..EACH {
+                        let p = RelPath::parse(format!("t{t}/f{i}").as_bytes()).unwrap();
+                        let seq = ledger
+                            .lock()
+                            .record(Change::new(Op::Unlink, p, None), Actor::daemon())
+                            .unwrap()
+                            .seq;
+                        commit.sync_through(ledger, blobs, seq).unwrap();
+                        assert!(ledger.lock().durable_through() >= seq);
+                    }
+                });
+            }
+        });
+        let total = (THREADS * EACH) as u64;
+        assert_eq!(ledger.lock().durable_through(), total);
+        let flushes = disk.flushes.load(Ordering::SeqCst);
+        assert!(
+            flushes < THREADS * EACH / 2,
+            "{flushes} flushes for {total} records"
+        );
+        // Every record is in the file, whole.
+        drop(ledger);
+        assert_eq!(
+            journal::read_dir(&layout.journal()).unwrap().records.len() as u64,
+            total
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -47,7 +47,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::error::{FsError, FsResult};
 use crate::hide::HideRules;
 use crate::history;
-use crate::ledger::Ledger;
+use crate::ledger::{GroupCommit, Ledger};
 use crate::relpath::{ByteString, RelPath};
 use crate::scan::{Areas, Settler, kind_of, state_from_stat};
 use crate::store::blobs::{BlobStore, Opened, copy_range};
@@ -219,6 +219,8 @@ pub struct SkillFs {
     rules: HideRules,
     blobs: BlobStore,
     ledger: Mutex<Ledger>,
+    /// Syncs the journal outside `ledger`'s lock (see `ledger::GroupCommit`).
+    commit: GroupCommit,
     namespace: RwLock<()>,
     tree: Mutex<Tree>,
     open_files: Mutex<HashMap<Ino, Arc<OpenFile>>>,
@@ -362,6 +364,7 @@ impl SkillFs {
             dirs,
             rules,
             blobs,
+            commit: GroupCommit::new(ledger.durable_through()),
             ledger: Mutex::new(ledger),
             namespace: RwLock::new(()),
             tree: Mutex::new(Tree::new(root_key)),
@@ -653,6 +656,13 @@ impl SkillFs {
         }
         st.st_ino = ino;
         st
+    }
+
+    /// Makes every record appended so far durable (group commit: the
+    /// ledger's lock is not held across the flush).
+    fn sync_records(&self) -> FsResult<()> {
+        let want = self.ledger.lock().last_seq();
+        Ok(self.commit.sync_through(&self.ledger, &self.blobs, want)?)
     }
 
     fn record(&self, change: Change, caller: &Caller) {
@@ -2037,7 +2047,7 @@ impl SkillFs {
                     .lock()
                     .write_out_then(&self.blobs, || live_fsync(&live, &loc))?;
             } else {
-                self.ledger.lock().sync(&self.blobs)?;
+                self.sync_records()?;
                 live_fsync(&s.live, &loc)?;
                 sync_parent_of(&loc)?;
             }
@@ -2080,8 +2090,11 @@ impl SkillFs {
         let steps = |s: &mut OpenState, recorded: &mut Option<RelPath>| -> FsResult<()> {
             let mut replaced = false;
             if let Some(path) = &self.versioned(loc) {
-                let state = self.stored_state(&stg_file, durable && !fast)?;
-                if fast {
+                // Stored without a sync of its own: a durable publish syncs
+                // it with the journal, one sync for every blob and record
+                // of the publishes waiting at that moment (group commit).
+                let state = self.stored_state(&stg_file, false)?;
+                if durable {
                     self.blobs
                         .mark_pending(state.blob.as_deref().expect("just stored"));
                 }
@@ -2094,7 +2107,10 @@ impl SkillFs {
                     ledger.write_out_then(&self.blobs, || one_commit(s))?;
                     replaced = true;
                 } else if durable {
-                    ledger.sync(&self.blobs)?;
+                    // Synced outside the ledger's lock (group commit).
+                    let want = ledger.last_seq();
+                    drop(ledger);
+                    self.commit.sync_through(&self.ledger, &self.blobs, want)?;
                 }
             }
             if !replaced {
@@ -2171,11 +2187,17 @@ impl SkillFs {
         // still owed a version.
         let file = Arc::clone(&s.staging.as_ref().expect("caller checked").file);
         if let Some(path) = &self.versioned(loc) {
-            let state = self.stored_state(&file, durable)?;
+            let state = self.stored_state(&file, false)?;
+            if durable {
+                self.blobs
+                    .mark_pending(state.blob.as_deref().expect("just stored"));
+            }
             let mut ledger = self.ledger.lock();
             record_unless_same(&mut ledger, path, state, op, caller)?;
+            let want = ledger.last_seq();
+            drop(ledger);
             if durable {
-                ledger.sync(&self.blobs)?;
+                self.commit.sync_through(&self.ledger, &self.blobs, want)?;
             }
         }
         s.staging = None;
@@ -2369,7 +2391,7 @@ impl SkillFs {
         }
         let _ns = self.namespace.read();
         let loc = self.loc(ino);
-        self.ledger.lock().sync(&self.blobs)?;
+        self.sync_records()?;
         // A directory removed while open has nothing left to make durable
         // but the record of its removal, synced just now.
         match loc {

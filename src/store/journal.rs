@@ -27,6 +27,7 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -438,7 +439,9 @@ fn damaged(seg: &Path, lineno: usize, why: &str) -> Failure {
 
 /// The append side of the journal, owned by the mounted daemon.
 pub struct Journal {
-    file: File,
+    /// Shared with a group commit syncing it outside the ledger's lock
+    /// (`sync_target`).
+    file: Arc<File>,
     path: PathBuf,
     len: u64,
     next_seq: u64,
@@ -482,7 +485,7 @@ impl Journal {
         }
         let last = contents.records.last().map_or(0, |r| r.seq);
         Ok(Journal {
-            file,
+            file: Arc::new(file),
             path,
             len: contents.valid_len,
             next_seq: last + 1,
@@ -554,6 +557,26 @@ impl Journal {
     pub fn mark_synced(&mut self) {
         self.unsynced = false;
         self.durable_through = self.next_seq - 1;
+    }
+
+    /// What a sync made outside the ledger's lock needs (see
+    /// `ledger::GroupCommit`): the file and the last sequence number
+    /// appended, which an `fdatasync` of it started now makes durable.
+    pub fn sync_target(&self) -> (Arc<File>, PathBuf, u64) {
+        (Arc::clone(&self.file), self.path.clone(), self.next_seq - 1)
+    }
+
+    /// The highest sequence number known durable.
+    pub fn durable_through(&self) -> u64 {
+        self.durable_through
+    }
+
+    /// Records up to `seq` were made durable by a sync outside the lock.
+    pub fn mark_durable(&mut self, seq: u64) {
+        self.durable_through = self.durable_through.max(seq);
+        if seq + 1 >= self.next_seq {
+            self.unsynced = false;
+        }
     }
 }
 
