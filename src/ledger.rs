@@ -243,6 +243,11 @@ impl Ledger {
         self.journal.durable_through()
     }
 
+    /// Room for the next records (see `Journal::ensure_room`).
+    pub fn ensure_room(&mut self) -> io::Result<()> {
+        self.journal.ensure_room()
+    }
+
     /// The sequence number of the last record appended (0 for none).
     pub fn last_seq(&self) -> u64 {
         self.journal.next_seq() - 1
@@ -278,15 +283,14 @@ impl Ledger {
         let pending = blobs.write_out_pending()?;
         let r = self.journal.write_out().and_then(|()| {
             // The commit of the blobs and records written out above: if it
-            // fails to write, their pages may have been marked clean without
-            // being on disk, so no later sync could be trusted to write them.
-            // (`commit` also renames; its other errors write nothing.)
+            // fails to write (EIO), their pages may have been marked clean
+            // without being on disk, so no later sync could be trusted to
+            // write them. `commit` also renames, and a rename's ENOSPC
+            // writes nothing; its own fsync goes through the store's io and
+            // poisons by itself on any failure.
             let path = self.journal.path().to_path_buf();
             commit().inspect_err(|e| {
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EIO | libc::ENOSPC | libc::EDQUOT)
-                ) {
+                if e.raw_os_error() == Some(libc::EIO) {
                     self.journal.io().poison("commit", &path, e)
                 }
             })

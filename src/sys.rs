@@ -78,6 +78,29 @@ pub fn mknodat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
     check(unsafe { libc::mknodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
 }
 
+/// Reserves blocks for `len` bytes from `offset` without changing the
+/// file's size (`FALLOC_FL_KEEP_SIZE`): writes there need no allocation.
+pub fn reserve(f: &impl AsRawFd, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: plain integers; the fd is borrowed for the call.
+    check(unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_KEEP_SIZE,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    })
+    .map(drop)
+}
+
+/// Whether the file has any extended attribute (ACLs and security labels
+/// included); an error counts as yes.
+pub fn has_xattrs(f: &impl AsRawFd) -> bool {
+    // SAFETY: a null buffer of size 0 asks only for the size of the list.
+    let n = unsafe { libc::flistxattr(f.as_raw_fd(), std::ptr::null_mut(), 0) };
+    n != 0
+}
+
 pub fn unlinkat(dir: RawFd, rel: &[u8], remove_dir: bool) -> io::Result<()> {
     let c = cpath(rel)?;
     let flags = if remove_dir { libc::AT_REMOVEDIR } else { 0 };

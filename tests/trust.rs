@@ -422,21 +422,26 @@ fn a_full_disk_fails_calls_cleanly_and_never_kills_the_daemon() {
     }
     let kept = sha256_hex(b"v1 of 3");
     disk.fill("filler");
-    // Metadata: refused with ENOSPC (the record cannot be written), mode
-    // unchanged, and the daemon answers the next call.
+    // Metadata: journaled into the journal's reserve while it lasts, then
+    // refused with ENOSPC (the record cannot be written), mode unchanged,
+    // and the daemon answers the next call.
     let mut refused = 0;
-    for i in 0..20 {
-        let p = m.path(&format!("cat/f{i}"));
+    for n in 0..20_000 {
+        let p = m.path(&format!("cat/f{}", n % 20));
         let before = fs::metadata(&p).unwrap().permissions().mode() & 0o777;
-        match fs::set_permissions(&p, fs::Permissions::from_mode(0o600)) {
+        let want = if before == 0o600 { 0o640 } else { 0o600 };
+        match fs::set_permissions(&p, fs::Permissions::from_mode(want)) {
             Ok(()) => {}
             Err(e) => {
-                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "chmod {i}: {e}");
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "chmod {n}: {e}");
                 assert_eq!(
                     fs::metadata(&p).unwrap().permissions().mode() & 0o777,
                     before
                 );
                 refused += 1;
+                if refused == 3 {
+                    break;
+                }
             }
         }
     }
@@ -457,11 +462,25 @@ fn a_full_disk_fails_calls_cleanly_and_never_kills_the_daemon() {
     assert!(failed, "4 MiB fitted on a full disk");
     std::thread::sleep(Duration::from_millis(200));
     let now = fs::read(&p).unwrap();
+    let journaled: std::collections::HashSet<String> = m
+        .log()
+        .iter()
+        .filter_map(|r| r["state"]["blob"].as_str().map(str::to_string))
+        .collect();
     assert!(
-        now == b"v1 of 5" || now.is_empty(),
+        journaled.contains(&sha256_hex(&now)),
         "after a failed publish the mount serves {} bytes in no version",
         now.len()
     );
+    // Names: each rename or mkdir is either refused or journaled, so the
+    // newest snapshot lists what the live directory does.
+    for i in 10..20 {
+        let _ = fs::rename(m.path(&format!("cat/f{i}")), m.path(&format!("cat/g{i}")));
+    }
+    let _ = fs::create_dir(m.path("cat/newdir"));
+    let live = common::names(&m.path("cat"));
+    let latest = common::names(&m.path(".history/latest/cat"));
+    assert_eq!(latest, live, ".history/latest disagrees with the live tree");
     // Alive, and a file never touched is intact.
     assert_eq!(fs::read_to_string(m.path("cat/f3")).unwrap(), "v1 of 3");
     assert!(common::pid_alive(m.pid), "the daemon died on a full disk");
@@ -626,4 +645,103 @@ os.rename(path, os.path.join(d, "cat/helper/sock2"))
         std::io::Error::last_os_error().raw_os_error(),
         Some(libc::EPERM)
     );
+}
+
+/// Review of the first fix: a reader of one name of a pair keeps the old
+/// bytes even after that name is renamed over and the other is written
+/// (the inode left with one link must not be emptied for reuse), and a
+/// reused inode never carries another file's extended attributes.
+#[test]
+fn a_reader_of_a_linked_name_keeps_its_bytes_and_no_xattr_is_inherited() {
+    let m = Mount::with_tree("hlreader", |root| {
+        fs::write(root.join("a.md"), "SECRET-OLD-BYTES").unwrap();
+        fs::hard_link(root.join("a.md"), root.join("b.md")).unwrap();
+        fs::write(root.join("x.md"), "x v1").unwrap();
+        let name = std::ffi::CString::new("user.owner_note").unwrap();
+        let r = unsafe {
+            libc::setxattr(
+                c(&root.join("x.md")).as_ptr(),
+                name.as_ptr(),
+                b"alice".as_ptr().cast(),
+                5,
+                0,
+            )
+        };
+        assert_eq!(r, 0, "user xattrs: {}", std::io::Error::last_os_error());
+    });
+    settle_spares();
+    let reader = fs::File::open(m.path("b.md")).unwrap();
+    fs::write(m.path("c.md"), "c").unwrap();
+    fs::rename(m.path("c.md"), m.path("b.md")).unwrap();
+    fs::write(m.path("a.md"), "a v2").unwrap();
+    fs::write(m.path("x.md"), "x v2").unwrap();
+    churn(&m, 8);
+    let mut buf = vec![0u8; 64];
+    let n = std::os::unix::fs::FileExt::read_at(&reader, &mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"SECRET-OLD-BYTES");
+    // Every file made since: no extended attribute from a reused inode.
+    for e in fs::read_dir(m.root()).unwrap() {
+        let p = e.unwrap().path();
+        let n = unsafe { libc::listxattr(c(&p).as_ptr(), std::ptr::null_mut(), 0) };
+        assert!(n <= 0, "{} carries extended attributes", p.display());
+    }
+}
+
+/// chmod and utimes through one name of a pair change only that name
+/// (it gets an inode of its own first), and a chmod leaves its mtime.
+#[test]
+fn metadata_changes_never_reach_another_link() {
+    let scratch = Scratch::new("hlmeta");
+    let outside = scratch.root().parent().unwrap().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::create_dir_all(scratch.root().join("cat")).unwrap();
+    let live = scratch.root().join("cat/s.sh");
+    fs::write(&live, "echo hi\n").unwrap();
+    fs::set_permissions(&live, fs::Permissions::from_mode(0o644)).unwrap();
+    let copy = outside.join("backup.sh");
+    fs::hard_link(&live, &copy).unwrap();
+    let before = fs::metadata(&copy).unwrap();
+    let m = Mount::over(scratch, Vec::new());
+    let p = m.path("cat/s.sh");
+    let mtime = fs::metadata(&p).unwrap().mtime_nsec();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o777, 0o755);
+    assert_eq!(
+        fs::metadata(&p).unwrap().mtime_nsec(),
+        mtime,
+        "chmod moved the mtime"
+    );
+    let out = Command::new("touch")
+        .args(["-d", "2001-01-01T00:00:00Z"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(fs::metadata(&p).unwrap().mtime(), 978_307_200);
+    let after = fs::metadata(&copy).unwrap();
+    assert_eq!(after.mode(), before.mode(), "the other link's mode changed");
+    assert_eq!(
+        after.mtime(),
+        before.mtime(),
+        "the other link's times changed"
+    );
+    assert_eq!(fs::read_to_string(&copy).unwrap(), "echo hi\n");
+    assert_eq!(fs::read_to_string(&p).unwrap(), "echo hi\n");
+}
+
+#[test]
+fn a_fifo_and_a_socket_take_chmod_and_utimes() {
+    let m = Mount::new("specialmeta");
+    let fifo = m.path("pipe");
+    assert_eq!(unsafe { libc::mkfifo(c(&fifo).as_ptr(), 0o644) }, 0);
+    let before = m.log().len();
+    fs::set_permissions(&fifo, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(&fifo).unwrap().mode() & 0o777, 0o600);
+    let out = Command::new("touch")
+        .args(["-d", "2001-01-01T00:00:00Z"])
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(m.log().len(), before, "a FIFO's metadata was journaled");
 }

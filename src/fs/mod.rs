@@ -33,7 +33,7 @@ mod history_view;
 mod pages;
 mod tree;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -246,6 +246,12 @@ pub struct SkillFs {
     parks: Mutex<HashMap<String, bool>>,
     /// References taken by `hold` that the janitor has yet to drop.
     held: Arc<AtomicUsize>,
+    /// Physical inodes (device, inode) seen with more than one name while
+    /// mounted (opened through a hard link made offline, or kept by
+    /// `keep_stale` while another name remained): one of them may be read
+    /// through another name long after a publish swaps it out, so the
+    /// janitor never empties one for reuse.
+    shared: Arc<Mutex<HashSet<(u64, u64)>>>,
     /// Fills `spares` off the request path (freeing the blocks of a
     /// swapped-out inode, or allocating one, can take hundreds of
     /// microseconds).
@@ -343,7 +349,8 @@ impl SkillFs {
         let spares = Arc::new(Spares::new(dirs.staging.clone(), dirs.tmp.clone()));
         let blobs = blobs.with_spares(Arc::clone(&spares));
         let held = Arc::new(AtomicUsize::new(0));
-        let janitor = start_janitor(Arc::clone(&spares), Arc::clone(&held));
+        let shared = Arc::new(Mutex::new(HashSet::new()));
+        let janitor = start_janitor(Arc::clone(&spares), Arc::clone(&held), Arc::clone(&shared));
         let low = Mutex::new(janitor.0.clone());
         spares.set_on_low(Box::new(move || {
             let _ = low.lock().send(Chore::TopUp);
@@ -381,6 +388,7 @@ impl SkillFs {
             stale: Mutex::new(HashMap::new()),
             parks: Mutex::new(HashMap::new()),
             held,
+            shared,
             spares,
         })
     }
@@ -658,6 +666,15 @@ impl SkillFs {
         st
     }
 
+    /// Refuses a change that adds or moves a name (`ENOSPC`) when its record
+    /// could not be written (a full disk with no room left in the journal's
+    /// reserve): made with no record, it would be missing from `.history`
+    /// until the next mount's scan. (Removals are not refused: see
+    /// `remove`.)
+    fn journal_room(&self) -> FsResult<()> {
+        Ok(self.ledger.lock().ensure_room()?)
+    }
+
     /// Makes every record appended so far durable (group commit: the
     /// ledger's lock is not held across the flush).
     fn sync_records(&self) -> FsResult<()> {
@@ -907,6 +924,16 @@ impl SkillFs {
         self.hold(loc)
     }
 
+    /// Remembers `f`'s inode as shared (see `shared`) when it has more than
+    /// `names` links.
+    fn note_if_shared(&self, f: &File, names: u64) {
+        if let Ok(st) = sys::fstat(f)
+            && st.st_nlink > names
+        {
+            self.shared.lock().insert((st.st_dev, st.st_ino));
+        }
+    }
+
     /// Keeps `held` (from `hold_name`: the file `parent/name`, just
     /// unlinked or replaced) for the kernel's late opens of its inode, if
     /// the kernel knows one, until it forgets it; otherwise it is freed off
@@ -914,6 +941,10 @@ impl SkillFs {
     /// forgets the name.
     fn keep_stale(&self, parent: Ino, name: &[u8], held: Option<File>) {
         let known = self.tree.lock().child(parent, name);
+        if let Some(f) = held.as_ref() {
+            // Another name still has it: it may be written through that one.
+            self.note_if_shared(f, 0);
+        }
         if let (Some(ino), Some(f)) = (known, held.as_ref()) {
             let mut stale = self.stale.lock();
             if stale.len() < MAX_STALE
@@ -1020,6 +1051,9 @@ impl SkillFs {
             || attr.gid.is_some()
             || attr.atime.is_some()
             || attr.mtime.is_some();
+        if meta_change && let Ok(l) = &loc {
+            self.split_if_linked(ino, l, caller)?;
+        }
         if meta_change {
             // As it was, to put back if the change cannot be journaled.
             let before = match &loc {
@@ -1040,8 +1074,11 @@ impl SkillFs {
             if let Some(stg) = &staged {
                 apply_meta_fd(stg, &attr)?;
             }
+            // FIFOs and sockets are never versioned.
+            let special = before.as_ref().is_some_and(|st| special_of(st) != 0);
             if let Ok(l) = &loc
                 && let Some(p) = &self.versioned(l)
+                && !special
             {
                 let op = match (
                     attr.mode.is_some(),
@@ -1077,6 +1114,38 @@ impl SkillFs {
         }
         drop(_ns);
         self.getattr(ino)
+    }
+
+    /// A regular file with another hard link (made while unmounted) gets an
+    /// inode of its own before its mode, owner or times change: a change
+    /// through the mount never reaches the other name (as a write does, see
+    /// `recycle_inode`). The content is unchanged, so nothing is recorded.
+    /// Called under the namespace lock.
+    fn split_if_linked(&self, ino: Ino, loc: &Location, caller: &Caller) -> FsResult<()> {
+        let st = loc.lstat()?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink <= 1 {
+            return Ok(());
+        }
+        let of = self.open_live(ino, Ok(loc))?;
+        let result = (|| {
+            let mut s = self.lock_to_change(ino, &of)?;
+            let fresh = s.staging.is_none();
+            self.ensure_staging(&mut s, false, loc.is_hidden())?;
+            let stg = s.staging.as_mut().expect("just ensured");
+            if fresh {
+                // Not a write: the copy keeps the file's times (G7). (A
+                // writer's staged copy has the times of its writes.)
+                sys::futimens(
+                    &*stg.file,
+                    Time::At(st.st_atime, st.st_atime_nsec),
+                    Time::At(st.st_mtime, st.st_mtime_nsec),
+                )?;
+            }
+            stg.dirty = true;
+            self.publish_locked(&mut s, loc, Op::Write, false, caller)
+        })();
+        self.release_open(ino, false);
+        result
     }
 
     /// A size change. By path (`truncate(2)`) it is a change of its own and
@@ -1162,6 +1231,7 @@ impl SkillFs {
         create: impl FnOnce(&Location) -> std::io::Result<()>,
     ) -> FsResult<Entry> {
         self.check_writable(parent, name, true)?;
+        self.journal_room()?;
         check_name(name)?;
         let _ns = self.namespace.write();
         let ploc = self.loc(parent)?;
@@ -1210,6 +1280,10 @@ impl SkillFs {
 
     fn remove(&self, parent: Ino, name: &[u8], dir: bool, caller: &Caller) -> FsResult<()> {
         self.check_writable(parent, name, false)?;
+        // Not refused for want of journal room: removing files is how a
+        // full disk is freed. Its record takes what room is left (the
+        // reserve of `ensure_room`), and past that the next mount's scan
+        // records the removal.
         let _ns = self.namespace.write();
         let ploc = self.loc(parent)?;
         let f = self.find(parent, &ploc, name)?;
@@ -1268,6 +1342,7 @@ impl SkillFs {
     ) -> FsResult<()> {
         self.check_writable(parent, name, false)?;
         self.check_writable(newparent, newname, false)?;
+        self.journal_room()?;
         check_name(newname)?;
         if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
             return Err(FsError::EINVAL);
@@ -1582,7 +1657,11 @@ impl SkillFs {
             return Ok(Arc::clone(of));
         }
         let live = match at {
-            Ok(loc) => sys::openat(loc.dirfd, &loc.phys, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?,
+            Ok(loc) => {
+                let f = sys::openat(loc.dirfd, &loc.phys, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?;
+                self.note_if_shared(&f, 1);
+                f
+            }
             Err(err) => {
                 let stale = self.stale.lock();
                 let kept = stale.get(&ino).ok_or(err)?;
@@ -1805,6 +1884,7 @@ impl SkillFs {
             Ok(_) if flags & libc::O_EXCL != 0 => return Err(FsError::EEXIST),
             Ok(f) => (f.loc, f.attached, false),
             Err(FsError::ENOENT) => {
+                self.journal_room()?;
                 let (loc, attached) = self.place(parent, &ploc, name, Kind::File)?;
                 self.new_file_at(&loc, mode & 0o7777, caller)?;
                 (loc, attached, true)
@@ -2396,7 +2476,7 @@ impl SkillFs {
         // but the record of its removal, synced just now.
         match loc {
             Ok(loc) => live_fsync(&File::from(sys::open_dir(loc.dirfd, &loc.phys)?), &loc)?,
-            Err(FsError::ESTALE) => {}
+            Err(FsError::ENOENT | FsError::ESTALE) => {}
             Err(e) => return Err(e),
         }
         Ok(())
@@ -2430,12 +2510,18 @@ impl SkillFs {
 /// The thread that empties swapped-out inodes into `spares`, unless a read
 /// still holds one (it keeps its bytes) or enough are kept already, and
 /// makes new ones when they run low.
-fn start_janitor(spares: Arc<Spares>, held: Arc<AtomicUsize>) -> Janitor {
+fn start_janitor(
+    spares: Arc<Spares>,
+    held: Arc<AtomicUsize>,
+    shared: Arc<Mutex<HashSet<(u64, u64)>>>,
+) -> Janitor {
     let (tx, rx) = std::sync::mpsc::channel::<Chore>();
     let handle = std::thread::spawn(move || {
         for chore in rx {
             match chore {
-                Chore::Recycle(old, path, reuse) => recycle_inode(&spares, old, path, reuse),
+                Chore::Recycle(old, path, reuse) => {
+                    recycle_inode(&spares, &shared, old, path, reuse)
+                }
                 Chore::TopUp => {
                     if let Err(e) = spares.top_up() {
                         tracing::warn!("could not make spare files: {e}");
@@ -2462,7 +2548,13 @@ fn start_janitor(spares: Arc<Spares>, held: Arc<AtomicUsize>) -> Janitor {
 /// name. `recycle` is false where the filesystem does not order metadata
 /// (ext4 without a journal): there a truncate lost in a power cut could
 /// bring an inode back with its old bytes after it was swapped in elsewhere.
-fn recycle_inode(spares: &Spares, old: Arc<File>, path: PathBuf, recycle: bool) {
+fn recycle_inode(
+    spares: &Spares,
+    shared: &Mutex<HashSet<(u64, u64)>>,
+    old: Arc<File>,
+    path: PathBuf,
+    recycle: bool,
+) {
     // A read in flight holds the old file: wait for it to finish.
     let mut waited = 0;
     while recycle && Arc::strong_count(&old) > 1 && waited < 100 {
@@ -2470,9 +2562,17 @@ fn recycle_inode(spares: &Spares, old: Arc<File>, path: PathBuf, recycle: bool) 
         waited += 1;
     }
     let old_st = sys::fstat(&*old).ok();
-    let only_link = old_st.is_some_and(|st| st.st_nlink == 1);
-    let reusable = recycle && only_link && Arc::strong_count(&old) == 1 && spares.wants_more();
     let identity = old_st.map(|st| (st.st_dev, st.st_ino));
+    let only_link = old_st.is_some_and(|st| st.st_nlink == 1);
+    // Never one another name may still be read through, nor one carrying
+    // extended attributes (an ACL or a label would pass to the next file).
+    let unshared = identity.is_some_and(|id| !shared.lock().contains(&id));
+    let reusable = recycle
+        && only_link
+        && unshared
+        && !sys::has_xattrs(&*old)
+        && Arc::strong_count(&old) == 1
+        && spares.wants_more();
     drop(old);
     let is_file = sys::lstatat(libc::AT_FDCWD, path.as_os_str().as_encoded_bytes())
         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);

@@ -131,19 +131,25 @@ impl Tree {
     /// The location of `ino`, computing (and caching) the keys of the
     /// directories whose attached areas it passes through.
     ///
-    /// `ESTALE` for an inode (or an ancestor) that is no longer in the tree:
-    /// the kernel resolved a path to it just before a rename replaced it or
-    /// an unlink removed it, and on `ESTALE` it walks the path again, so an
+    /// `ESTALE` for a non-directory that is no longer in the tree: the
+    /// kernel resolved a path to it just before a rename replaced it or an
+    /// unlink removed it, and on `ESTALE` it walks the path again, so an
     /// `open` or `stat` racing an atomic replace finds the new file (as on
     /// ext4) instead of failing with `ENOENT`; a removed name then answers
-    /// `ENOENT` from that fresh lookup.
+    /// `ENOENT` from that fresh lookup. `ENOENT` for a removed directory or
+    /// an entry under one: a walk that starts there (a process's current
+    /// directory) would only meet it again.
     pub fn location(&mut self, ino: Ino, root_fd: RawFd, parked_fd: RawFd) -> FsResult<Location> {
         let mut chain: Vec<Ino> = Vec::new();
         let mut cur = ino;
         while cur != ROOT_INO {
             let n = self.nodes.get(&cur).ok_or(FsError::ESTALE)?;
             if n.unlinked {
-                return Err(FsError::ESTALE);
+                return Err(if cur == ino && n.kind != Kind::Dir {
+                    FsError::ESTALE
+                } else {
+                    FsError::ENOENT
+                });
             }
             chain.push(cur);
             cur = n.parent;

@@ -450,7 +450,18 @@ pub struct Journal {
     /// into each record).
     durable_through: u64,
     io: StoreIo,
+    /// Where the blocks reserved past the end (`ensure_room`) end.
+    reserved_to: u64,
 }
+
+/// Blocks reserved ahead of the journal's end at a time: about 3,000
+/// records, so that a change whose system call succeeded on a full disk
+/// still gets its record (see `Journal::ensure_room`).
+const RESERVE: u64 = 1 << 20;
+/// Reserve again when less than this is left.
+const RESERVE_LOW: u64 = 64 << 10;
+/// Below this, with no more to be had, a change is refused (`ENOSPC`).
+const RESERVE_FLOOR: u64 = 16 << 10;
 
 impl Journal {
     /// Opens for appending after [`read_dir`]; sets a torn tail aside and
@@ -484,7 +495,7 @@ impl Journal {
                 .map_err(|e| Failure::io(Exit::BadStore, "truncate journal", &path, &e))?;
         }
         let last = contents.records.last().map_or(0, |r| r.seq);
-        Ok(Journal {
+        let mut journal = Journal {
             file: Arc::new(file),
             path,
             len: contents.valid_len,
@@ -492,7 +503,34 @@ impl Journal {
             unsynced: false,
             durable_through: last,
             io,
-        })
+            reserved_to: contents.valid_len,
+        };
+        // On a full disk the mount goes ahead; changes are then refused
+        // until there is room (see `ensure_room`).
+        let _ = journal.ensure_room();
+        Ok(journal)
+    }
+
+    /// Makes sure the next records have blocks to land in, reserved ahead
+    /// of the end: a namespace change asks before its system call, so that
+    /// on a full disk it is refused (`ENOSPC`) rather than made with no
+    /// record. Reserves another `RESERVE` when little is left; fails only
+    /// when that fails and less than `RESERVE_FLOOR` remains.
+    pub fn ensure_room(&mut self) -> io::Result<()> {
+        let left = self.reserved_to.saturating_sub(self.len);
+        if left >= RESERVE_LOW {
+            return Ok(());
+        }
+        match crate::sys::reserve(&*self.file, self.len, RESERVE) {
+            Ok(()) => {
+                self.reserved_to = self.len + RESERVE;
+                Ok(())
+            }
+            Err(_) if left >= RESERVE_FLOOR => Ok(()),
+            // A filesystem that cannot reserve: appends take their chance.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// What makes this journal's records (and the store's blobs) durable.
@@ -521,6 +559,8 @@ impl Journal {
         let line = encode(&rec);
         if let Err(e) = self.file.write_all_at(&line, self.len) {
             let _ = self.file.set_len(self.len);
+            // The cut drops the blocks reserved past the end too.
+            self.reserved_to = self.len;
             return Err(e);
         }
         self.len += line.len() as u64;
