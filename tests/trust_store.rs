@@ -285,6 +285,27 @@ fn a_store_in_a_directory_anyone_can_write_is_refused() {
     assert_eq!(mode(&store), 0o700);
 }
 
+/// A store below a directory another user owns (root mounting a user's
+/// tree, say): that user could rename the store's parent away and put a
+/// directory of theirs in its place. Refused, nothing made.
+#[test]
+fn a_store_below_another_users_directory_is_refused() {
+    let s = Scratch::new("foreignparent");
+    let _detach = Detach(vec![s.root()]);
+    let theirs = s.dir.join("theirs");
+    fs::create_dir_all(theirs.join("home")).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let store = theirs.join("home/store");
+    let out = skillfs(&[
+        "mount",
+        s.root().to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert_refused(&out, 4, &["theirs", "owned by uid 65534"]);
+    assert!(!store.exists(), "nothing may be created");
+}
+
 #[test]
 fn umount_never_signals_a_pid_written_in_lock() {
     let mut m = Mount::new("lockpid");

@@ -184,8 +184,23 @@ pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, F
         Some(p) if anc.starts_with(p) => p,
         _ => anc,
     };
+    if let Some(up) = dir.parent() {
+        audit_ancestors(store, up, uid)?;
+    }
     let md = fs::symlink_metadata(dir).map_err(|e| Failure::io(Exit::BadStore, "stat", dir, &e))?;
     let mode = md.mode() & 0o7777;
+    if md.uid() != 0 && md.uid() != uid {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "store '{}' is in '{}', which is owned by uid {}: its owner could replace \
+                 the store",
+                store.display(),
+                dir.display(),
+                md.uid()
+            ),
+        ));
+    }
     let default_parent = dir.file_name().is_some_and(|n| n == ".skillfs");
     if default_parent && md.uid() == uid && md.is_dir() && mode != DIR_MODE {
         return Ok(vec![Repair {
@@ -206,6 +221,37 @@ pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, F
         ));
     }
     Ok(Vec::new())
+}
+
+/// Every directory from `dir` up to `/` must be owned by root or by `uid`,
+/// and not writable by every user without a sticky bit: the store is
+/// reached by path, so whoever could rename one of them could put a
+/// directory of theirs in its place (and have a root daemon write through
+/// it).
+fn audit_ancestors(store: &Path, dir: &Path, uid: u32) -> Result<(), Failure> {
+    for a in dir.ancestors() {
+        if a.as_os_str().is_empty() {
+            continue;
+        }
+        let md = fs::symlink_metadata(a).map_err(|e| Failure::io(Exit::BadStore, "stat", a, &e))?;
+        let mode = md.mode() & 0o7777;
+        let why = if md.uid() != 0 && md.uid() != uid {
+            format!("is owned by uid {}", md.uid())
+        } else if mode & 0o002 != 0 && mode & libc::S_ISVTX == 0 {
+            format!("every user can write it (mode {mode:o}, no sticky bit)")
+        } else {
+            continue;
+        };
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "store '{}' is below '{}', which {why}: its owner could replace the store",
+                store.display(),
+                a.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn walk(
