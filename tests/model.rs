@@ -20,6 +20,12 @@
 //! what `.history/<id>/` shows at the end for the last change id before it
 //! (G1, G4).
 //!
+//! The trees start with hard links made while unmounted; the plain side
+//! splits a link before a change of one of its names, as skillfs does (its
+//! copy on write never reaches another name). One operation replaces a
+//! file by temp + rename from another thread while it is opened and
+//! stat'ed by path: no call may fail, as on ext4.
+//!
 //! The seed is printed; `SKILLFS_MODEL_SEED=<n>` replays a run, and
 //! `SKILLFS_MODEL_STEPS=<n>` changes its length.
 
@@ -75,15 +81,20 @@ enum Op {
     SlotStat(usize),
     SlotFsync(usize),
     Close(usize),
+    /// A thread replaces the file by temp + rename 40 times while this one
+    /// opens, reads and stats it by path: every call must succeed.
+    ReplaceRace(String, Data),
 }
 
 impl Op {
     /// Whether this op writes content by path (what G1 is checked on).
     fn content_path(&self) -> Option<&str> {
         match self {
-            Op::WriteFile(p, _) | Op::Append(p, _) | Op::WriteAt(p, _, _) | Op::Truncate(p, _) => {
-                Some(p)
-            }
+            Op::WriteFile(p, _)
+            | Op::Append(p, _)
+            | Op::WriteAt(p, _, _)
+            | Op::Truncate(p, _)
+            | Op::ReplaceRace(p, _) => Some(p),
             _ => None,
         }
     }
@@ -280,11 +291,97 @@ impl Side<'_> {
                 self.slots[*slot] = None;
                 Ok(Out::Unit)
             }
+            Op::ReplaceRace(rel, data) => replace_race(&p(rel), &data.0),
         }
+    }
+
+    /// The plain side of skillfs's copy on write for hard links made
+    /// offline: a change of one name's content or metadata splits it from
+    /// the other names first (a copy with its bytes, mode and times, renamed
+    /// over it), as the mount does, instead of reaching them all.
+    fn split_link(&self, op: &Op) {
+        if !self.plain {
+            return;
+        }
+        let rel = match op {
+            Op::WriteFile(r, _)
+            | Op::Append(r, _)
+            | Op::WriteAt(r, _, _)
+            | Op::Truncate(r, _)
+            | Op::Chmod(r, _) => r,
+            Op::Open(_, r, flags)
+                if flags & (libc::O_WRONLY | libc::O_RDWR | libc::O_TRUNC) != 0 =>
+            {
+                r
+            }
+            _ => return,
+        };
+        let p = self.root.join(rel);
+        let Ok(m) = fs::symlink_metadata(&p) else {
+            return;
+        };
+        if !m.is_file() || m.nlink() < 2 {
+            return;
+        }
+        let tmp = p.with_file_name(".split-link");
+        fs::copy(&p, &tmp).unwrap();
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(m.mode() & 0o7777)).unwrap();
+        let ts = [
+            libc::timespec {
+                tv_sec: m.atime(),
+                tv_nsec: m.atime_nsec(),
+            },
+            libc::timespec {
+                tv_sec: m.mtime(),
+                tv_nsec: m.mtime_nsec(),
+            },
+        ];
+        assert_eq!(
+            unsafe { libc::utimensat(libc::AT_FDCWD, cpath(&tmp).as_ptr(), ts.as_ptr(), 0) },
+            0
+        );
+        fs::rename(&tmp, &p).unwrap();
     }
 
     fn writers_open(&self) -> bool {
         self.slots.iter().any(Option::is_some)
+    }
+}
+
+/// See `Op::ReplaceRace`. Only on an existing regular file (else the errno
+/// of its stat, or EISDIR); its content at the end is `data`.
+fn replace_race(p: &Path, data: &[u8]) -> Res {
+    let m = fs::symlink_metadata(p).map_err(|e| e.raw_os_error().unwrap_or(-1))?;
+    if !m.is_file() {
+        return Err(libc::EISDIR);
+    }
+    let tmp = p.with_file_name(".race.tmp");
+    let failures = std::thread::scope(|s| {
+        let replacer = s.spawn(|| {
+            for i in 0..40u8 {
+                let mut bytes = data.to_vec();
+                if i < 39 {
+                    bytes.push(i);
+                }
+                fs::write(&tmp, &bytes).unwrap();
+                fs::rename(&tmp, p).unwrap();
+            }
+        });
+        let mut failures = Vec::new();
+        for _ in 0..40 {
+            if let Err(e) = fs::read(p) {
+                failures.push(e.raw_os_error().unwrap_or(-1));
+            }
+            if let Err(e) = fs::metadata(p) {
+                failures.push(e.raw_os_error().unwrap_or(-1));
+            }
+        }
+        replacer.join().unwrap();
+        failures
+    });
+    match failures.first() {
+        None => Ok(Out::Unit),
+        Some(&e) => Err(e),
     }
 }
 
@@ -357,6 +454,7 @@ fn random_op(rng: &mut Rng) -> Op {
         89..=90 => Op::SlotTruncate(slot, rng.below(6000) as u64),
         91..=93 => Op::SlotStat(slot),
         94 => Op::SlotFsync(slot),
+        95 => Op::ReplaceRace(path(rng), content(rng)),
         _ => Op::Close(slot),
     }
 }
@@ -454,9 +552,19 @@ fn random_operations_match_a_plain_directory() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(4000);
     let mut rng = Rng(seed);
-    let mut m = Mount::new("model");
+    // Hard links made while unmounted, the same in both trees: a visible
+    // pair, and a visible name linked to the hidden one (parked, with its
+    // link, at the mount).
+    let offline = |root: &Path| {
+        fs::write(root.join("f"), b"offline f and g").unwrap();
+        fs::hard_link(root.join("f"), root.join("g")).unwrap();
+        fs::write(root.join("c"), b"offline c and .h.tmp").unwrap();
+        fs::hard_link(root.join("c"), root.join(".h.tmp")).unwrap();
+    };
+    let mut m = Mount::with_tree("model", offline);
     let plain_dir = m.scratch.root().parent().unwrap().join("plain");
     fs::create_dir_all(&plain_dir).unwrap();
+    offline(&plain_dir);
     let mut plain = Side {
         root: &plain_dir,
         slots: (0..SLOTS).map(|_| None).collect(),
@@ -475,6 +583,7 @@ fn random_operations_match_a_plain_directory() {
     let mut snapshots: Vec<(u64, BTreeMap<String, Res>)> = Vec::new();
     for step in 0..steps {
         let op = random_op(&mut rng);
+        plain.split_link(&op);
         let a = plain.apply(&op);
         let b = mounted.apply(&op);
         history.push(format!("{step}: {op:?} -> {a:?}"));
