@@ -230,11 +230,25 @@ impl StoreLock {
             f.len() >= 6
                 && f[1] == "FLOCK"
                 && f[4].parse::<u32>().ok() == Some(pid)
-                && f[5].rsplit(':').next().and_then(|i| i.parse::<u64>().ok()) == Some(st.st_ino)
+                && lock_names(f[5], &st)
         });
         let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         (holds && comm.trim_end().starts_with("skillfs")).then_some(pid)
     }
+}
+
+/// Whether a `/proc/locks` file field (`MAJ:MIN:INODE`, the device numbers
+/// in hex) names the file of `st`: its device as well as its inode.
+fn lock_names(field: &str, st: &libc::stat) -> bool {
+    let mut parts = field.split(':');
+    let (Some(maj), Some(min), Some(ino), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    u32::from_str_radix(maj, 16).ok() == Some(libc::major(st.st_dev))
+        && u32::from_str_radix(min, 16).ok() == Some(libc::minor(st.st_dev))
+        && ino.parse::<u64>().ok() == Some(st.st_ino)
 }
 
 /// Checks the store may serve `root`: outside it, on the same filesystem,
