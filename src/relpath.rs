@@ -124,8 +124,19 @@ impl fmt::Display for RelPath {
         if self.0.is_empty() {
             return f.write_str(".");
         }
+        // Shown, never interpreted: bytes that are not UTF-8, control
+        // characters (a newline would forge a log line) and the backslash
+        // that introduces them are escaped, so every name prints on one
+        // line and no two names print alike.
         for chunk in self.0.utf8_chunks() {
-            f.write_str(chunk.valid())?;
+            for c in chunk.valid().chars() {
+                match c {
+                    '\\' => f.write_str("\\\\")?,
+                    c if c.is_ascii_control() => write!(f, "\\x{:02x}", c as u32)?,
+                    c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32)?,
+                    c => write!(f, "{c}")?,
+                }
+            }
             for b in chunk.invalid() {
                 write!(f, "\\x{b:02x}")?;
             }
@@ -200,6 +211,16 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn display_escapes_what_could_forge_or_confuse_a_line() {
+        let p = RelPath::parse(b"cat/a\nb\\c\xff\x7f\xc2\x85d").unwrap();
+        assert_eq!(p.to_string(), "cat/a\\x0ab\\\\c\\xff\\x7f\\u{85}d");
+        assert_eq!(
+            RelPath::parse(b"cat/SKILL.md").unwrap().to_string(),
+            "cat/SKILL.md"
+        );
+    }
+
     use super::*;
 
     #[test]
