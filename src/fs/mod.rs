@@ -2123,9 +2123,8 @@ impl SkillFs {
             // Already published: make it durable in the same order.
             if self.ordered_commit {
                 let live = Arc::clone(&s.live);
-                self.ledger
-                    .lock()
-                    .write_out_then(&self.blobs, || live_fsync(&live, &loc))?;
+                self.commit
+                    .write_out_then(&self.ledger, &self.blobs, || live_fsync(&live, &loc))?;
             } else {
                 self.sync_records()?;
                 live_fsync(&s.live, &loc)?;
@@ -2184,7 +2183,10 @@ impl SkillFs {
                     *recorded = Some(path.clone());
                 }
                 if fast {
-                    ledger.write_out_then(&self.blobs, || one_commit(s))?;
+                    // Committed outside the ledger's lock.
+                    drop(ledger);
+                    self.commit
+                        .write_out_then(&self.ledger, &self.blobs, || one_commit(s))?;
                     replaced = true;
                 } else if durable {
                     // Synced outside the ledger's lock (group commit).
