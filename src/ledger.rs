@@ -137,6 +137,11 @@ impl Catalog {
 pub struct GroupCommit {
     state: Mutex<CommitState>,
     synced: Condvar,
+    /// Held across each flush or write-out of the journal file: the kernel
+    /// reports a failed write-back once per open file, so two at a time
+    /// could let the second one miss the error and call its records
+    /// durable. Each checks the poison flag once it holds this.
+    journal_io: Mutex<()>,
 }
 
 struct CommitState {
@@ -153,6 +158,7 @@ impl GroupCommit {
                 leader: false,
             }),
             synced: Condvar::new(),
+            journal_io: Mutex::new(()),
         }
     }
 
@@ -185,7 +191,11 @@ impl GroupCommit {
                 (file, path, target, l.journal.io().clone())
             };
             blobs.sync_pending()?;
-            io.sync_data(&file, &path)?;
+            {
+                let _one = self.journal_io.lock();
+                io.check()?;
+                io.sync_data(&file, &path)?;
+            }
             ledger.lock().journal.mark_durable(target);
             Ok(target)
         })();
@@ -220,7 +230,11 @@ impl GroupCommit {
             (file, path, target, l.journal.io().clone())
         };
         let pending = blobs.write_out_pending()?;
-        let committed = io.write_out(&file, &path).and_then(|()| {
+        let written = {
+            let _one = self.journal_io.lock();
+            io.check().and_then(|()| io.write_out(&file, &path))
+        };
+        let committed = written.and_then(|()| {
             // A commit that fails to write (EIO) may have had its pages
             // marked clean without being on disk: no later sync could be
             // trusted. (`commit` also renames, and a rename's ENOSPC writes
@@ -231,7 +245,9 @@ impl GroupCommit {
                 }
             })
         });
-        match committed {
+        // A failure another caller met meanwhile (it poisons first) may
+        // have been on pages this commit counted on.
+        match committed.and_then(|()| io.check()) {
             Ok(()) => {
                 ledger.lock().journal.mark_durable(target);
                 let mut st = self.state.lock();

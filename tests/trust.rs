@@ -745,3 +745,82 @@ fn a_fifo_and_a_socket_take_chmod_and_utimes() {
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(m.log().len(), before, "a FIFO's metadata was journaled");
 }
+
+/// A chmod during an open write to a hard-linked file splits the link by
+/// copying the live content, never by publishing the writer's half-written
+/// bytes (which would be a torn version).
+#[test]
+fn a_split_for_chmod_leaves_a_writers_bytes_alone() {
+    let scratch = Scratch::new("hlwriter");
+    let outside = scratch.root().parent().unwrap().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::create_dir_all(scratch.root().join("cat")).unwrap();
+    fs::write(scratch.root().join("cat/h"), "old\n").unwrap();
+    fs::hard_link(scratch.root().join("cat/h"), outside.join("hlink")).unwrap();
+    let m = Mount::over(scratch, Vec::new());
+    let p = m.path("cat/h");
+    let mut w = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    w.write_all(b"PARTIAL-").unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
+    w.write_all(b"rest\n").unwrap();
+    drop(w);
+    std::thread::sleep(Duration::from_millis(200)); // the release is asynchronous
+    assert_eq!(fs::read_to_string(&p).unwrap(), "PARTIAL-rest\n");
+    assert_eq!(fs::read_to_string(outside.join("hlink")).unwrap(), "old\n");
+    let partial = sha256_hex(b"PARTIAL-");
+    assert!(
+        !m.log()
+            .iter()
+            .any(|r| r["state"]["blob"] == partial.as_str()),
+        "the writer's half-written bytes became a version"
+    );
+}
+
+/// With little room left (less than the journal's usual reserve), names
+/// are still made while records fit.
+#[test]
+fn a_nearly_full_small_disk_still_takes_new_names() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        eprintln!("skipped: a tmpfs mount needs root");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("skillfs-tmpfs-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let out = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+    let _u = Unmount(dir.clone());
+    // Leave about 600 KiB free.
+    let st = nix_statvfs(&dir);
+    let fill = (st.0 * st.1).saturating_sub(600 << 10);
+    fs::write(dir.join("filler"), vec![0u8; fill as usize]).unwrap();
+    let scratch = Scratch::at(&dir, "small");
+    let mut m = Mount::over(scratch, Vec::new());
+    fs::write(m.path("a.md"), "a").unwrap();
+    fs::create_dir(m.path("d")).unwrap();
+    fs::rename(m.path("a.md"), m.path("d/b.md")).unwrap();
+    assert_eq!(fs::read_to_string(m.path("d/b.md")).unwrap(), "a");
+    m.umount();
+}
+
+/// (free blocks, block size) of the filesystem at `p`.
+fn nix_statvfs(p: &Path) -> (u64, u64) {
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c(p).as_ptr(), &mut st) }, 0);
+    (st.f_bavail, st.f_frsize)
+}

@@ -1052,7 +1052,7 @@ impl SkillFs {
             || attr.atime.is_some()
             || attr.mtime.is_some();
         if meta_change && let Ok(l) = &loc {
-            self.split_if_linked(ino, l, caller)?;
+            self.split_if_linked(ino, l)?;
         }
         if meta_change {
             // As it was, to put back if the change cannot be journaled.
@@ -1119,9 +1119,11 @@ impl SkillFs {
     /// A regular file with another hard link (made while unmounted) gets an
     /// inode of its own before its mode, owner or times change: a change
     /// through the mount never reaches the other name (as a write does, see
-    /// `recycle_inode`). The content is unchanged, so nothing is recorded.
-    /// Called under the namespace lock.
-    fn split_if_linked(&self, ino: Ino, loc: &Location, caller: &Caller) -> FsResult<()> {
+    /// `recycle_inode`). The live content is copied, with its mode, owner
+    /// and times, and swapped in; a writer's staged bytes are left alone
+    /// (they publish at its own close). The content is unchanged, so
+    /// nothing is recorded. Called under the namespace lock.
+    fn split_if_linked(&self, ino: Ino, loc: &Location) -> FsResult<()> {
         let st = loc.lstat()?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink <= 1 {
             return Ok(());
@@ -1129,20 +1131,37 @@ impl SkillFs {
         let of = self.open_live(ino, Ok(loc))?;
         let result = (|| {
             let mut s = self.lock_to_change(ino, &of)?;
-            let fresh = s.staging.is_none();
-            self.ensure_staging(&mut s, false, loc.is_hidden())?;
-            let stg = s.staging.as_mut().expect("just ensured");
-            if fresh {
-                // Not a write: the copy keeps the file's times (G7). (A
-                // writer's staged copy has the times of its writes.)
+            let (path, copy) = self.spares.take()?;
+            let ready = (|| {
+                copy_range(&s.live, &copy, st.st_size as u64)?;
+                if self.chown_new {
+                    sys::fchown(&copy, st.st_uid, st.st_gid)?;
+                }
+                sys::fchmod(&copy, st.st_mode & 0o7777)?;
+                // Not a write: the copy keeps the file's times (G7).
                 sys::futimens(
-                    &*stg.file,
+                    &copy,
                     Time::At(st.st_atime, st.st_atime_nsec),
                     Time::At(st.st_mtime, st.st_mtime_nsec),
                 )?;
+                let from = path.as_os_str().as_encoded_bytes();
+                sys::renameat2(
+                    libc::AT_FDCWD,
+                    from,
+                    loc.dirfd,
+                    &loc.phys,
+                    libc::RENAME_EXCHANGE,
+                )
+            })();
+            if let Err(e) = ready {
+                let _ = std::fs::remove_file(&path);
+                return Err(e.into());
             }
-            stg.dirty = true;
-            self.publish_locked(&mut s, loc, Op::Write, false, caller)
+            let old = std::mem::replace(&mut s.live, Arc::new(copy));
+            self.swaps.fetch_add(1, Ordering::SeqCst);
+            // Another name has it: removed, never reused (`recycle_inode`).
+            self.recycle(old, path);
+            Ok(())
         })();
         self.release_open(ino, false);
         result

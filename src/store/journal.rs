@@ -521,15 +521,23 @@ impl Journal {
         if left >= RESERVE_LOW {
             return Ok(());
         }
-        match crate::sys::reserve(&*self.file, self.len, RESERVE) {
-            Ok(()) => {
-                self.reserved_to = self.len + RESERVE;
-                Ok(())
+        // As much as can be had, down to the floor: a disk with little
+        // room left still takes the records that fit.
+        let mut want = RESERVE;
+        loop {
+            match crate::sys::reserve(&*self.file, self.len, want) {
+                Ok(()) => {
+                    self.reserved_to = self.len + want;
+                    return Ok(());
+                }
+                // A filesystem that cannot reserve: appends take their chance.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) => {
+                    return Ok(());
+                }
+                Err(_) if want / 2 >= RESERVE_FLOOR => want /= 2,
+                Err(_) if left >= RESERVE_FLOOR => return Ok(()),
+                Err(e) => return Err(e),
             }
-            Err(_) if left >= RESERVE_FLOOR => Ok(()),
-            // A filesystem that cannot reserve: appends take their chance.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) => Ok(()),
-            Err(e) => Err(e),
         }
     }
 
