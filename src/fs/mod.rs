@@ -27,7 +27,13 @@
 //!   lock is valid until it is released.
 //!
 //! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`;
-//! an `OpenFile` → the page store's slots (see `pages`).
+//! an `OpenFile` → the page store's slots (see `pages`). The group commit
+//! (`commit`) is entered holding at most `namespace` and an `OpenFile`,
+//! never `ledger`; inside, it takes `ledger` only briefly and on its own.
+//! `stale`, `shared`, `parks`, `handles` and `listings` are leaves.
+//! - A file an unlink or a rename takes away stays reachable (`stale`)
+//!   while the kernel still names its inode; an inode seen with another
+//!   name while mounted (`shared`) is never emptied for reuse.
 
 mod history_view;
 mod pages;
