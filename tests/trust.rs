@@ -824,3 +824,36 @@ fn nix_statvfs(p: &Path) -> (u64, u64) {
     assert_eq!(unsafe { libc::statvfs(c(p).as_ptr(), &mut st) }, 0);
     (st.f_bavail, st.f_frsize)
 }
+
+/// `fchmod`/`futimens` through a handle on a name removed while open
+/// change that open file only, not the inode another name still has.
+#[test]
+fn metadata_through_an_open_removed_name_stays_private() {
+    let scratch = Scratch::new("hlopen");
+    let outside = scratch.root().parent().unwrap().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(scratch.root().join("g"), "linked\n").unwrap();
+    fs::set_permissions(scratch.root().join("g"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::hard_link(scratch.root().join("g"), outside.join("glink")).unwrap();
+    let before = fs::metadata(outside.join("glink")).unwrap();
+    let m = Mount::over(scratch, Vec::new());
+    let f = fs::File::open(m.path("g")).unwrap();
+    fs::remove_file(m.path("g")).unwrap();
+    use std::os::fd::AsRawFd;
+    assert_eq!(unsafe { libc::fchmod(f.as_raw_fd(), 0o600) }, 0);
+    let ts = [libc::timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    }; 2];
+    assert_eq!(unsafe { libc::futimens(f.as_raw_fd(), ts.as_ptr()) }, 0);
+    let md = f.metadata().unwrap();
+    assert_eq!((md.mode() & 0o777, md.mtime()), (0o600, 1));
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut &f, &mut s).unwrap();
+    assert_eq!(s, "linked\n");
+    let after = fs::metadata(outside.join("glink")).unwrap();
+    assert_eq!(
+        (after.mode(), after.mtime()),
+        (before.mode(), before.mtime())
+    );
+}

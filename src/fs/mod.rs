@@ -1069,10 +1069,16 @@ impl SkillFs {
             match &loc {
                 Ok(l) => apply_meta_at(l, &attr)?,
                 Err(e) => {
-                    // Unlinked but open: change the open file itself.
+                    // Unlinked but open: change the open file itself, or,
+                    // if another name (a hard link made while unmounted)
+                    // still points at it, a private copy of it.
                     let of = of.as_ref().ok_or(*e)?;
-                    let live = Arc::clone(&of.state.lock().live);
-                    apply_meta_fd(&live, &attr)?;
+                    let mut s = of.state.lock();
+                    if sys::fstat(&*s.live).is_ok_and(|st| st.st_nlink > 0) {
+                        let copy = self.private_copy(&s.live)?;
+                        s.live = Arc::new(copy);
+                    }
+                    apply_meta_fd(&s.live, &attr)?;
                 }
             }
             // The staged copy carries the same metadata, so publishing it
@@ -1171,6 +1177,28 @@ impl SkillFs {
         })();
         self.release_open(ino, false);
         result
+    }
+
+    /// An unnamed copy of `live` (bytes, mode, owner, times), for an open
+    /// file whose inode another name still points at.
+    fn private_copy(&self, live: &File) -> FsResult<File> {
+        let st = sys::fstat(live)?;
+        let (path, copy) = self.spares.take()?;
+        let made = (|| {
+            copy_range(live, &copy, st.st_size as u64)?;
+            if self.chown_new {
+                sys::fchown(&copy, st.st_uid, st.st_gid)?;
+            }
+            sys::fchmod(&copy, st.st_mode & 0o7777)?;
+            sys::futimens(
+                &copy,
+                Time::At(st.st_atime, st.st_atime_nsec),
+                Time::At(st.st_mtime, st.st_mtime_nsec),
+            )
+        })();
+        let _ = std::fs::remove_file(&path);
+        made?;
+        Ok(copy)
     }
 
     /// A size change. By path (`truncate(2)`) it is a change of its own and
