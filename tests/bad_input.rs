@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-use common::{Mount, Scratch, describe, skillfs};
+use common::{Mount, Scratch, assert_refused, describe, skillfs};
 
 /// Every file and directory under `dir` with its bytes.
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -30,17 +30,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         }
     }
     out
-}
-
-fn assert_refused(out: &Output, code: i32, words: &[&str]) {
-    assert_eq!(out.status.code(), Some(code), "{}", describe(out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected: {err}");
-    assert!(lines[0].starts_with("skillfs: "), "{err}");
-    for w in words {
-        assert!(lines[0].contains(w), "'{w}' missing from: {err}");
-    }
 }
 
 #[test]

@@ -9,10 +9,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Mount, Scratch, describe, is_mounted, lazy_unmount, pid_alive, skillfs};
+use common::{
+    Mount, Scratch, assert_refused, describe, is_mounted, lazy_unmount, pid_alive, skillfs,
+};
 
 const NOBODY: u32 = 65534;
 
@@ -43,17 +45,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u32, u32, Vec<u8>)> {
         }
     }
     out
-}
-
-fn assert_refused(out: &Output, code: i32, words: &[&str]) {
-    assert_eq!(out.status.code(), Some(code), "{}", describe(out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected: {err}");
-    assert!(lines[0].starts_with("skillfs: "), "{err}");
-    for w in words {
-        assert!(lines[0].contains(w), "'{w}' missing from: {err}");
-    }
 }
 
 fn mode(p: &Path) -> u32 {

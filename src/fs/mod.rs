@@ -2222,29 +2222,17 @@ impl SkillFs {
         let steps = |s: &mut OpenState, recorded: &mut Option<RelPath>| -> FsResult<()> {
             let mut replaced = false;
             if let Some(path) = &self.versioned(loc) {
-                // Stored without a sync of its own: a durable publish syncs
-                // it with the journal, one sync for every blob and record
-                // of the publishes waiting at that moment (group commit).
-                let state = self.stored_state(&stg_file, false)?;
-                if durable {
-                    self.blobs
-                        .mark_pending(state.blob.as_deref().expect("just stored"));
-                }
-                let mut ledger = self.ledger.lock();
                 // Without its record the version must not become live.
-                if record_unless_same(&mut ledger, path, state, op, caller)? {
+                let (made, want) = self.store_and_record(&stg_file, path, op, durable, caller)?;
+                if made {
                     *recorded = Some(path.clone());
                 }
+                // Both outside the ledger's lock (group commit).
                 if fast {
-                    // Committed outside the ledger's lock.
-                    drop(ledger);
                     self.commit
                         .write_out_then(&self.ledger, &self.blobs, || one_commit(s))?;
                     replaced = true;
                 } else if durable {
-                    // Synced outside the ledger's lock (group commit).
-                    let want = ledger.last_seq();
-                    drop(ledger);
                     self.commit.sync_through(&self.ledger, &self.blobs, want)?;
                 }
             }
@@ -2297,6 +2285,30 @@ impl SkillFs {
         }
     }
 
+    /// Stores `file`'s content as a blob and records it as the new version
+    /// of `path` unless it is the version already recorded: whether it
+    /// recorded, and the last sequence number a sync must then cover. The
+    /// blob gets no sync of its own: a durable publish syncs it with the
+    /// journal, one sync for every blob and record of the publishes waiting
+    /// at that moment (group commit).
+    fn store_and_record(
+        &self,
+        file: &File,
+        path: &RelPath,
+        op: Op,
+        durable: bool,
+        caller: &Caller,
+    ) -> FsResult<(bool, u64)> {
+        let state = self.stored_state(file, false)?;
+        if durable {
+            self.blobs
+                .mark_pending(state.blob.as_deref().expect("just stored"));
+        }
+        let mut ledger = self.ledger.lock();
+        let made = record_unless_same(&mut ledger, path, state, op, caller)?;
+        Ok((made, ledger.last_seq()))
+    }
+
     /// Stores the content of `file` as a blob and returns its state.
     fn stored_state(&self, file: &File, durable: bool) -> FsResult<EntryState> {
         let (blob, size) = self.blobs.put_file(file, durable)?;
@@ -2322,15 +2334,7 @@ impl SkillFs {
         // still owed a version.
         let file = Arc::clone(&s.staging.as_ref().expect("caller checked").file);
         if let Some(path) = &self.versioned(loc) {
-            let state = self.stored_state(&file, false)?;
-            if durable {
-                self.blobs
-                    .mark_pending(state.blob.as_deref().expect("just stored"));
-            }
-            let mut ledger = self.ledger.lock();
-            record_unless_same(&mut ledger, path, state, op, caller)?;
-            let want = ledger.last_seq();
-            drop(ledger);
+            let (_, want) = self.store_and_record(&file, path, op, durable, caller)?;
             if durable {
                 self.commit.sync_through(&self.ledger, &self.blobs, want)?;
             }

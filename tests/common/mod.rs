@@ -406,3 +406,16 @@ pub fn cpath(p: &Path) -> std::ffi::CString {
     use std::os::unix::ffi::OsStrExt;
     std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
 }
+
+/// A command refused as the README's error rule says: exit `code`, one
+/// line on stderr that starts `skillfs: ` and holds each of `words`.
+pub fn assert_refused(out: &Output, code: i32, words: &[&str]) {
+    assert_eq!(out.status.code(), Some(code), "{}", describe(out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected: {err}");
+    assert!(lines[0].starts_with("skillfs: "), "{err}");
+    for w in words {
+        assert!(lines[0].contains(w), "'{w}' missing from: {err}");
+    }
+}
