@@ -1143,29 +1143,16 @@ impl SkillFs {
         let of = self.open_live(ino, Ok(loc))?;
         let result = (|| {
             let mut s = self.lock_to_change(ino, &of)?;
-            let (path, copy) = self.spares.take()?;
-            let ready = (|| {
-                copy_range(&s.live, &copy, st.st_size as u64)?;
-                if self.chown_new {
-                    sys::fchown(&copy, st.st_uid, st.st_gid)?;
-                }
-                sys::fchmod(&copy, st.st_mode & 0o7777)?;
-                // Not a write: the copy keeps the file's times (G7).
-                sys::futimens(
-                    &copy,
-                    Time::At(st.st_atime, st.st_atime_nsec),
-                    Time::At(st.st_mtime, st.st_mtime_nsec),
-                )?;
-                let from = path.as_os_str().as_encoded_bytes();
-                sys::renameat2(
-                    libc::AT_FDCWD,
-                    from,
-                    loc.dirfd,
-                    &loc.phys,
-                    libc::RENAME_EXCHANGE,
-                )
-            })();
-            if let Err(e) = ready {
+            let (path, copy) = self.copy_of(&s.live)?;
+            let from = path.as_os_str().as_encoded_bytes();
+            let swapped = sys::renameat2(
+                libc::AT_FDCWD,
+                from,
+                loc.dirfd,
+                &loc.phys,
+                libc::RENAME_EXCHANGE,
+            );
+            if let Err(e) = swapped {
                 let _ = std::fs::remove_file(&path);
                 return Err(e.into());
             }
@@ -1179,9 +1166,9 @@ impl SkillFs {
         result
     }
 
-    /// An unnamed copy of `live` (bytes, mode, owner, times), for an open
-    /// file whose inode another name still points at.
-    fn private_copy(&self, live: &File) -> FsResult<File> {
+    /// A copy of `live` in a spare (bytes, mode, owner and times: not a
+    /// write, so G7 keeps its times), at the path returned.
+    fn copy_of(&self, live: &File) -> FsResult<(PathBuf, File)> {
         let st = sys::fstat(live)?;
         let (path, copy) = self.spares.take()?;
         let made = (|| {
@@ -1196,8 +1183,18 @@ impl SkillFs {
                 Time::At(st.st_mtime, st.st_mtime_nsec),
             )
         })();
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(&path);
+            return Err(e.into());
+        }
+        Ok((path, copy))
+    }
+
+    /// An unnamed copy of `live`, for an open file whose inode another name
+    /// still points at.
+    fn private_copy(&self, live: &File) -> FsResult<File> {
+        let (path, copy) = self.copy_of(live)?;
         let _ = std::fs::remove_file(&path);
-        made?;
         Ok(copy)
     }
 
