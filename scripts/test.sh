@@ -52,5 +52,5 @@ if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null 2>&1; then
     truncate -s 1G "$img"
     mkfs.ext4 -q -F "$img"
     mount -o loop "$img" "$mnt"
-    TMPDIR="$mnt" SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash --test history --test trust
+    TMPDIR="$mnt" SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash --test history --test trust --test concurrency
 fi

@@ -149,6 +149,8 @@ pub struct Settler<'a> {
     pub keys: HashMap<String, (RelPath, bool)>,
     /// Visible paths walked (for the removals of the full scan).
     seen: HashSet<RelPath>,
+    /// Content stored ahead of the settle (see `Prehashed`).
+    pub prehashed: Prehashed,
     /// Attached entries swept: their directory and name.
     pub swept_entries: Vec<(RelPath, Vec<u8>)>,
     /// Move entries between the visible tree and the parks when the hide
@@ -177,6 +179,7 @@ impl<'a> Settler<'a> {
             keys: HashMap::new(),
             seen: HashSet::new(),
             swept_entries: Vec::new(),
+            prehashed: Prehashed::new(),
             relocate: true,
         }
     }
@@ -207,17 +210,24 @@ impl<'a> Settler<'a> {
             return Ok(None);
         }
         match kind {
-            Kind::File => {
-                let f = sys::openat(root, path.as_bytes(), libc::O_RDONLY | libc::O_NOFOLLOW, 0)
-                    .map_err(|e| ctx("open", path, e))?;
-                let (id, size) = self
-                    .blobs
-                    .put_reader(&f)
-                    .map_err(|e| ctx("store", path, e))?;
-                self.report.hashed += 1;
-                now.blob = Some(id);
-                now.size = size;
-            }
+            Kind::File => match self.prehashed.blob_of(st, self.blobs) {
+                Some(id) => {
+                    now.blob = Some(id);
+                    now.size = st.st_size as u64;
+                }
+                None => {
+                    let f =
+                        sys::openat(root, path.as_bytes(), libc::O_RDONLY | libc::O_NOFOLLOW, 0)
+                            .map_err(|e| ctx("open", path, e))?;
+                    let (id, size) = self
+                        .blobs
+                        .put_reader(&f)
+                        .map_err(|e| ctx("store", path, e))?;
+                    self.report.hashed += 1;
+                    now.blob = Some(id);
+                    now.size = size;
+                }
+            },
             Kind::Symlink => {
                 let t = sys::readlinkat(root, path.as_bytes())
                     .map_err(|e| ctx("read link", path, e))?;
@@ -429,6 +439,63 @@ impl<'a> Settler<'a> {
     }
 }
 
+/// Content stored ahead of a settle, outside the namespace lock (see
+/// `SkillFs::prehash`): by (device, inode), the size, mtime and ctime it was
+/// read under, and its blob. A file whose three are still the same has not
+/// changed since (every write moves mtime and ctime, and no one can set
+/// ctime back); one changed in the clock tick of its read is never here
+/// (a write in the same tick keeps its times).
+#[derive(Default)]
+pub struct Prehashed(HashMap<(u64, u64), (i64, i128, i128, String)>);
+
+impl Prehashed {
+    pub fn new() -> Prehashed {
+        Prehashed::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Stores the content of `f`, read now, if its times are older than
+    /// `tick` and unchanged across the read.
+    pub fn add(&mut self, f: &std::fs::File, blobs: &BlobStore, tick_ns: i128) -> io::Result<()> {
+        let before = sys::fstat(f)?;
+        let times = |st: &libc::stat| (st.st_size, sys::mtime_ns(st), ctime_ns(st));
+        let now = crate::time::now_ns() as i128;
+        let (_, mtime, ctime) = times(&before);
+        if mtime.max(ctime) > now - tick_ns {
+            return Ok(()); // changed just now: the settle reads it
+        }
+        let (id, _) = blobs.put_reader(f)?;
+        let after = sys::fstat(f)?;
+        if times(&after) == times(&before) {
+            let (size, mtime, ctime) = times(&after);
+            self.0
+                .insert((after.st_dev, after.st_ino), (size, mtime, ctime, id));
+        }
+        Ok(())
+    }
+
+    /// The blob of the file `st` describes, if stored ahead and unchanged.
+    fn blob_of(&self, st: &libc::stat, blobs: &BlobStore) -> Option<String> {
+        let (size, mtime, ctime, id) = self.0.get(&(st.st_dev, st.st_ino))?;
+        (*size == st.st_size
+            && *mtime == sys::mtime_ns(st)
+            && *ctime == ctime_ns(st)
+            && blobs.has_intact(id, *size as u64))
+        .then(|| id.clone())
+    }
+}
+
+fn ctime_ns(st: &libc::stat) -> i128 {
+    st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128
+}
+
 /// Mount-time housekeeping of `parked/` and `orphans/` after the visible
 /// tree was settled: orphan attached areas whose directory is gone, give
 /// back entries no rule hides any more, sweep old parks and orphans.
@@ -508,7 +575,23 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
             settler.report.orphaned += 1;
         }
     }
-    for e in sys::read_dir_at(areas.orphans_fd, b"")? {
+    for (name, sweep) in old_orphans(areas.orphans_fd, now_ns, max_age)? {
+        sys::remove_tree_at(areas.orphans_fd, &name)?;
+        settler.record(sweep)?;
+        settler.report.swept += 1;
+    }
+    Ok(())
+}
+
+/// The orphans (`orphans/<key>.<time>`) past `max_age` at `now_ns`, each
+/// with the record of its sweep.
+pub fn old_orphans(
+    orphans_fd: RawFd,
+    now_ns: i64,
+    max_age: i64,
+) -> io::Result<Vec<(Vec<u8>, Change)>> {
+    let mut old = Vec::new();
+    for e in sys::read_dir_at(orphans_fd, b"")? {
         let name = String::from_utf8_lossy(&e.name).into_owned();
         let ts: i64 = name
             .rsplit('.')
@@ -516,15 +599,13 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
             .and_then(|t| t.parse().ok())
             .unwrap_or(0);
         if ts < now_ns.saturating_sub(max_age) {
-            sys::remove_tree_at(areas.orphans_fd, &e.name)?;
             let c = Change::new(
                 Op::Sweep,
                 RelPath::parse(format!("orphans/{name}").as_bytes()).unwrap_or_default(),
                 None,
             );
-            settler.record(c)?;
-            settler.report.swept += 1;
+            old.push((e.name, c));
         }
     }
-    Ok(())
+    Ok(old)
 }

@@ -37,13 +37,14 @@
 
 mod history_view;
 mod pages;
+mod sweep;
 mod tree;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -55,7 +56,7 @@ use crate::hide::HideRules;
 use crate::history;
 use crate::ledger::{GroupCommit, Ledger};
 use crate::relpath::{ByteString, RelPath};
-use crate::scan::{Areas, Settler, kind_of, state_from_stat};
+use crate::scan::{Areas, Prehashed, Settler, kind_of, state_from_stat};
 use crate::store::blobs::{BlobStore, Opened, copy_range};
 use crate::store::durable::StoreIo;
 use crate::store::journal::{Actor, Change, EntryState, Kind, Op};
@@ -191,6 +192,19 @@ struct Staging {
     /// not publish it (see `flush`).
     trunc_only: bool,
     in_place: bool,
+    /// Counts the changes of its bytes: a durable publish that let go of
+    /// its locks to flush swaps it in only if none came meanwhile (see
+    /// `publish_durable`).
+    edits: u64,
+}
+
+impl Staging {
+    /// Its bytes changed: owed a version.
+    fn mark_written(&mut self) {
+        self.dirty = true;
+        self.trunc_only = false;
+        self.edits += 1;
+    }
 }
 
 /// Per-inode state while at least one handle is open.
@@ -228,6 +242,8 @@ pub struct SkillFs {
     /// Syncs the journal outside `ledger`'s lock (see `ledger::GroupCommit`).
     commit: GroupCommit,
     namespace: RwLock<()>,
+    /// Bumped by every holder of `namespace` for writing (see `ns_write`).
+    ns_changes: AtomicU64,
     tree: Mutex<Tree>,
     open_files: Mutex<HashMap<Ino, Arc<OpenFile>>>,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -240,6 +256,10 @@ pub struct SkillFs {
     invalidator: std::sync::OnceLock<Box<dyn Fn(Invalidation) + Send + Sync>>,
     /// One `fsync` commits all earlier metadata here (ext4, XFS).
     ordered_commit: bool,
+    /// A store file touched and fsynced to commit everything before it
+    /// where `ordered_commit` holds and no file of the change is sure to be
+    /// in the running transaction (see `commit_all`).
+    marker: File,
     /// Empty files in `staging/` for new staging and blob files: the
     /// inodes that publishing swaps out of the live tree, emptied, and new
     /// ones made ahead of need (see `store::spares`).
@@ -364,6 +384,14 @@ impl SkillFs {
         let _ = janitor.0.send(Chore::TopUp);
         let ordered_commit = std::env::var_os("SKILLFS_PORTABLE_FSYNC").is_none()
             && sys::has_ordered_commit(&dirs.parked_fd);
+        let marker = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dirs.tmp.join("commit"))?;
         tracing::info!(
             "fsync: {}",
             if ordered_commit {
@@ -380,6 +408,7 @@ impl SkillFs {
             commit: GroupCommit::new(ledger.durable_through()),
             ledger: Mutex::new(ledger),
             namespace: RwLock::new(()),
+            ns_changes: AtomicU64::new(0),
             tree: Mutex::new(Tree::new(root_key)),
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
@@ -388,6 +417,7 @@ impl SkillFs {
             listings: Mutex::new(HashMap::new()),
             invalidator: std::sync::OnceLock::new(),
             ordered_commit,
+            marker,
             janitor: Mutex::new(Some(janitor)),
             pages: PageStore::new(),
             swaps: AtomicU64::new(0),
@@ -468,46 +498,12 @@ impl SkillFs {
         }
     }
 
-    /// The mount-time housekeeping, while mounted: parks and orphans older
-    /// than the park age are swept (and journaled), and the kernel forgets
-    /// the swept names. Holds the namespace lock for one walk of the tree.
-    pub fn sweep(&self) -> FsResult<crate::scan::ScanReport> {
-        let _ns = self.namespace.write();
-        let (report, swept) = {
-            let mut ledger = self.ledger.lock();
-            let mut settler = Settler::new(
-                self.areas(),
-                &self.rules,
-                &mut ledger,
-                &self.blobs,
-                Actor::daemon(),
-            );
-            // Only parks and orphans go: nothing moves between the visible
-            // tree and the parks while mounted (see `Settler::relocate`).
-            settler.relocate = false;
-            let done = settler
-                .settle(&RelPath::root(), Op::Scan, false, false, None)
-                .and_then(|()| settler.record_removals())
-                .and_then(|()| crate::scan::tend_parked(&mut settler, crate::time::now_ns()));
-            // The settler may have made or removed parks, even if it failed.
-            self.parks.lock().clear();
-            done?;
-            (settler.report, std::mem::take(&mut settler.swept_entries))
-        };
-        for (dir, name) in swept {
-            let parent = {
-                let mut tree = self.tree.lock();
-                let parent = tree.find(&dir);
-                if let Some(p) = parent {
-                    tree.detach(p, &name);
-                }
-                parent
-            };
-            if let Some(p) = parent {
-                self.invalidate_entry(p, name);
-            }
-        }
-        Ok(report)
+    /// The namespace lock for a change of the tree, counted (the sweep
+    /// checks whether one came while it held no lock).
+    fn ns_write(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
+        let guard = self.namespace.write();
+        self.ns_changes.fetch_add(1, Ordering::SeqCst);
+        guard
     }
 
     fn root_raw(&self) -> RawFd {
@@ -1235,8 +1231,7 @@ impl SkillFs {
             self.ensure_staging(&mut s, size == 0, loc.is_some_and(|l| l.is_hidden()))?;
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;
-            stg.dirty = true;
-            stg.trunc_only = false;
+            stg.mark_written();
             if (s.writers == 0 || !via_handle)
                 && let Some(l) = loc
             {
@@ -1283,7 +1278,7 @@ impl SkillFs {
         self.check_writable(parent, name, true)?;
         self.journal_room()?;
         check_name(name)?;
-        let _ns = self.namespace.write();
+        let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
         let (loc, attached) = self.place(parent, &ploc, name, kind)?;
         if self
@@ -1334,7 +1329,7 @@ impl SkillFs {
         // full disk is freed. Its record takes what room is left (the
         // reserve of `ensure_room`), and past that the next mount's scan
         // records the removal.
-        let _ns = self.namespace.write();
+        let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
         let f = self.find(parent, &ploc, name)?;
         let is_dir = f.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
@@ -1398,7 +1393,12 @@ impl SkillFs {
             return Err(FsError::EINVAL);
         }
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
-        let _ns = self.namespace.write();
+        let mut prehashed = if exchange {
+            Prehashed::new()
+        } else {
+            self.prehash(parent, name, newparent, newname)
+        };
+        let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
         let nploc = self.loc(newparent)?;
         let src = self.find(parent, &ploc, name)?;
@@ -1523,10 +1523,10 @@ impl SkillFs {
         if src_special || (exchange && dst_special) {
             if exchange {
                 if !src_special {
-                    self.journal_move(&src.loc, a_at, false, caller);
+                    self.journal_move(&src.loc, a_at, false, &mut prehashed, caller);
                 }
                 if !dst_special {
-                    self.journal_move(&dst, b_at, false, caller);
+                    self.journal_move(&dst, b_at, false, &mut prehashed, caller);
                 }
             } else if dst_st.is_some()
                 && !dst_special
@@ -1557,11 +1557,11 @@ impl SkillFs {
                     (false, true) => 2,
                 });
                 for (from, to) in moves {
-                    self.journal_move(from, to, false, caller);
+                    self.journal_move(from, to, false, &mut prehashed, caller);
                 }
             }
         } else {
-            self.journal_move(&src.loc, &dst, noreplace, caller);
+            self.journal_move(&src.loc, &dst, noreplace, &mut prehashed, caller);
         }
         Ok(())
     }
@@ -1633,7 +1633,14 @@ impl SkillFs {
     /// Journals one entry moving from `from` to `to` (its new location),
     /// by versioning: a rename, a park, an unpark, or nothing. The move is
     /// made; a failure to journal it is logged and left to the next scan.
-    fn journal_move(&self, from: &Location, to: &Location, noreplace: bool, caller: &Caller) {
+    fn journal_move(
+        &self,
+        from: &Location,
+        to: &Location,
+        noreplace: bool,
+        prehashed: &mut Prehashed,
+        caller: &Caller,
+    ) {
         match (self.versioned(from), self.versioned(to)) {
             (Some(a), Some(b)) => {
                 let mut c = Change::new(Op::Rename, a, None);
@@ -1647,7 +1654,7 @@ impl SkillFs {
                 self.record(c, caller);
             }
             (None, Some(b)) => {
-                if let Err(e) = self.unpark(&b, &from.logical, caller) {
+                if let Err(e) = self.unpark(&b, &from.logical, std::mem::take(prehashed), caller) {
                     tracing::error!("could not settle {b} after it became visible: {e:?}");
                 }
             }
@@ -1655,9 +1662,95 @@ impl SkillFs {
         }
     }
 
+    /// Before a rename takes the namespace lock: if it is about to make a
+    /// hidden directory visible (an unpark), the content of the files in
+    /// it is stored now, with no lock held, so that the settle under the
+    /// lock (`unpark`) reads only their metadata. A file changed since is
+    /// read again there (see `scan::Prehashed`); a name the rules hide in
+    /// it is left out (it stays hidden).
+    fn prehash(&self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8]) -> Prehashed {
+        let mut prehashed = Prehashed::new();
+        let dir = {
+            let _ns = self.namespace.read();
+            let (Ok(ploc), Ok(nploc)) = (self.loc(parent), self.loc(newparent)) else {
+                return prehashed;
+            };
+            let Ok(src) = self.find(parent, &ploc, name) else {
+                return prehashed;
+            };
+            let Some(to_dir) = nploc.visible.clone() else {
+                return prehashed;
+            };
+            if kind_of(&src.st) != Some(Kind::Dir)
+                || self.versioned(&src.loc).is_some()
+                || self.rules.is_untracked(&to_dir.join(newname))
+            {
+                return prehashed;
+            }
+            let mut in_pkg = || self.inside_skill(Some(to_dir.clone()));
+            if self
+                .rules
+                .is_hidden(newname, Kind::Dir, to_dir.is_root(), &mut in_pkg)
+            {
+                return prehashed;
+            }
+            // Walked through its descriptor: no name of it needs the lock.
+            match sys::open_dir(src.loc.dirfd, &src.loc.phys) {
+                Ok(fd) => fd,
+                Err(_) => return prehashed,
+            }
+        };
+        let dir_fd = dir.as_raw_fd();
+        // A write within the clock's tick of the read keeps the times.
+        const TICK_NS: i128 = 20_000_000;
+        let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
+        while let Some(rel) = stack.pop() {
+            let Ok(names) = sys::read_dir_at(dir_fd, if rel.is_empty() { b"." } else { &rel })
+            else {
+                continue;
+            };
+            for n in names {
+                let mut child = rel.clone();
+                if !child.is_empty() {
+                    child.push(b'/');
+                }
+                child.extend_from_slice(&n.name);
+                let Ok(st) = sys::lstatat(dir_fd, &child) else {
+                    continue;
+                };
+                let Some(kind) = kind_of(&st) else { continue };
+                // Left hidden by the settle: not stored (it is no version).
+                if self.rules.is_hidden(&n.name, kind, false, &mut || false)
+                    || self.rules.is_hidden(&n.name, kind, false, &mut || true)
+                {
+                    continue;
+                }
+                match kind {
+                    Kind::Dir => stack.push(child),
+                    Kind::File => {
+                        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+                        if let Ok(f) = sys::openat(dir_fd, &child, flags, 0)
+                            && let Err(e) = prehashed.add(&f, &self.blobs, TICK_NS)
+                        {
+                            tracing::debug!("prehash: {e}");
+                        }
+                    }
+                    Kind::Symlink => {}
+                }
+            }
+        }
+        prehashed
+    }
+
     /// A hidden (or untracked) entry became versioned at `path`: settle its
     /// subtree (hide what the rules hide inside it, record the rest).
-    fn unpark(&self, path: &RelPath, hidden: &RelPath, caller: &Caller) -> FsResult<()> {
+    fn unpark(
+        &self,
+        path: &RelPath,
+        hidden: &RelPath,
+        prehashed: Prehashed,
+        caller: &Caller,
+    ) -> FsResult<()> {
         let in_pkg = self.inside_skill(path.parent());
         let mut ledger = self.ledger.lock();
         let mut settler = Settler::new(
@@ -1667,6 +1760,7 @@ impl SkillFs {
             &self.blobs,
             caller.actor(),
         );
+        settler.prehashed = prehashed;
         let result = settler.settle(path, Op::Unpark, true, in_pkg, Some(hidden.clone()));
         self.parks.lock().clear(); // the settler may have made or removed parks
         let moved = std::mem::take(&mut settler.moved_to_hidden);
@@ -1757,9 +1851,10 @@ impl SkillFs {
     /// from nothing, as `O_TRUNC` does, instead of copying the live bytes).
     /// A `hidden` file is written in place instead.
     fn ensure_staging(&self, s: &mut OpenState, empty: bool, hidden: bool) -> FsResult<()> {
-        if let Some(stg) = &s.staging {
+        if let Some(stg) = &mut s.staging {
             if empty {
                 sys::ftruncate(&*stg.file, 0)?;
+                stg.mark_written();
             }
             return Ok(());
         }
@@ -1785,6 +1880,7 @@ impl SkillFs {
                     dirty: empty,
                     trunc_only: false,
                     in_place: true,
+                    edits: 0,
                 });
                 return Ok(());
             }
@@ -1813,6 +1909,7 @@ impl SkillFs {
             dirty: empty,
             trunc_only: false,
             in_place: false,
+            edits: 0,
         });
         Ok(())
     }
@@ -1884,7 +1981,7 @@ impl SkillFs {
                     return Err(e);
                 }
                 let stg = s.staging.as_mut().expect("just ensured");
-                stg.dirty = true;
+                stg.mark_written();
                 stg.trunc_only = true;
             }
         }
@@ -1928,7 +2025,7 @@ impl SkillFs {
     ) -> FsResult<(Entry, OpenReply)> {
         self.check_writable(parent, name, true)?;
         check_name(name)?;
-        let _ns = self.namespace.write();
+        let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
         let (loc, attached, created) = match self.find(parent, &ploc, name) {
             Ok(_) if flags & libc::O_EXCL != 0 => return Err(FsError::EEXIST),
@@ -2055,8 +2152,7 @@ impl SkillFs {
             offset
         };
         stg.file.write_all_at(data, offset)?;
-        stg.dirty = true;
-        stg.trunc_only = false;
+        stg.mark_written();
         Ok(data.len() as u32)
     }
 
@@ -2157,28 +2253,233 @@ impl SkillFs {
     }
 
     fn publish(&self, ino: Ino, durable: bool, caller: &Caller) -> FsResult<()> {
+        if durable {
+            return self.publish_durable(ino, caller);
+        }
         let _ns = self.namespace.read();
         let Some(of) = self.open_file(ino) else {
             return Ok(());
         };
-        let loc = match self.loc(ino) {
-            Ok(l) => l,
-            Err(_) => return Ok(()), // unlinked while open: nothing left to publish to
+        let Ok(loc) = self.loc(ino) else {
+            return Ok(()); // unlinked while open: nothing left to publish to
         };
         let mut s = of.state.lock();
-        let dirty = s.staging.as_ref().is_some_and(|stg| stg.dirty);
-        if dirty {
-            self.publish_locked(&mut s, &loc, Op::Write, durable, caller)?;
-        } else if durable {
+        if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+            self.publish_locked(&mut s, &loc, Op::Write, false, caller)?;
+        }
+        Ok(())
+    }
+
+    /// `fsync`: publishes the staged bytes and makes them durable, holding
+    /// no lock but the group commit's across a device flush (a flush takes
+    /// milliseconds, and every create, rename and unlink of the tree would
+    /// wait behind it). In four steps:
+    /// 1. under the locks: the blob is stored and its record appended;
+    /// 2. with none held: blobs, journal and staging file are flushed (or,
+    ///    with one commit, written out);
+    /// 3. under the locks again: the staging file is swapped in, if it is
+    ///    still the file's, unwritten since, and the file still where it
+    ///    was;
+    /// 4. with none held: the swap is committed.
+    ///
+    /// If a write, a rename or another publish came between 1 and 3, the
+    /// record of step 1 stands (the content it names was the file's, in
+    /// the order the journal says) and the publish starts over; after a few
+    /// tries it holds the locks throughout, as a file written without pause
+    /// would otherwise starve it.
+    fn publish_durable(&self, ino: Ino, caller: &Caller) -> FsResult<()> {
+        const TRIES: usize = 3;
+        for _ in 0..TRIES {
+            if self.publish_durable_once(ino, caller)? {
+                return Ok(());
+            }
+        }
+        let ns = self.namespace.read();
+        let Some(of) = self.open_file(ino) else {
+            return Ok(());
+        };
+        let Ok(loc) = self.loc(ino) else {
+            return Ok(());
+        };
+        let mut s = of.state.lock();
+        if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+            return self.publish_locked(&mut s, &loc, Op::Write, true, caller);
+        }
+        let live = Arc::clone(&s.live);
+        let parent = self.parent_to_sync(&loc)?;
+        drop((s, ns));
+        self.make_durable(&live, parent, &loc)
+    }
+
+    /// One try of `publish_durable`: whether it is done.
+    fn publish_durable_once(&self, ino: Ino, caller: &Caller) -> FsResult<bool> {
+        let ns = self.namespace.read();
+        let Some(of) = self.open_file(ino) else {
+            return Ok(true);
+        };
+        let Ok(loc) = self.loc(ino) else {
+            return Ok(true); // unlinked while open: nothing left to publish to
+        };
+        let mut s = of.state.lock();
+        let Some(stg) = s.staging.as_ref().filter(|stg| stg.dirty) else {
             // Already published: make it durable in the same order.
+            let live = Arc::clone(&s.live);
+            let parent = self.parent_to_sync(&loc)?;
+            drop((s, ns));
+            self.make_durable(&live, parent, &loc)?;
+            return Ok(true);
+        };
+        let stg_file = Arc::clone(&stg.file);
+        let path = self.versioned(&loc);
+        if stg.in_place {
+            // Nothing to swap: recorded (if visible now) and flushed.
+            let want = match &path {
+                Some(p) => Some(
+                    self.store_and_record(&stg_file, p, Op::Write, true, caller)?
+                        .1,
+                ),
+                None => None,
+            };
+            s.staging = None;
+            drop((s, ns));
+            if let Some(want) = want {
+                self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+            }
+            live_fsync(&stg_file, &loc)?;
+            return Ok(true);
+        }
+        let edits = stg.edits;
+        let (recorded, want) = match &path {
+            Some(p) => {
+                let (made, want) = self.store_and_record(&stg_file, p, Op::Write, true, caller)?;
+                (made.then(|| p.clone()), Some(want))
+            }
+            None => (None, None),
+        };
+        drop((s, ns));
+
+        let swapped = std::cell::Cell::new(false);
+        let steps = || -> std::io::Result<()> {
             if self.ordered_commit {
-                let live = Arc::clone(&s.live);
-                self.commit
-                    .write_out_then(&self.ledger, &self.blobs, || live_fsync(&live, &loc))?;
+                // One fsync (of the staging file, swapped in or not)
+                // commits the blob, the journal and the swap together.
+                let commit = || {
+                    sys::write_out(&*stg_file)?;
+                    let done = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, false)?;
+                    swapped.set(done.is_some());
+                    match done {
+                        // The rename put the staging file's inode in the
+                        // running transaction.
+                        Some(_) => live_fsync(&stg_file, &loc),
+                        None => self.commit_all(),
+                    }
+                };
+                match want {
+                    Some(_) => self
+                        .commit
+                        .write_out_then(&self.ledger, &self.blobs, commit),
+                    None => commit(),
+                }
             } else {
-                self.sync_records()?;
-                live_fsync(&s.live, &loc)?;
-                sync_parent_of(&loc)?;
+                if let Some(want) = want {
+                    self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                }
+                live_fsync(&stg_file, &loc)?;
+                let dir = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, true)?;
+                swapped.set(dir.is_some());
+                match dir.flatten() {
+                    Some(dir) => live_fsync(&dir, &loc),
+                    None => Ok(()),
+                }
+            }
+        };
+        let result = steps();
+        if result.is_err()
+            && !swapped.get()
+            && let Some(path) = recorded
+        {
+            // Recorded, never swapped in: unless another publish swapped
+            // these bytes in meanwhile, the journal names a version the
+            // live file never held. Record the live content again.
+            let s = of.state.lock();
+            if s.staging
+                .as_ref()
+                .is_some_and(|stg| Arc::ptr_eq(&stg.file, &stg_file))
+            {
+                self.record_live(&s, &path, caller);
+            }
+        }
+        result?;
+        Ok(swapped.get())
+    }
+
+    /// Step 3 of `publish_durable`, under the locks: swaps `stg_file` in at
+    /// `loc` if it is still the staging file of `ino`, unwritten since
+    /// (`edits`), and the file still at `loc`. `None` if not; else, with
+    /// `parent`, the directory whose fsync commits the swap.
+    fn swap_if_unchanged(
+        &self,
+        ino: Ino,
+        of: &OpenFile,
+        stg_file: &Arc<File>,
+        edits: u64,
+        loc: &Location,
+        parent: bool,
+    ) -> std::io::Result<Option<Option<File>>> {
+        let _ns = self.namespace.read();
+        let here = self
+            .loc(ino)
+            .is_ok_and(|l| l.dirfd == loc.dirfd && l.phys == loc.phys);
+        let mut s = of.state.lock();
+        let same = s
+            .staging
+            .as_ref()
+            .is_some_and(|stg| Arc::ptr_eq(&stg.file, stg_file) && stg.edits == edits);
+        if !(here && same) {
+            return Ok(None);
+        }
+        self.swap_in(&mut s, loc)?;
+        if !parent {
+            return Ok(Some(None));
+        }
+        // Swapped: an error from here on is the commit's, not the swap's.
+        Ok(Some(open_parent_of(loc).ok()))
+    }
+
+    /// Where each step is fsynced in order: the directory of `loc`, whose
+    /// fsync commits its entry (opened under the namespace lock, flushed
+    /// after it).
+    fn parent_to_sync(&self, loc: &Location) -> FsResult<Option<File>> {
+        if self.ordered_commit {
+            return Ok(None);
+        }
+        Ok(Some(open_parent_of(loc)?))
+    }
+
+    /// Where `ordered_commit` holds, commits every change made so far (data
+    /// written out beforehand included): an `fsync` commits the journal
+    /// transaction its inode was last changed in, and everything before it,
+    /// but nothing after; the fsync of a file last changed a while ago
+    /// would leave out what was written out since (the journal's blocks).
+    /// Touching the marker puts it in the running transaction.
+    fn commit_all(&self) -> std::io::Result<()> {
+        sys::futimens(&self.marker, Time::Now, Time::Now)?;
+        StoreIo::real().sync_all(&self.marker, &self.dirs.tmp.join("commit"))
+    }
+
+    /// Makes the published file `live` durable with everything recorded
+    /// before it, in the durability order (see `publish_locked`).
+    fn make_durable(&self, live: &File, parent: Option<File>, loc: &Location) -> FsResult<()> {
+        if self.ordered_commit {
+            self.commit.write_out_then(&self.ledger, &self.blobs, || {
+                sys::write_out(live)?;
+                self.commit_all()
+            })?;
+        } else {
+            self.sync_records()?;
+            live_fsync(live, loc)?;
+            if let Some(dir) = parent {
+                live_fsync(&dir, loc)?;
             }
         }
         Ok(())
@@ -2525,15 +2826,20 @@ impl SkillFs {
         if is_virtual(ino) {
             return Ok(());
         }
-        let _ns = self.namespace.read();
-        let loc = self.loc(ino);
+        // Opened under the namespace lock, flushed after it.
+        let dir = {
+            let _ns = self.namespace.read();
+            match self.loc(ino) {
+                Ok(loc) => Some((File::from(sys::open_dir(loc.dirfd, &loc.phys)?), loc)),
+                // A directory removed while open has nothing left to make
+                // durable but the record of its removal, synced below.
+                Err(FsError::ENOENT | FsError::ESTALE) => None,
+                Err(e) => return Err(e),
+            }
+        };
         self.sync_records()?;
-        // A directory removed while open has nothing left to make durable
-        // but the record of its removal, synced just now.
-        match loc {
-            Ok(loc) => live_fsync(&File::from(sys::open_dir(loc.dirfd, &loc.phys)?), &loc)?,
-            Err(FsError::ENOENT | FsError::ESTALE) => {}
-            Err(e) => return Err(e),
+        if let Some((dir, loc)) = dir {
+            live_fsync(&dir, &loc)?;
         }
         Ok(())
     }
@@ -2727,12 +3033,17 @@ fn live_fsync(f: &File, loc: &Location) -> std::io::Result<()> {
 }
 
 fn sync_parent_of(loc: &Location) -> FsResult<()> {
+    live_fsync(&open_parent_of(loc)?, loc)?;
+    Ok(())
+}
+
+/// The directory holding the entry at `loc`.
+fn open_parent_of(loc: &Location) -> std::io::Result<File> {
     let parent_phys = match loc.phys.iter().rposition(|&b| b == b'/') {
         Some(i) => &loc.phys[..i],
         None => &b""[..],
     };
-    live_fsync(&File::from(sys::open_dir(loc.dirfd, parent_phys)?), loc)?;
-    Ok(())
+    Ok(File::from(sys::open_dir(loc.dirfd, parent_phys)?))
 }
 
 /// The metadata change that puts back what `attr` changes, from `old`.

@@ -42,17 +42,40 @@ pub trait SyncBackend: Send + Sync {
 /// The system calls themselves.
 pub struct Disk;
 
+/// A debug build's stand-in for a slow device: every device flush first
+/// sleeps `SKILLFS_TEST_SYNC_DELAY_MS`, so that a test can tell whether a
+/// lock is held across one (`tests/concurrency.rs`). Release builds read no
+/// such variable.
+fn slow_device() {
+    if cfg!(debug_assertions) {
+        static DELAY: OnceLock<Option<std::time::Duration>> = OnceLock::new();
+        let delay = DELAY.get_or_init(|| {
+            std::env::var("SKILLFS_TEST_SYNC_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(std::time::Duration::from_millis)
+        });
+        if let Some(d) = delay {
+            std::thread::sleep(*d);
+        }
+    }
+}
+
 impl SyncBackend for Disk {
     fn sync_data(&self, file: &File) -> io::Result<()> {
+        slow_device();
         sys::fdatasync(file)
     }
     fn sync_all(&self, file: &File) -> io::Result<()> {
+        slow_device();
         sys::fsync(file)
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        slow_device();
         sys::fsync(&File::open(dir)?)
     }
     fn syncfs(&self, file: &File) -> io::Result<()> {
+        slow_device();
         sys::syncfs(file)
     }
     fn write_out(&self, file: &File) -> io::Result<()> {

@@ -1,0 +1,255 @@
+//! The sweep while mounted: parks and orphans older than the park age go
+//! (and are journaled), while the agent keeps working.
+//!
+//! Owns: `SkillFs::sweep`, run by the daemon's sweep thread. The mount-time
+//! scan (`scan::Settler`, `scan::tend_parked`) does the same and more (gives
+//! back parks no rule hides, records what changed while unmounted) before
+//! any request; while mounted nothing reaches the tree but through the
+//! core, so only age is left to act on.
+//!
+//! Invariants and locks:
+//! - No lock is held across a walk of a subtree. The candidates are found
+//!   with none: the parks (`parked/<key>/<name>`) whose newest time is past
+//!   the age, the orphans past it, and, only when a park is due, the
+//!   visible directories its keys belong to (a walk of the tree, stopped
+//!   once every key is found).
+//! - Each due park then goes under the namespace lock in constant time: it
+//!   is taken only if its directory still has that key at that path, no
+//!   file inside it is open, and (when any namespace change came since the
+//!   candidates were found) it is still old; it is renamed into the store's
+//!   `tmp/` and its sweep recorded (a sweep that cannot be journaled is
+//!   renamed back, not done), and its files are deleted after the lock is
+//!   released. `.history` keeps its versions either way.
+//! - Orphans (the parks of removed directories) are out of the mount's
+//!   reach: removed and recorded with no namespace lock.
+//! - A `keep` rule's parks, and a park no rule hides any more (given back
+//!   at the next mount), are never swept.
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+
+use super::{FsResult, Ino, SkillFs};
+use crate::relpath::RelPath;
+use crate::scan::{ScanReport, kind_of};
+use crate::store::journal::{Actor, Change, Op};
+use crate::sys;
+
+/// A park past the age: `parked/<key>/<name>`.
+struct Due {
+    key: String,
+    name: Vec<u8>,
+}
+
+impl SkillFs {
+    /// Sweeps old parks and orphans (see the module doc).
+    pub fn sweep(&self) -> FsResult<ScanReport> {
+        let mut report = ScanReport::default();
+        let now = crate::time::now_ns();
+        let cutoff = now as i128 - self.rules.park_max_age_ns as i128;
+        let changes = self.ns_changes.load(Ordering::SeqCst);
+        let due = self.due_parks(cutoff)?;
+        self.sweep_orphans(now, &mut report)?;
+        if due.is_empty() {
+            return Ok(report);
+        }
+        let keys: HashSet<&str> = due.iter().map(|d| d.key.as_str()).collect();
+        let dirs = self.dirs_with_keys(&keys);
+        let mut trash = Vec::new();
+        let mut gone: Vec<(Ino, Vec<u8>)> = Vec::new();
+        {
+            let _ns = self.namespace.write();
+            let changed = self.ns_changes.load(Ordering::SeqCst) != changes;
+            for d in &due {
+                let Some((dir, in_pkg)) = dirs.get(&d.key) else {
+                    continue;
+                };
+                match self.take_park(d, dir, *in_pkg, changed, cutoff, trash.len()) {
+                    Ok(Some(t)) => {
+                        trash.push(t);
+                        report.swept += 1;
+                        let mut tree = self.tree.lock();
+                        if let Some(p) = tree.find(dir) {
+                            tree.detach(p, &d.name);
+                            gone.push((p, d.name.clone()));
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!("sweep of a park in {dir}: {e}");
+                    }
+                }
+            }
+            self.parks.lock().clear();
+        }
+        for (p, name) in gone {
+            self.invalidate_entry(p, name);
+        }
+        for t in trash {
+            if let Err(e) = sys::remove_tree_at(libc::AT_FDCWD, t.as_os_str().as_encoded_bytes()) {
+                tracing::warn!("could not delete the swept {}: {e}", t.display());
+            }
+        }
+        Ok(report)
+    }
+
+    /// The parks of visible directories' hidden entries past `cutoff`,
+    /// found with no lock held.
+    fn due_parks(&self, cutoff: i128) -> FsResult<Vec<Due>> {
+        let parked = self.parked_raw();
+        let mut due = Vec::new();
+        for e in sys::read_dir_at(parked, b"")? {
+            let Ok(key) = String::from_utf8(e.name.clone()) else {
+                continue;
+            };
+            for c in sys::read_dir_at(parked, &e.name).unwrap_or_default() {
+                let hp = park_path(&key, &c.name);
+                let Ok(st) = sys::lstatat(parked, &hp) else {
+                    continue;
+                };
+                let Some(kind) = kind_of(&st) else { continue };
+                // `sweepable` needs no directory: whether the entry is in
+                // the root is checked again under the lock.
+                if !self.rules.sweepable(&c.name, kind, false)
+                    && !self.rules.sweepable(&c.name, kind, true)
+                {
+                    continue;
+                }
+                if sys::newest_mtime_at(parked, &hp).is_ok_and(|t| t < cutoff) {
+                    due.push(Due {
+                        key: key.clone(),
+                        name: c.name,
+                    });
+                }
+            }
+        }
+        Ok(due)
+    }
+
+    /// The visible directories (path, and whether inside a skill) whose
+    /// keys are in `keys`: a walk of the tree with no lock held, stopped
+    /// once all are found. What a concurrent change moves is checked again
+    /// under the lock (`take_park`).
+    fn dirs_with_keys(&self, keys: &HashSet<&str>) -> HashMap<String, (RelPath, bool)> {
+        let root = self.root_raw();
+        let mut found = HashMap::new();
+        let mut stack = vec![(RelPath::root(), false)];
+        while let Some((dir, above_pkg)) = stack.pop() {
+            let Ok(names) = sys::read_dir_at(root, dir.as_bytes()) else {
+                continue; // removed meanwhile
+            };
+            let in_pkg = above_pkg || names.iter().any(|n| n.name == b"SKILL.md");
+            if let Ok(key) = sys::dir_key(root, dir.as_bytes())
+                && keys.contains(key.as_str())
+            {
+                found.insert(key, (dir.clone(), in_pkg));
+                if found.len() == keys.len() {
+                    break;
+                }
+            }
+            for n in names {
+                if n.d_type == libc::DT_DIR {
+                    stack.push((dir.join(&n.name), in_pkg));
+                }
+            }
+        }
+        found
+    }
+
+    /// Under the namespace lock: moves one due park into `tmp/` and
+    /// records its sweep, if it may still go. Its path in `tmp/`, or `None`
+    /// if it stays.
+    fn take_park(
+        &self,
+        d: &Due,
+        dir: &RelPath,
+        in_pkg: bool,
+        changed: bool,
+        cutoff: i128,
+        n: usize,
+    ) -> std::io::Result<Option<std::path::PathBuf>> {
+        let parked = self.parked_raw();
+        if sys::dir_key(self.root_raw(), dir.as_bytes()).ok().as_ref() != Some(&d.key) {
+            return Ok(None); // moved or removed since: the next sweep sees it
+        }
+        let hp = park_path(&d.key, &d.name);
+        let Ok(st) = sys::lstatat(parked, &hp) else {
+            return Ok(None);
+        };
+        let Some(kind) = kind_of(&st) else {
+            return Ok(None);
+        };
+        let rules = &self.rules;
+        if !rules.is_hidden(&d.name, kind, dir.is_root(), &mut || in_pkg)
+            || !rules.sweepable(&d.name, kind, dir.is_root())
+        {
+            return Ok(None);
+        }
+        // A namespace change since may have made something inside it new.
+        if changed && sys::newest_mtime_at(parked, &hp)? >= cutoff {
+            return Ok(None);
+        }
+        if self.open_inside(&hp) {
+            return Ok(None);
+        }
+        let to = self
+            .dirs
+            .tmp
+            .join(format!("swept.{}.{n}", std::process::id()));
+        let to_bytes = to.as_os_str().as_encoded_bytes();
+        sys::renameat2(
+            parked,
+            &hp,
+            libc::AT_FDCWD,
+            to_bytes,
+            libc::RENAME_NOREPLACE,
+        )?;
+        let logical = dir.join(&d.name);
+        let mut c = Change::new(Op::Sweep, logical.clone(), None);
+        c.hidden = Some(logical);
+        if let Err(e) = self.ledger.lock().record(c, Actor::daemon()) {
+            // Not journaled: not swept.
+            sys::renameat2(
+                libc::AT_FDCWD,
+                to_bytes,
+                parked,
+                &hp,
+                libc::RENAME_NOREPLACE,
+            )?;
+            return Err(e);
+        }
+        Ok(Some(to))
+    }
+
+    /// Whether a file at or below `parked/<hp>` is open.
+    fn open_inside(&self, hp: &[u8]) -> bool {
+        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        inos.into_iter().any(|ino| {
+            self.loc(ino).is_ok_and(|l| {
+                l.dirfd == self.parked_raw()
+                    && l.phys.starts_with(hp)
+                    && matches!(l.phys.get(hp.len()), None | Some(b'/'))
+            })
+        })
+    }
+
+    /// Orphans past the park age: out of the mount's reach, so removed with
+    /// no namespace lock, each recorded first.
+    fn sweep_orphans(&self, now: i64, report: &mut ScanReport) -> FsResult<()> {
+        let orphans = self.dirs.orphans_fd.as_raw_fd();
+        let max_age = self.rules.park_max_age_ns;
+        for (name, sweep) in crate::scan::old_orphans(orphans, now, max_age)? {
+            self.ledger.lock().record(sweep, Actor::daemon())?;
+            sys::remove_tree_at(orphans, &name)?;
+            report.swept += 1;
+        }
+        Ok(())
+    }
+}
+
+fn park_path(key: &str, name: &[u8]) -> Vec<u8> {
+    let mut p = key.as_bytes().to_vec();
+    p.push(b'/');
+    p.extend_from_slice(name);
+    p
+}
