@@ -1,0 +1,128 @@
+//! Directory listings and `fsyncdir`.
+//!
+//! Owns: a visible directory's listing (its physical entries: it never
+//! shows a hidden one) and a hidden directory's (whole), snapshots of a
+//! listing between `readdir` calls (`listings`), and `fsyncdir`.
+//! Locks: `namespace` shared while a listing is read or a directory opened
+//! for its fsync, never across the flush; `listings` is a leaf.
+
+use super::*;
+
+impl SkillFs {
+    /// The entries of directory `ino` as they are now, `.` and `..` first.
+    pub(super) fn listing(&self, ino: Ino) -> FsResult<Vec<DirEntry>> {
+        if let Some(v) = decode(ino) {
+            return self.vlisting(ino, v);
+        }
+        let _ns = self.namespace.read();
+        let loc = self.loc(ino)?;
+        let mut raw = sys::read_dir_at(loc.dirfd, &loc.phys)?;
+        let mut attached_names: Vec<Vec<u8>> = Vec::new();
+        if loc.is_hidden() {
+            // Reached by path inside a hidden tree: the listing is whole,
+            // its own hidden children included.
+            let key = self.key_of(ino, &loc)?;
+            match sys::read_dir_at(self.parked_raw(), key.as_bytes()) {
+                Ok(extra) => {
+                    attached_names = extra.iter().map(|e| e.name.clone()).collect();
+                    raw.extend(extra);
+                }
+                Err(e) if enoent(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let parent = self.tree.lock().parent_of(ino);
+        let mut entries = Vec::with_capacity(raw.len() + 2);
+        entries.push(DirEntry {
+            name: b".".to_vec(),
+            kind: Kind::Dir,
+            ino,
+            special: 0,
+        });
+        entries.push(DirEntry {
+            name: b"..".to_vec(),
+            kind: Kind::Dir,
+            ino: parent,
+            special: 0,
+        });
+        let tree = self.tree.lock();
+        for e in raw {
+            let (kind, special) = match e.d_type {
+                libc::DT_DIR => (Kind::Dir, 0),
+                libc::DT_REG => (Kind::File, 0),
+                libc::DT_LNK => (Kind::Symlink, 0),
+                libc::DT_FIFO => (Kind::File, libc::S_IFIFO),
+                libc::DT_SOCK => (Kind::File, libc::S_IFSOCK),
+                libc::DT_UNKNOWN if !attached_names.contains(&e.name) => {
+                    match loc.child(&e.name).lstat() {
+                        Ok(st) => match node_kind(&st) {
+                            Some(k) => (k, special_of(&st)),
+                            None => continue,
+                        },
+                        Err(_) => continue,
+                    }
+                }
+                // Device nodes are not kept in a skills tree.
+                _ => continue,
+            };
+            let ino = tree.child(ino, &e.name).unwrap_or(e.d_ino | 1 << 63);
+            entries.push(DirEntry {
+                name: e.name,
+                kind,
+                ino,
+                special,
+            });
+        }
+        drop(tree);
+        Ok(entries)
+    }
+
+    /// The listing of `ino` for a read at `offset` with no open handle, and
+    /// the index to continue at. Offsets name a snapshot and an index
+    /// (`snapshot << 32 | index + 1`): a listing is taken at offset 0 and
+    /// kept until read to its end, so each pass reads one consistent listing
+    /// even while another pass of the same directory starts.
+    pub fn readdir_at(&self, ino: Ino, offset: u64) -> FsResult<(u64, Arc<Vec<DirEntry>>, usize)> {
+        let (snap, index) = (offset >> 32, (offset & 0xffff_ffff) as usize);
+        if offset > 0
+            && let Some(e) = self.listings.lock().get(&snap)
+        {
+            return Ok((snap, Arc::clone(e), index));
+        }
+        let entries = Arc::new(self.listing(ino)?);
+        let snap = self.next_fh.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
+        let mut listings = self.listings.lock();
+        if listings.len() > 1024 {
+            listings.clear(); // abandoned passes; a later read takes a new listing
+        }
+        listings.insert(snap, Arc::clone(&entries));
+        Ok((snap, entries, index))
+    }
+
+    /// A handle-less listing was read to its end.
+    pub fn readdir_done(&self, snap: u64) {
+        self.listings.lock().remove(&snap);
+    }
+
+    pub fn fsyncdir(&self, ino: Ino) -> FsResult<()> {
+        if is_virtual(ino) {
+            return Ok(());
+        }
+        // Opened under the namespace lock, flushed after it.
+        let dir = {
+            let _ns = self.namespace.read();
+            match self.loc(ino) {
+                Ok(loc) => Some((File::from(sys::open_dir(loc.dirfd, &loc.phys)?), loc)),
+                // A directory removed while open has nothing left to make
+                // durable but the record of its removal, synced below.
+                Err(FsError::ENOENT | FsError::ESTALE) => None,
+                Err(e) => return Err(e),
+            }
+        };
+        self.sync_records()?;
+        if let Some((dir, loc)) = dir {
+            live_fsync(&dir, &loc)?;
+        }
+        Ok(())
+    }
+}

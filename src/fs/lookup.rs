@@ -1,0 +1,225 @@
+//! What the kernel knows: lookups, the inode table's reference counts,
+//! attributes, symlink targets and `statfs`.
+//!
+//! Owns: `lookup`/`forget`, the files kept for a path resolved just before
+//! a rename or unlink replaced it (`keep_stale`, `stale`), the inodes seen
+//! with more than one name (`shared`), and the attributes answered
+//! (`finish_stat`: an open file's staged size and times win).
+//! Locks: `namespace` shared for the resolution; `tree`, `stale` and
+//! `shared` briefly.
+
+use super::*;
+
+impl SkillFs {
+    /// Whether the kernel may remember that `name` is missing from
+    /// `parent` (a negative entry) as long as an entry. In the live tree a
+    /// name appears only through the kernel (create, mkdir, symlink,
+    /// rename), which replaces its negative entry itself; what the daemon
+    /// removes behind it it invalidates. Not so under `.history`, which
+    /// grows with every change, nor for `.history` itself, which exists in
+    /// a directory only while that directory is visible.
+    pub fn absence_is_cacheable(&self, parent: Ino, name: &[u8]) -> bool {
+        !is_virtual(parent) && name != HISTORY
+    }
+
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Entry> {
+        if name.len() > NAME_MAX {
+            return Err(FsError::ENAMETOOLONG);
+        }
+        if let Some(v) = decode(parent) {
+            return self.vlookup(v, name);
+        }
+        let _ns = self.namespace.read();
+        if name == HISTORY {
+            return self.history_dir(parent);
+        }
+        let ploc = self.loc(parent)?;
+        let swaps = self.swaps.load(Ordering::SeqCst);
+        let f = self.find(parent, &ploc, name)?;
+        let kind = node_kind(&f.st).ok_or(FsError::ENOENT)?;
+        let ino = self.tree.lock().link(parent, name, kind, f.attached);
+        let of = self.open_file(ino);
+        // `find` stat'ed before the open state was looked up (see
+        // `finish_stat`): if a version was swapped in since, and the file
+        // is not open, stat again.
+        let st = match &of {
+            None if self.swaps.load(Ordering::SeqCst) != swaps => f.loc.lstat().unwrap_or(f.st),
+            _ => f.st,
+        };
+        Ok(Entry {
+            ino,
+            stat: self.finish_stat(ino, of.as_deref(), st),
+            ttl: Ttl::Live,
+        })
+    }
+
+    pub fn forget(&self, ino: Ino, n: u64) {
+        let gone = {
+            let mut tree = self.tree.lock();
+            tree.forget(ino, n);
+            !tree.knows(ino)
+        };
+        if gone {
+            let file = self.stale.lock().remove(&ino);
+            self.free_later(file);
+        }
+    }
+
+    /// A reference to the file `parent/name` at `loc`, taken before a call
+    /// that unlinks or replaces it (see `hold`). Where the kernel knows its
+    /// inode, taken whatever the janitor's backlog, to be kept for the
+    /// kernel's late opens (`keep_stale`).
+    pub(super) fn hold_name(&self, parent: Ino, name: &[u8], loc: &Location) -> Option<File> {
+        let known = self.tree.lock().child(parent, name).is_some();
+        if known && self.stale.lock().len() < MAX_STALE {
+            return sys::openat(
+                loc.dirfd,
+                &loc.phys,
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0,
+            )
+            .ok();
+        }
+        self.hold(loc)
+    }
+
+    /// Remembers `f`'s inode as shared (see `shared`) when it has more than
+    /// `names` links.
+    pub(super) fn note_if_shared(&self, f: &File, names: u64) {
+        if let Ok(st) = sys::fstat(f)
+            && st.st_nlink > names
+        {
+            self.shared.lock().insert((st.st_dev, st.st_ino));
+        }
+    }
+
+    /// Keeps `held` (from `hold_name`: the file `parent/name`, just
+    /// unlinked or replaced) for the kernel's late opens of its inode, if
+    /// the kernel knows one, until it forgets it; otherwise it is freed off
+    /// the request path. Called under the namespace lock, before the tree
+    /// forgets the name.
+    pub(super) fn keep_stale(&self, parent: Ino, name: &[u8], held: Option<File>) {
+        let known = self.tree.lock().child(parent, name);
+        if let Some(f) = held.as_ref() {
+            // Another name still has it: it may be written through that one.
+            self.note_if_shared(f, 0);
+        }
+        if let (Some(ino), Some(f)) = (known, held.as_ref()) {
+            let mut stale = self.stale.lock();
+            if stale.len() < MAX_STALE
+                && let Ok(f) = f.try_clone()
+            {
+                stale.insert(ino, f);
+                // The kept one holds the inode: closing this frees nothing.
+                return;
+            }
+        }
+        self.free_later(held);
+    }
+
+    pub fn getattr(&self, ino: Ino) -> FsResult<Entry> {
+        if let Some(v) = decode(ino) {
+            let ttl = match v {
+                // The root's own mode and owner are not versioned: a
+                // snapshot of the root shows the current ones.
+                VNode::Listing(_) | VNode::Snap(history::ROOT_IDX, _) => Ttl::Volatile,
+                VNode::Snap(..) => Ttl::Immutable,
+            };
+            return self.vattr(v, ttl);
+        }
+        let _ns = self.namespace.read();
+        // Looked up before the stat (see `finish_stat`).
+        let of = self.open_file(ino);
+        let st = match self.loc(ino) {
+            Ok(loc) => loc.lstat()?,
+            Err(e) => {
+                // A removed directory still open somewhere: as it was.
+                if let Some(st) = self.tree.lock().gone(ino) {
+                    return Ok(Entry {
+                        ino,
+                        stat: self.finish_stat(ino, None, st),
+                        ttl: Ttl::Live,
+                    });
+                }
+                // Unlinked but open: the open file still has attributes.
+                let Some(of) = of.as_ref() else {
+                    // Replaced or removed just after the kernel resolved a
+                    // path to it: as it is now, as on ext4.
+                    if let Some(f) = self.stale.lock().get(&ino) {
+                        let mut st = sys::fstat(f)?;
+                        st.st_ino = ino;
+                        return Ok(Entry {
+                            ino,
+                            stat: st,
+                            ttl: Ttl::Live,
+                        });
+                    }
+                    return Err(e);
+                };
+                let s = of.state.lock();
+                let mut st = sys::fstat(&*s.live)?;
+                st.st_nlink = 0;
+                st
+            }
+        };
+        Ok(Entry {
+            ino,
+            stat: self.finish_stat(ino, of.as_deref(), st),
+            ttl: Ttl::Live,
+        })
+    }
+
+    /// Attributes as the kernel must see them: our inode number, and the
+    /// staged size and times while a writer has unpublished bytes.
+    ///
+    /// Of an open file (`of`, looked up before `st` was taken), they come
+    /// from the open state, not from `st`: that stat of the path may predate
+    /// a publish that swapped a new file in, and a reply with the old size,
+    /// sent after the kernel's last write, would be taken as newer than it
+    /// (seen as short reads). A stat taken after finding no open state is
+    /// current: an open state outlives its publishes.
+    pub(super) fn finish_stat(
+        &self,
+        ino: Ino,
+        of: Option<&OpenFile>,
+        mut st: libc::stat,
+    ) -> libc::stat {
+        if let Some(of) = of {
+            let s = of.state.lock();
+            let fresh = match &s.staging {
+                Some(stg) => sys::fstat(&*stg.file).ok(),
+                None => {
+                    if let Ok(live) = sys::fstat(&*s.live)
+                        && live.st_nlink > 0
+                    {
+                        st = live;
+                    }
+                    None
+                }
+            };
+            if let Some(f) = fresh {
+                st.st_size = f.st_size;
+                st.st_blocks = f.st_blocks;
+                st.st_mtime = f.st_mtime;
+                st.st_mtime_nsec = f.st_mtime_nsec;
+                st.st_ctime = f.st_ctime;
+                st.st_ctime_nsec = f.st_ctime_nsec;
+            }
+        }
+        st.st_ino = ino;
+        st
+    }
+
+    pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        if let Some(v) = decode(ino) {
+            return self.vreadlink(v);
+        }
+        let _ns = self.namespace.read();
+        let loc = self.loc(ino)?;
+        Ok(sys::readlinkat(loc.dirfd, &loc.phys)?)
+    }
+
+    pub fn statfs(&self) -> FsResult<libc::statvfs> {
+        Ok(sys::fstatvfs(&self.root_fd)?)
+    }
+}

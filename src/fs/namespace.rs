@@ -1,0 +1,540 @@
+//! Namespace calls: create, mkdir, symlink, mknod, unlink, rmdir, rename.
+//!
+//! Owns: each change of the tree and its journal record (`journal_move`
+//! tells a rename from a park or an unpark), the publish of staged bytes
+//! about to be replaced or hidden, and the orphaning of a removed
+//! directory's hidden children.
+//! Invariants: each holds `namespace` exclusively (`ns_write`) for the
+//! system call and the inode table update, so a location resolved under the
+//! shared lock stays valid until it is released; a change is made only
+//! when the journal has room for its record (`journal_room`); removals are
+//! never refused for want of room. Locks: `namespace` → `tree` →
+//! `open_files` → an `OpenFile` → `ledger`.
+
+use super::*;
+
+impl SkillFs {
+    pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
+        self.make(parent, name, Kind::Dir, None, caller, |loc| {
+            self.new_dir_at(loc, mode & 0o7777)
+        })
+    }
+
+    pub fn symlink(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        target: &[u8],
+        caller: &Caller,
+    ) -> FsResult<Entry> {
+        self.make(parent, name, Kind::Symlink, Some(target), caller, |loc| {
+            sys::symlinkat(target, loc.dirfd, &loc.phys)
+        })
+    }
+
+    /// Creates a new directory, symlink, or (`kind` `File`) FIFO or socket
+    /// `name` in `parent` where the hide rules place it, and journals it
+    /// when it is versioned (never a FIFO or socket).
+    pub(super) fn make(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        kind: Kind,
+        target: Option<&[u8]>,
+        caller: &Caller,
+        create: impl FnOnce(&Location) -> std::io::Result<()>,
+    ) -> FsResult<Entry> {
+        self.check_writable(parent, name, true)?;
+        self.journal_room()?;
+        check_name(name)?;
+        let _ns = self.ns_write();
+        let ploc = self.loc(parent)?;
+        let (loc, attached) = self.place(parent, &ploc, name, kind)?;
+        if self
+            .in_other_place(parent, &ploc, name, attached)?
+            .is_some()
+        {
+            return Err(FsError::EEXIST);
+        }
+        create(&loc)?;
+        self.give_to_caller(&loc, caller);
+        let st = loc.lstat().inspect_err(|_| {
+            // Made, but answered as failed: the kernel's negative entry for
+            // the name (see `absence_is_cacheable`) must go.
+            self.invalidate_entry(parent, name.to_vec());
+        })?;
+        let ino = self.tree.lock().link(parent, name, kind, attached);
+        // `File` here is a FIFO or socket from `mknod`: not versioned.
+        if kind != Kind::File
+            && let Some(p) = &self.versioned(&loc)
+        {
+            let mut state = state_from_stat(&st, kind);
+            state.target = target.map(|t| ByteString(t.to_vec()));
+            let op = if kind == Kind::Dir {
+                Op::Mkdir
+            } else {
+                Op::Symlink
+            };
+            self.record(Change::new(op, p.clone(), Some(state)), caller);
+        }
+        Ok(Entry {
+            ino,
+            stat: self.finish_stat(ino, None, st), // a directory or symlink
+            ttl: Ttl::Live,
+        })
+    }
+
+    pub fn unlink(&self, parent: Ino, name: &[u8], caller: &Caller) -> FsResult<()> {
+        self.remove(parent, name, false, caller)
+    }
+
+    pub fn rmdir(&self, parent: Ino, name: &[u8], caller: &Caller) -> FsResult<()> {
+        self.remove(parent, name, true, caller)
+    }
+
+    pub(super) fn remove(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        dir: bool,
+        caller: &Caller,
+    ) -> FsResult<()> {
+        self.check_writable(parent, name, false)?;
+        // Not refused for want of journal room: removing files is how a
+        // full disk is freed. Its record takes what room is left (the
+        // reserve of `ensure_room`), and past that the next mount's scan
+        // records the removal.
+        let _ns = self.ns_write();
+        let ploc = self.loc(parent)?;
+        let f = self.find(parent, &ploc, name)?;
+        let is_dir = f.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        if dir && is_dir && f.loc.is_hidden() {
+            // Inside a hidden tree the listing shows attached children too:
+            // a directory that lists entries is not empty.
+            let key = sys::dir_key(f.loc.dirfd, &f.loc.phys)?;
+            if sys::read_dir_at(self.parked_raw(), key.as_bytes()).is_ok_and(|v| !v.is_empty()) {
+                return Err(FsError::ENOTEMPTY);
+            }
+        }
+        if !is_dir {
+            self.publish_dirty_under(&f.loc, caller)?;
+        }
+        // A directory whose only children are hidden is empty underneath
+        // (they are attached, elsewhere): it is removed and they become
+        // orphans. Its key is taken before it is gone.
+        let key = if dir && is_dir {
+            Some(sys::dir_key(f.loc.dirfd, &f.loc.phys)?)
+        } else {
+            None
+        };
+        let last_ref = (!is_dir)
+            .then(|| self.hold_name(parent, name, &f.loc))
+            .flatten();
+        sys::unlinkat(f.loc.dirfd, &f.loc.phys, dir)?;
+        self.keep_stale(parent, name, last_ref);
+        {
+            let mut tree = self.tree.lock();
+            if is_dir {
+                tree.keep_gone(parent, name, f.st);
+            }
+            tree.detach(parent, name);
+        }
+        if let Some(p) = &self.versioned(&f.loc)
+            && special_of(&f.st) == 0
+        {
+            let op = if dir { Op::Rmdir } else { Op::Unlink };
+            self.record(Change::new(op, p.clone(), None), caller);
+        }
+        if let Some(key) = key {
+            self.orphan_attached(&key, &f.loc.logical, caller);
+        }
+        Ok(())
+    }
+
+    pub fn rename(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: u32,
+        caller: &Caller,
+    ) -> FsResult<()> {
+        self.check_writable(parent, name, false)?;
+        self.check_writable(newparent, newname, false)?;
+        self.journal_room()?;
+        check_name(newname)?;
+        if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
+            return Err(FsError::EINVAL);
+        }
+        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        let mut prehashed = if exchange {
+            Prehashed::new()
+        } else {
+            self.prehash(parent, name, newparent, newname)
+        };
+        let _ns = self.ns_write();
+        let ploc = self.loc(parent)?;
+        let nploc = self.loc(newparent)?;
+        let src = self.find(parent, &ploc, name)?;
+        let kind = node_kind(&src.st).ok_or(FsError::EPERM)?;
+        let src_special = special_of(&src.st) != 0;
+        if parent == newparent && name == newname {
+            return Ok(());
+        }
+        // A non-directory in the other place that this rename replaces.
+        let mut replaced_other = None;
+        let (dst, dst_att) = if exchange {
+            // Each entry takes the other's place; see `settle_exchanged`.
+            let d = self.find(newparent, &nploc, newname)?;
+            (d.loc, d.attached)
+        } else {
+            let (d, att) = self.place(newparent, &nploc, newname, kind)?;
+            if let Some(other) = self.in_other_place(newparent, &nploc, newname, att)? {
+                // The target name exists in the other place: only possible
+                // for entries of different kinds (a rule that names one
+                // kind, or a rule that changed).
+                if flags & libc::RENAME_NOREPLACE != 0 {
+                    return Err(FsError::EEXIST);
+                }
+                let other_dir = other.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+                match (kind == Kind::Dir, other_dir) {
+                    (true, false) => return Err(FsError::ENOTDIR),
+                    (false, true) => return Err(FsError::EISDIR),
+                    (true, true) => return Err(FsError::EEXIST),
+                    // A non-directory replaces a non-directory, as ext4
+                    // would: removed once the rename is made (two steps,
+                    // not one; a failed rename leaves it as it was).
+                    (false, false) => {
+                        self.publish_dirty_under(&other.loc, caller)?;
+                        replaced_other = Some(other);
+                    }
+                }
+            }
+            (d, att)
+        };
+        // Staged bytes of what is replaced, or leaves the versioned tree,
+        // are published first.
+        let dst_st = dst.lstat().ok();
+        if dst_st.is_some() {
+            self.publish_dirty_under(&dst, caller)?;
+        }
+        if exchange || dst.is_hidden() {
+            self.publish_dirty_under(&src.loc, caller)?;
+        }
+        // A directory replaced by this rename takes its hidden children's
+        // attachment with it: they become orphans.
+        let dst_is_dir = dst_st.is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
+        let replaced_key = if !exchange && dst_is_dir {
+            sys::dir_key(dst.dirfd, &dst.phys).ok()
+        } else {
+            None
+        };
+        let last_ref = (!exchange && dst_st.is_some() && !dst_is_dir)
+            .then(|| self.hold_name(newparent, newname, &dst))
+            .flatten();
+        sys::renameat2(src.loc.dirfd, &src.loc.phys, dst.dirfd, &dst.phys, flags)?;
+        self.keep_stale(newparent, newname, last_ref);
+        if let Some(other) = &replaced_other {
+            self.remove_other(other, caller);
+        }
+        // Where each entry ends up: the source's at the new name, the
+        // target's (exchanged) at the old one; moved only after an exchange.
+        let b_kind = dst_st.as_ref().and_then(kind_of);
+        let (a_moved, b_moved) = match b_kind {
+            Some(b_kind) if exchange => (
+                self.settle_exchanged(&dst, dst_att, newparent, &nploc, newname, kind),
+                self.settle_exchanged(&src.loc, src.attached, parent, &ploc, name, b_kind),
+            ),
+            _ => (None, None),
+        };
+        let (a_at, a_att) = a_moved.as_ref().map_or((&dst, dst_att), |(l, a)| (l, *a));
+        let (b_at, b_att) = b_moved
+            .as_ref()
+            .map_or((&src.loc, src.attached), |(l, a)| (l, *a));
+        {
+            let mut tree = self.tree.lock();
+            if exchange {
+                tree.exchange(parent, name, newparent, newname, b_att, a_att);
+            } else {
+                if let Some(st) = dst_st.filter(|_| dst_is_dir) {
+                    tree.keep_gone(newparent, newname, st);
+                }
+                tree.move_entry(parent, name, newparent, newname, dst_att);
+            }
+        }
+        if let Some(key) = replaced_key {
+            self.orphan_attached(&key, &dst.logical, caller);
+        }
+        // A directory that moved between the hidden and the visible tree
+        // lists differently (whole while hidden, filtered while visible);
+        // nothing in it changed, so the kernel would keep the old listing.
+        let crossed = src.loc.is_hidden() != a_at.is_hidden()
+            || (exchange && dst.is_hidden() != b_at.is_hidden());
+        if crossed {
+            let moved: Vec<Ino> = {
+                let tree = self.tree.lock();
+                let mut v = Vec::new();
+                for (p, n) in [(newparent, newname), (parent, name)] {
+                    if let Some(i) = tree.child(p, n) {
+                        v.extend(tree.subtree(i));
+                    }
+                }
+                v
+            };
+            for i in moved {
+                self.invalidate(i);
+            }
+            // A directory lists differently now: the reply must not let a
+            // listing read overtake the notice.
+            if kind == Kind::Dir || (exchange && b_kind == Some(Kind::Dir)) {
+                self.invalidations_delivered();
+            }
+        }
+        let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+        // FIFOs and sockets are never versioned: a move of one journals
+        // only what it replaced (a versioned file, now gone).
+        let dst_special = dst_st.as_ref().is_some_and(|st| special_of(st) != 0);
+        if src_special || (exchange && dst_special) {
+            if exchange {
+                if !src_special {
+                    self.journal_move(&src.loc, a_at, false, &mut prehashed, caller);
+                }
+                if !dst_special {
+                    self.journal_move(&dst, b_at, false, &mut prehashed, caller);
+                }
+            } else if dst_st.is_some()
+                && !dst_special
+                && let Some(p) = self.versioned(&dst)
+            {
+                self.record(Change::new(Op::Unlink, p, None), caller);
+            }
+        } else if exchange {
+            let moves = [(&src.loc, a_at), (&dst, b_at)];
+            let versioned = |(from, to): &(&Location, &Location)| {
+                (self.versioned(from).is_some(), self.versioned(to).is_some())
+            };
+            if let (Some(a), Some(b), [(true, true), (true, true)]) = (
+                self.versioned(&src.loc),
+                self.versioned(&dst),
+                moves.map(|m| versioned(&m)),
+            ) {
+                let mut c = Change::new(Op::Exchange, a, None);
+                c.to = Some(b);
+                self.record(c, caller);
+            } else {
+                // What left the visible tree is journaled first, what
+                // entered it last, so no path is claimed twice.
+                let mut moves = moves;
+                moves.sort_by_key(|m| match versioned(m) {
+                    (_, false) => 0,
+                    (true, true) => 1,
+                    (false, true) => 2,
+                });
+                for (from, to) in moves {
+                    self.journal_move(from, to, false, &mut prehashed, caller);
+                }
+            }
+        } else {
+            self.journal_move(&src.loc, &dst, noreplace, &mut prehashed, caller);
+        }
+        Ok(())
+    }
+
+    /// Removes `other`, a non-directory in the other place that a rename
+    /// just made replaced (see `rename`), as an unlink would, journaled
+    /// before the rename's own record. A failure is logged: the rename is
+    /// made, and the next mount settles the name.
+    pub(super) fn remove_other(&self, other: &Found, caller: &Caller) {
+        let last_ref = self.hold(&other.loc);
+        if let Err(e) = sys::unlinkat(other.loc.dirfd, &other.loc.phys, false) {
+            tracing::error!(
+                "could not remove {} replaced by a rename: {e}",
+                other.loc.logical
+            );
+            return;
+        }
+        self.free_later(last_ref);
+        if let Some(p) = self.versioned(&other.loc) {
+            self.record(Change::new(Op::Unlink, p, None), caller);
+        }
+    }
+
+    /// After an exchange an entry of `kind` now called `name` in `parent`
+    /// sits at `at`, the other entry's place. A rule that names one kind
+    /// (`.*.tmp:file`) can make that the wrong place for this one (hidden
+    /// where it should be listed, or the reverse): then it is moved to its
+    /// own, which is free (the name was only in the other), and where it
+    /// went is returned. A move that fails is logged and left to the next
+    /// mount, which places every entry by the rules again.
+    pub(super) fn settle_exchanged(
+        &self,
+        at: &Location,
+        attached: bool,
+        parent: Ino,
+        ploc: &Location,
+        name: &[u8],
+        kind: Kind,
+    ) -> Option<(Location, bool)> {
+        let (want, want_att) = match self.place(parent, ploc, name, kind) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("could not place {} after an exchange: {e:?}", at.logical);
+                return None;
+            }
+        };
+        if want_att == attached {
+            return None;
+        }
+        let moved = sys::renameat2(
+            at.dirfd,
+            &at.phys,
+            want.dirfd,
+            &want.phys,
+            libc::RENAME_NOREPLACE,
+        );
+        match moved {
+            Ok(()) => Some((want, want_att)),
+            Err(e) => {
+                tracing::error!(
+                    "could not move {} to its place after an exchange: {e}",
+                    at.logical
+                );
+                None
+            }
+        }
+    }
+
+    /// Journals one entry moving from `from` to `to` (its new location),
+    /// by versioning: a rename, a park, an unpark, or nothing. The move is
+    /// made; a failure to journal it is logged and left to the next scan.
+    pub(super) fn journal_move(
+        &self,
+        from: &Location,
+        to: &Location,
+        noreplace: bool,
+        prehashed: &mut Prehashed,
+        caller: &Caller,
+    ) {
+        match (self.versioned(from), self.versioned(to)) {
+            (Some(a), Some(b)) => {
+                let mut c = Change::new(Op::Rename, a, None);
+                c.to = Some(b);
+                c.noreplace = noreplace;
+                self.record(c, caller);
+            }
+            (Some(a), None) => {
+                let mut c = Change::new(Op::Park, a, None);
+                c.hidden = Some(to.logical.clone());
+                self.record(c, caller);
+            }
+            (None, Some(b)) => {
+                if let Err(e) = self.unpark(&b, &from.logical, std::mem::take(prehashed), caller) {
+                    tracing::error!("could not settle {b} after it became visible: {e:?}");
+                }
+            }
+            (None, None) => {}
+        }
+    }
+
+    pub fn create(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+        caller: &Caller,
+    ) -> FsResult<(Entry, OpenReply)> {
+        // The inode is not known before the lookup: wait for any store.
+        self.retry_after_store(None, || self.create_once(parent, name, mode, flags, caller))
+            .inspect_err(|_| {
+                // It may have failed after the file was made (no spare
+                // left, say): the kernel's negative entry for the name (see
+                // `absence_is_cacheable`) must go.
+                self.invalidate_entry(parent, name.to_vec());
+            })
+    }
+
+    pub(super) fn create_once(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+        caller: &Caller,
+    ) -> FsResult<(Entry, OpenReply)> {
+        self.check_writable(parent, name, true)?;
+        check_name(name)?;
+        let _ns = self.ns_write();
+        let ploc = self.loc(parent)?;
+        let (loc, attached, created) = match self.find(parent, &ploc, name) {
+            Ok(_) if flags & libc::O_EXCL != 0 => return Err(FsError::EEXIST),
+            Ok(f) => (f.loc, f.attached, false),
+            Err(FsError::ENOENT) => {
+                self.journal_room()?;
+                let (loc, attached) = self.place(parent, &ploc, name, Kind::File)?;
+                self.new_file_at(&loc, mode & 0o7777, caller)?;
+                (loc, attached, true)
+            }
+            Err(e) => return Err(e),
+        };
+        let st = loc.lstat()?;
+        let kind = kind_of(&st).ok_or(FsError::EPERM)?;
+        if kind == Kind::Dir {
+            return Err(FsError::EISDIR);
+        }
+        let ino = self.tree.lock().link(parent, name, kind, attached);
+        if created && let Some(p) = &self.versioned(&loc) {
+            match self.blobs.put_bytes(b"", false) {
+                Ok(blob) => self.record(
+                    Change::new(Op::Create, p.clone(), Some(empty_blob_state(&st, blob))),
+                    caller,
+                ),
+                Err(e) => tracing::error!("could not journal the creation of {p}: {e}"),
+            }
+        }
+        let of = match self.open_live(ino, Ok(&loc)) {
+            Ok(of) => of,
+            Err(e) => {
+                self.tree.lock().forget(ino, 1);
+                return Err(e);
+            }
+        };
+        let reply = match self.finish_open(ino, Some(&loc), of, flags, caller) {
+            Ok(r) => r,
+            Err(e) => {
+                self.tree.lock().forget(ino, 1);
+                return Err(e);
+            }
+        };
+        Ok((
+            Entry {
+                ino,
+                stat: self.finish_stat(ino, self.open_file(ino).as_deref(), st),
+                ttl: Ttl::Live,
+            },
+            reply,
+        ))
+    }
+
+    /// `mknod` of a regular file is a create without an open handle. A
+    /// FIFO or a socket (a skill's helper binding a unix socket in its
+    /// folder) is made in place, like any scratch file, and never
+    /// versioned; device nodes are not kept in a skills tree.
+    pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
+        self.check_writable(parent, name, true)?;
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => {}
+            libc::S_IFIFO | libc::S_IFSOCK => {
+                return self.make(parent, name, Kind::File, None, caller, |loc| {
+                    sys::mknodat(loc.dirfd, &loc.phys, mode & (libc::S_IFMT | 0o7777))
+                });
+            }
+            _ => return Err(FsError::EPERM),
+        }
+        let (entry, reply) =
+            self.create(parent, name, mode, libc::O_RDONLY | libc::O_EXCL, caller)?;
+        self.release(reply.fh, caller)?;
+        Ok(entry)
+    }
+}

@@ -1,0 +1,496 @@
+//! Publishing a version: staged bytes become a blob, a journal record and
+//! then the live file, in that order.
+//!
+//! Owns: `publish` (a close: not flushed), `publish_durable` (an fsync:
+//! the four steps that keep every flush outside the namespace lock), the
+//! one-commit and the step-by-step durability orders, the swap of a
+//! staging file in for the live one, and what a failed publish leaves
+//! recorded (`record_live`).
+//! Invariants: a record made durable never names a blob that is not; a
+//! version never becomes live without its record; a record of a version
+//! that never became live is followed by one of the live content. Where
+//! one fsync commits all earlier metadata (`ordered_commit`), the fsync is
+//! of a file in the running transaction (`commit_all`).
+//! Locks: `namespace` shared → an `OpenFile` → `ledger` briefly; the group
+//! commit is entered holding neither `ledger` nor, for a durable publish,
+//! `namespace`.
+
+use super::*;
+
+impl SkillFs {
+    /// Publishes the staged bytes of open files at or below `under` before
+    /// that entry is removed, replaced, parked or truncated: what a reader
+    /// sees is content, and G1 keeps it. Called under the namespace lock.
+    /// A failure (a full disk) is the caller's: the change that would lose
+    /// those bytes must be refused with it.
+    pub(super) fn publish_dirty_under(&self, under: &Location, caller: &Caller) -> FsResult<()> {
+        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        for ino in inos {
+            let Ok(loc) = self.loc(ino) else { continue };
+            if !loc.logical.starts_with(&under.logical) {
+                continue;
+            }
+            let Some(of) = self.open_file(ino) else {
+                continue;
+            };
+            let mut s = of.state.lock();
+            if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+                self.publish_locked(&mut s, &loc, Op::Write, false, caller)
+                    .inspect_err(|e| {
+                        tracing::warn!("could not publish {} before it changed: {e:?}", loc.logical)
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn publish(&self, ino: Ino, durable: bool, caller: &Caller) -> FsResult<()> {
+        if durable {
+            return self.publish_durable(ino, caller);
+        }
+        let _ns = self.namespace.read();
+        let Some(of) = self.open_file(ino) else {
+            return Ok(());
+        };
+        let Ok(loc) = self.loc(ino) else {
+            return Ok(()); // unlinked while open: nothing left to publish to
+        };
+        let mut s = of.state.lock();
+        if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+            self.publish_locked(&mut s, &loc, Op::Write, false, caller)?;
+        }
+        Ok(())
+    }
+
+    /// `fsync`: publishes the staged bytes and makes them durable, holding
+    /// no lock but the group commit's across a device flush (a flush takes
+    /// milliseconds, and every create, rename and unlink of the tree would
+    /// wait behind it). In four steps:
+    /// 1. under the locks: the blob is stored and its record appended;
+    /// 2. with none held: blobs, journal and staging file are flushed (or,
+    ///    with one commit, written out);
+    /// 3. under the locks again: the staging file is swapped in, if it is
+    ///    still the file's, unwritten since, and the file still where it
+    ///    was;
+    /// 4. with none held: the swap is committed.
+    ///
+    /// If a write, a rename or another publish came between 1 and 3, the
+    /// record of step 1 stands (the content it names was the file's, in
+    /// the order the journal says) and the publish starts over; after a few
+    /// tries it holds the locks throughout, as a file written without pause
+    /// would otherwise starve it.
+    pub(super) fn publish_durable(&self, ino: Ino, caller: &Caller) -> FsResult<()> {
+        const TRIES: usize = 3;
+        for _ in 0..TRIES {
+            if self.publish_durable_once(ino, caller)? {
+                return Ok(());
+            }
+        }
+        let ns = self.namespace.read();
+        let Some(of) = self.open_file(ino) else {
+            return Ok(());
+        };
+        let Ok(loc) = self.loc(ino) else {
+            return Ok(());
+        };
+        let mut s = of.state.lock();
+        if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+            return self.publish_locked(&mut s, &loc, Op::Write, true, caller);
+        }
+        let live = Arc::clone(&s.live);
+        let parent = self.parent_to_sync(&loc)?;
+        drop((s, ns));
+        self.make_durable(&live, parent, &loc)
+    }
+
+    /// One try of `publish_durable`: whether it is done.
+    pub(super) fn publish_durable_once(&self, ino: Ino, caller: &Caller) -> FsResult<bool> {
+        let ns = self.namespace.read();
+        let Some(of) = self.open_file(ino) else {
+            return Ok(true);
+        };
+        let Ok(loc) = self.loc(ino) else {
+            return Ok(true); // unlinked while open: nothing left to publish to
+        };
+        let mut s = of.state.lock();
+        let Some(stg) = s.staging.as_ref().filter(|stg| stg.dirty) else {
+            // Already published: make it durable in the same order.
+            let live = Arc::clone(&s.live);
+            let parent = self.parent_to_sync(&loc)?;
+            drop((s, ns));
+            self.make_durable(&live, parent, &loc)?;
+            return Ok(true);
+        };
+        let stg_file = Arc::clone(&stg.file);
+        let path = self.versioned(&loc);
+        if stg.in_place {
+            // Nothing to swap: recorded (if visible now) and flushed.
+            let want = match &path {
+                Some(p) => Some(
+                    self.store_and_record(&stg_file, p, Op::Write, true, caller)?
+                        .1,
+                ),
+                None => None,
+            };
+            s.staging = None;
+            drop((s, ns));
+            if let Some(want) = want {
+                self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+            }
+            live_fsync(&stg_file, &loc)?;
+            return Ok(true);
+        }
+        let edits = stg.edits;
+        let (recorded, want) = match &path {
+            Some(p) => {
+                let (made, want) = self.store_and_record(&stg_file, p, Op::Write, true, caller)?;
+                (made.then(|| p.clone()), Some(want))
+            }
+            None => (None, None),
+        };
+        drop((s, ns));
+
+        let swapped = std::cell::Cell::new(false);
+        let steps = || -> std::io::Result<()> {
+            if self.ordered_commit {
+                // One fsync (of the staging file, swapped in or not)
+                // commits the blob, the journal and the swap together.
+                let commit = || {
+                    sys::write_out(&*stg_file)?;
+                    let done = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, false)?;
+                    swapped.set(done.is_some());
+                    match done {
+                        // The rename put the staging file's inode in the
+                        // running transaction.
+                        Some(_) => live_fsync(&stg_file, &loc),
+                        None => self.commit_all(),
+                    }
+                };
+                match want {
+                    Some(_) => self
+                        .commit
+                        .write_out_then(&self.ledger, &self.blobs, commit),
+                    None => commit(),
+                }
+            } else {
+                if let Some(want) = want {
+                    self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                }
+                live_fsync(&stg_file, &loc)?;
+                let dir = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, true)?;
+                swapped.set(dir.is_some());
+                match dir.flatten() {
+                    Some(dir) => live_fsync(&dir, &loc),
+                    None => Ok(()),
+                }
+            }
+        };
+        let result = steps();
+        if result.is_err()
+            && !swapped.get()
+            && let Some(path) = recorded
+        {
+            // Recorded, never swapped in: unless another publish swapped
+            // these bytes in meanwhile, the journal names a version the
+            // live file never held. Record the live content again.
+            let s = of.state.lock();
+            if s.staging
+                .as_ref()
+                .is_some_and(|stg| Arc::ptr_eq(&stg.file, &stg_file))
+            {
+                self.record_live(&s, &path, caller);
+            }
+        }
+        result?;
+        Ok(swapped.get())
+    }
+
+    /// Step 3 of `publish_durable`, under the locks: swaps `stg_file` in at
+    /// `loc` if it is still the staging file of `ino`, unwritten since
+    /// (`edits`), and the file still at `loc`. `None` if not; else, with
+    /// `parent`, the directory whose fsync commits the swap.
+    pub(super) fn swap_if_unchanged(
+        &self,
+        ino: Ino,
+        of: &OpenFile,
+        stg_file: &Arc<File>,
+        edits: u64,
+        loc: &Location,
+        parent: bool,
+    ) -> std::io::Result<Option<Option<File>>> {
+        let _ns = self.namespace.read();
+        let here = self
+            .loc(ino)
+            .is_ok_and(|l| l.dirfd == loc.dirfd && l.phys == loc.phys);
+        let mut s = of.state.lock();
+        let same = s
+            .staging
+            .as_ref()
+            .is_some_and(|stg| Arc::ptr_eq(&stg.file, stg_file) && stg.edits == edits);
+        if !(here && same) {
+            return Ok(None);
+        }
+        self.swap_in(&mut s, loc)?;
+        if !parent {
+            return Ok(Some(None));
+        }
+        // Swapped: an error from here on is the commit's, not the swap's.
+        Ok(Some(open_parent_of(loc).ok()))
+    }
+
+    /// Where each step is fsynced in order: the directory of `loc`, whose
+    /// fsync commits its entry (opened under the namespace lock, flushed
+    /// after it).
+    pub(super) fn parent_to_sync(&self, loc: &Location) -> FsResult<Option<File>> {
+        if self.ordered_commit {
+            return Ok(None);
+        }
+        Ok(Some(open_parent_of(loc)?))
+    }
+
+    /// Where `ordered_commit` holds, commits every change made so far (data
+    /// written out beforehand included): an `fsync` commits the journal
+    /// transaction its inode was last changed in, and everything before it,
+    /// but nothing after; the fsync of a file last changed a while ago
+    /// would leave out what was written out since (the journal's blocks).
+    /// Touching the marker puts it in the running transaction.
+    pub(super) fn commit_all(&self) -> std::io::Result<()> {
+        sys::futimens(&self.marker, Time::Now, Time::Now)?;
+        StoreIo::real().sync_all(&self.marker, &self.dirs.tmp.join("commit"))
+    }
+
+    /// Makes the published file `live` durable with everything recorded
+    /// before it, in the durability order (see `publish_locked`).
+    pub(super) fn make_durable(
+        &self,
+        live: &File,
+        parent: Option<File>,
+        loc: &Location,
+    ) -> FsResult<()> {
+        if self.ordered_commit {
+            self.commit.write_out_then(&self.ledger, &self.blobs, || {
+                sys::write_out(live)?;
+                self.commit_all()
+            })?;
+        } else {
+            self.sync_records()?;
+            live_fsync(live, loc)?;
+            if let Some(dir) = parent {
+                live_fsync(&dir, loc)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Durability order: blob, journal record, then the live file replaced.
+    /// A hidden or untracked file skips the first two: it is not versioned.
+    ///
+    /// Made durable (fsync) in one of two ways: in general each step is
+    /// fsynced before the next (blob, its directory, journal, staging file,
+    /// live directory). Where one `fsync` commits every metadata change made
+    /// before it (ext4, XFS: `sys::has_ordered_commit`), the data of blob,
+    /// journal and staging file is written out in that order, the staging
+    /// file renamed over the live one, and a single `fsync` of it commits all
+    /// of it at once: one device flush instead of five.
+    pub(super) fn publish_locked(
+        &self,
+        s: &mut OpenState,
+        loc: &Location,
+        op: Op,
+        durable: bool,
+        caller: &Caller,
+    ) -> FsResult<()> {
+        let stg = s.staging.as_ref().expect("caller checked");
+        if stg.in_place {
+            return self.publish_in_place(s, loc, op, durable, caller);
+        }
+        let fast = durable && self.ordered_commit;
+        let stg_file = Arc::clone(&stg.file);
+        let one_commit = |s: &mut OpenState| -> std::io::Result<()> {
+            sys::write_out(&*stg_file)?;
+            self.swap_in(s, loc)?;
+            live_fsync(&stg_file, loc)
+        };
+        // The path whose record this publish appended, until the swap makes
+        // it true.
+        let mut recorded: Option<RelPath> = None;
+        let steps = |s: &mut OpenState, recorded: &mut Option<RelPath>| -> FsResult<()> {
+            let mut replaced = false;
+            if let Some(path) = &self.versioned(loc) {
+                // Without its record the version must not become live.
+                let (made, want) = self.store_and_record(&stg_file, path, op, durable, caller)?;
+                if made {
+                    *recorded = Some(path.clone());
+                }
+                // Both outside the ledger's lock (group commit).
+                if fast {
+                    self.commit
+                        .write_out_then(&self.ledger, &self.blobs, || one_commit(s))?;
+                    replaced = true;
+                } else if durable {
+                    self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                }
+            }
+            if !replaced {
+                if fast {
+                    one_commit(s)?;
+                } else if durable {
+                    live_fsync(&stg_file, loc)?;
+                    self.swap_in(s, loc)?;
+                    sync_parent_of(loc)?;
+                } else {
+                    // What a rename over a file would have done on ext4
+                    // (auto_da_alloc): start writing the new content now, so a
+                    // later commit of the swap does not expose an empty file.
+                    // Replacing an empty file (a fresh create) risks nothing:
+                    // empty is the version it had.
+                    if sys::fstat(&*s.live).is_ok_and(|st| st.st_size > 0) {
+                        sys::start_write_out(&*stg_file)?;
+                    }
+                    self.swap_in(s, loc)?;
+                }
+            }
+            Ok(())
+        };
+        let result = steps(s, &mut recorded);
+        if result.is_err()
+            && s.staging.is_some()
+            && let Some(path) = recorded
+        {
+            // Recorded, never swapped in: the journal names a version the
+            // live file never held. Record the live content again, so the
+            // newest version is what the file holds.
+            self.record_live(s, &path, caller);
+        }
+        result
+    }
+
+    /// Records the live file's content as the newest version of `path`
+    /// (after a publish that recorded a version it could not make live).
+    /// If even that fails, the next mount's scan records what the file holds.
+    pub(super) fn record_live(&self, s: &OpenState, path: &RelPath, caller: &Caller) {
+        let done = self.stored_state(&s.live, false).and_then(|state| {
+            let change = Change::new(Op::Write, path.clone(), Some(state));
+            Ok(self.ledger.lock().record(change, caller.actor())?)
+        });
+        if let Err(e) = done {
+            tracing::error!(
+                "could not record the live content of {path} after a failed publish: {e:?}"
+            );
+        }
+    }
+
+    /// Stores `file`'s content as a blob and records it as the new version
+    /// of `path` unless it is the version already recorded: whether it
+    /// recorded, and the last sequence number a sync must then cover. The
+    /// blob gets no sync of its own: a durable publish syncs it with the
+    /// journal, one sync for every blob and record of the publishes waiting
+    /// at that moment (group commit).
+    pub(super) fn store_and_record(
+        &self,
+        file: &File,
+        path: &RelPath,
+        op: Op,
+        durable: bool,
+        caller: &Caller,
+    ) -> FsResult<(bool, u64)> {
+        let state = self.stored_state(file, false)?;
+        if durable {
+            self.blobs
+                .mark_pending(state.blob.as_deref().expect("just stored"));
+        }
+        let mut ledger = self.ledger.lock();
+        let made = record_unless_same(&mut ledger, path, state, op, caller)?;
+        Ok((made, ledger.last_seq()))
+    }
+
+    /// Stores the content of `file` as a blob and returns its state.
+    pub(super) fn stored_state(&self, file: &File, durable: bool) -> FsResult<EntryState> {
+        let (blob, size) = self.blobs.put_file(file, durable)?;
+        let st = sys::fstat(file)?;
+        let mut state = state_from_stat(&st, Kind::File);
+        state.size = size;
+        state.blob = Some(blob);
+        Ok(state)
+    }
+
+    /// Publishing a file written in place (hidden when its writer started):
+    /// nothing to swap. Still hidden, it is only made durable if asked;
+    /// made visible meanwhile, its content is versioned now.
+    pub(super) fn publish_in_place(
+        &self,
+        s: &mut OpenState,
+        loc: &Location,
+        op: Op,
+        durable: bool,
+        caller: &Caller,
+    ) -> FsResult<()> {
+        // Taken out only once recorded: a failure leaves the content dirty,
+        // still owed a version.
+        let file = Arc::clone(&s.staging.as_ref().expect("caller checked").file);
+        if let Some(path) = &self.versioned(loc) {
+            let (_, want) = self.store_and_record(&file, path, op, durable, caller)?;
+            if durable {
+                self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+            }
+        }
+        s.staging = None;
+        if durable {
+            live_fsync(&file, loc)?;
+        }
+        Ok(())
+    }
+
+    /// Swaps the staging file in for the live one, and the open state with
+    /// it at once (an error after this point must not leave the two apart).
+    /// Swapped, not renamed over: the replaced inode lands at the staging
+    /// path, to be reused (see `spares`).
+    pub(super) fn swap_in(&self, s: &mut OpenState, loc: &Location) -> std::io::Result<()> {
+        let stg_path = s.staging.as_ref().expect("caller checked").path.clone();
+        let from = stg_path.as_os_str().as_encoded_bytes();
+        let exchanged = match sys::renameat2(
+            libc::AT_FDCWD,
+            from,
+            loc.dirfd,
+            &loc.phys,
+            libc::RENAME_EXCHANGE,
+        ) {
+            Ok(()) => true,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                sys::renameat2(libc::AT_FDCWD, from, loc.dirfd, &loc.phys, 0)?;
+                false
+            }
+            Err(e) => return Err(e),
+        };
+        let stg = s.staging.take().expect("caller checked");
+        let old = std::mem::replace(&mut s.live, stg.file);
+        self.swaps.fetch_add(1, Ordering::SeqCst);
+        if exchanged {
+            self.recycle(old, stg.path);
+        }
+        Ok(())
+    }
+}
+
+/// An fsync of the live tree (a file or directory at `loc`), under the
+/// store's poison rule: after a failed one (the kernel may have dropped the
+/// pages that failed to write and marked them clean), no later fsync is
+/// acknowledged until remount.
+pub(super) fn live_fsync(f: &File, loc: &Location) -> std::io::Result<()> {
+    let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(loc.logical.as_bytes()));
+    StoreIo::real().sync_all(f, &path)
+}
+
+pub(super) fn sync_parent_of(loc: &Location) -> FsResult<()> {
+    live_fsync(&open_parent_of(loc)?, loc)?;
+    Ok(())
+}
+
+/// The directory holding the entry at `loc`.
+pub(super) fn open_parent_of(loc: &Location) -> std::io::Result<File> {
+    let parent_phys = match loc.phys.iter().rposition(|&b| b == b'/') {
+        Some(i) => &loc.phys[..i],
+        None => &b""[..],
+    };
+    Ok(File::from(sys::open_dir(loc.dirfd, parent_phys)?))
+}
