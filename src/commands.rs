@@ -15,6 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
+use crate::catalog::Fold;
 use crate::error::{Exit, Failure};
 use crate::history::{HistoryIndex, PathIdx, ROOT_IDX, parse_alias};
 use crate::relpath::RelPath;
@@ -52,7 +53,7 @@ impl Store {
     }
 
     pub fn from_records(layout: Layout, records: &[Record]) -> Store {
-        let index = HistoryIndex::from_records(records);
+        let index = Fold::replay(records).into_history();
         let blobs = BlobStore::new(layout.blobs(), layout.tmp());
         Store {
             layout,

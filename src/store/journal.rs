@@ -173,6 +173,51 @@ pub struct Record {
     pub acked_through: Option<u64>,
 }
 
+/// Fixtures for the tests of the modules that fold records.
+#[cfg(test)]
+impl Record {
+    /// `op` on `path` (to `to`) by the daemon, as change `seq` at `ts`.
+    pub(crate) fn sample(
+        seq: u64,
+        ts: i64,
+        op: Op,
+        path: &str,
+        to: Option<&str>,
+        state: Option<EntryState>,
+    ) -> Record {
+        let parse = |p: &str| RelPath::parse(p.as_bytes()).expect("a test path");
+        Record {
+            seq,
+            ts,
+            op,
+            path: parse(path),
+            to: to.map(parse),
+            noreplace: false,
+            hidden: None,
+            state,
+            actor: Actor::daemon(),
+            acked_through: None,
+        }
+    }
+}
+
+#[cfg(test)]
+impl EntryState {
+    /// A `kind` owned by root, mode 0644, with content `blob` if a file.
+    pub(crate) fn sample(kind: Kind, blob: &str) -> EntryState {
+        EntryState {
+            kind,
+            blob: (kind == Kind::File).then(|| blob.to_string()),
+            size: 0,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            target: None,
+        }
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
