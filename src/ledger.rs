@@ -289,7 +289,7 @@ mod tests {
             self.answer(crate::sys::fsync(f))
         }
         fn sync_dir(&self, d: &std::path::Path) -> io::Result<()> {
-            self.answer(crate::store::blobs::sync_dir(d))
+            self.answer(crate::store::fsutil::sync_dir(d))
         }
         fn syncfs(&self, f: &std::fs::File) -> io::Result<()> {
             self.answer(crate::sys::syncfs(f))

@@ -50,7 +50,7 @@ impl SyncBackend for Disk {
         sys::fsync(file)
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        sys::fsync(&File::open(dir)?)
+        super::fsutil::sync_dir(dir)
     }
     fn syncfs(&self, file: &File) -> io::Result<()> {
         sys::syncfs(file)

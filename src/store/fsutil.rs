@@ -1,5 +1,8 @@
-//! How the store's own files and directories are made, opened and checked:
-//! with explicit modes whatever the umask, and never through a symlink.
+//! How the store's own files and directories are made, opened, synced,
+//! copied and checked: with explicit modes whatever the umask, and never
+//! through a symlink. The file helpers the store's modules share (`blobs`,
+//! `packs`, `journal`, `durable`) live here, so none imports another for
+//! them.
 //!
 //! Invariants (contract G8):
 //! - every directory the store makes is [`DIR_MODE`] (0700) and every file
@@ -15,12 +18,15 @@
 //!   by another user, or not a plain file or directory where the store
 //!   expects one, refuses the mount; a mode that lets others in is listed
 //!   for repair, applied only once every check of the mount has passed.
+//!
+//! Locks: none; every function here works on the paths and files it is
+//! given.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Exit, Failure};
@@ -52,16 +58,32 @@ pub fn sealed_options() -> OpenOptions {
 /// `mkdir` with [`DIR_MODE`]; `Ok(false)` when it exists already. A new
 /// directory's parent is synced, so the directory survives a power cut.
 pub fn create_dir(path: &Path) -> io::Result<bool> {
+    let made = make_dir(path)?;
+    if made && let Some(parent) = path.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(made)
+}
+
+/// `mkdir` with [`DIR_MODE`]; `Ok(false)` when it exists already. Nothing
+/// is synced: the caller makes the new entry durable at its own durability
+/// point (a blob's fan-out directory, the packs directory).
+pub fn make_dir(path: &Path) -> io::Result<bool> {
     match fs::DirBuilder::new().mode(DIR_MODE).create(path) {
-        Ok(()) => {
-            if let Some(parent) = path.parent() {
-                sync_dir(parent)?;
-            }
-            Ok(true)
-        }
+        Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// A new file for immutable content ([`SEALED_MODE`]), open for reading
+/// and writing; fails if `path` exists (a loose blob's temp file, a pack).
+pub fn create_sealed(path: &Path) -> io::Result<File> {
+    sealed_options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
 }
 
 /// [`create_dir`] of `path` and of every missing ancestor (each 0700).
@@ -83,6 +105,60 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
         0,
     )?;
     sys::fsync(&f)
+}
+
+/// How much a buffered copy moves at a time.
+const COPY_CHUNK: usize = 256 * 1024;
+
+/// Copies `len` bytes of `src` from offset 0 into `dst` at offset 0, in the
+/// kernel where it can (`copy_file_range`), else through a buffer.
+pub fn copy_range(src: &File, dst: &File, len: u64) -> io::Result<()> {
+    let mut off_in: i64 = 0;
+    let mut off_out: i64 = 0;
+    while (off_in as u64) < len {
+        let want = (len - off_in as u64).min(1 << 30) as usize;
+        // SAFETY: both fds stay open for the call (borrowed `File`s), and
+        // the offsets are `i64`s of this frame that the kernel updates in
+        // place.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                &mut off_in,
+                dst.as_raw_fd(),
+                &mut off_out,
+                want,
+                0,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EXDEV)
+                | Some(libc::ENOSYS)
+                | Some(libc::EOPNOTSUPP)
+                | Some(libc::EINVAL) => return copy_buffered(src, dst, off_in as u64, len),
+                _ => return Err(e),
+            }
+        }
+        if n == 0 {
+            break; // source shrank under us; what we copied is what there is
+        }
+    }
+    Ok(())
+}
+
+fn copy_buffered(src: &File, dst: &File, from: u64, len: u64) -> io::Result<()> {
+    let mut buf = vec![0u8; COPY_CHUNK];
+    let mut off = from;
+    while off < len {
+        let n = src.read_at(&mut buf, off)?;
+        if n == 0 {
+            break;
+        }
+        dst.write_all_at(&buf[..n], off)?;
+        off += n as u64;
+    }
+    Ok(())
 }
 
 /// Reads a store file of at most `cap` bytes, not through a symlink;
