@@ -29,7 +29,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Exit, Failure};
+use super::error::{ErrorKind, StoreError, StoreResult};
 use crate::sys;
 
 /// Directories of the store.
@@ -228,9 +228,10 @@ enum Depth {
     Itself,
 }
 
-fn refuse(path: &Path, why: String) -> Failure {
-    Failure::new(
-        Exit::BadStore,
+fn refuse(path: &Path, why: String) -> StoreError {
+    StoreError::refused(
+        ErrorKind::Store,
+        path,
         format!("store entry '{}' {why}: refusing the store", path.display()),
     )
 }
@@ -240,7 +241,7 @@ fn refuse(path: &Path, why: String) -> Failure {
 /// a directory or a regular file, not a symlink, owned by `uid`. Returns the
 /// modes that let others in (group or other bits), to be narrowed with
 /// [`repair`]. Reads only.
-pub fn audit(store: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
+pub fn audit(store: &Path, uid: u32) -> StoreResult<Vec<Repair>> {
     let mut repairs = Vec::new();
     if check_entry(store, true, uid, &mut repairs)?.is_none() {
         return Ok(repairs);
@@ -255,7 +256,7 @@ pub fn audit(store: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
 /// with per-user groups, the usual setup under umask 002, the group is the
 /// user.) The default `.skillfs/` is ours to make private (a store of an
 /// older version left it 0777).
-pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
+pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> StoreResult<Vec<Repair>> {
     let dir = match store.parent() {
         Some(p) if anc.starts_with(p) => p,
         _ => anc,
@@ -263,11 +264,13 @@ pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, F
     if let Some(up) = dir.parent() {
         audit_ancestors(store, up, uid)?;
     }
-    let md = fs::symlink_metadata(dir).map_err(|e| Failure::io(Exit::BadStore, "stat", dir, &e))?;
+    let md =
+        fs::symlink_metadata(dir).map_err(|e| StoreError::io(ErrorKind::Store, "stat", dir, e))?;
     let mode = md.mode() & 0o7777;
     if md.uid() != 0 && md.uid() != uid {
-        return Err(Failure::new(
-            Exit::BadStore,
+        return Err(StoreError::refused(
+            ErrorKind::Store,
+            dir,
             format!(
                 "store '{}' is in '{}', which is owned by uid {}: its owner could replace \
                  the store",
@@ -286,8 +289,9 @@ pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, F
         }]);
     }
     if mode & 0o002 != 0 && mode & libc::S_ISVTX == 0 {
-        return Err(Failure::new(
-            Exit::BadStore,
+        return Err(StoreError::refused(
+            ErrorKind::Store,
+            dir,
             format!(
                 "store '{}' is in '{}', which every user can write (mode {mode:o}, no sticky \
                  bit): anyone could replace the store",
@@ -304,12 +308,13 @@ pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, F
 /// reached by path, so whoever could rename one of them could put a
 /// directory of theirs in its place (and have a root daemon write through
 /// it).
-fn audit_ancestors(store: &Path, dir: &Path, uid: u32) -> Result<(), Failure> {
+fn audit_ancestors(store: &Path, dir: &Path, uid: u32) -> StoreResult<()> {
     for a in dir.ancestors() {
         if a.as_os_str().is_empty() {
             continue;
         }
-        let md = fs::symlink_metadata(a).map_err(|e| Failure::io(Exit::BadStore, "stat", a, &e))?;
+        let md =
+            fs::symlink_metadata(a).map_err(|e| StoreError::io(ErrorKind::Store, "stat", a, e))?;
         let mode = md.mode() & 0o7777;
         let why = if md.uid() != 0 && md.uid() != uid {
             format!("is owned by uid {}", md.uid())
@@ -318,8 +323,9 @@ fn audit_ancestors(store: &Path, dir: &Path, uid: u32) -> Result<(), Failure> {
         } else {
             continue;
         };
-        return Err(Failure::new(
-            Exit::BadStore,
+        return Err(StoreError::refused(
+            ErrorKind::Store,
+            a,
             format!(
                 "store '{}' is below '{}', which {why}: its owner could replace the store",
                 store.display(),
@@ -336,14 +342,14 @@ fn walk(
     uid: u32,
     repairs: &mut Vec<Repair>,
     top: bool,
-) -> Result<(), Failure> {
+) -> StoreResult<()> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Failure::io(Exit::BadStore, "list", dir, &e)),
+        Err(e) => return Err(StoreError::io(ErrorKind::Store, "list", dir, e)),
     };
     for ent in entries {
-        let ent = ent.map_err(|e| Failure::io(Exit::BadStore, "list", dir, &e))?;
+        let ent = ent.map_err(|e| StoreError::io(ErrorKind::Store, "list", dir, e))?;
         let path = ent.path();
         let Some(is_dir) = check_entry(&path, false, uid, repairs)? else {
             continue; // gone since listed
@@ -379,11 +385,11 @@ fn check_entry(
     must_be_dir: bool,
     uid: u32,
     repairs: &mut Vec<Repair>,
-) -> Result<Option<bool>, Failure> {
+) -> StoreResult<Option<bool>> {
     let md = match fs::symlink_metadata(path) {
         Ok(md) => md,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Failure::io(Exit::BadStore, "stat", path, &e)),
+        Err(e) => return Err(StoreError::io(ErrorKind::Store, "stat", path, e)),
     };
     let ft = md.file_type();
     if ft.is_symlink() {
@@ -420,17 +426,18 @@ fn check_entry(
 /// Applies the repairs of [`audit`], parents first (once a directory is
 /// 0700, no other user can swap what is below it), never through a
 /// symlink. The caller logs them (once the daemon's log is open).
-pub fn repair(repairs: &[Repair]) -> Result<(), Failure> {
+pub fn repair(repairs: &[Repair]) -> StoreResult<()> {
     for r in repairs {
-        let fail = |e: &io::Error| Failure::io(Exit::BadStore, "repair the mode of", &r.path, e);
+        let fail =
+            |e: io::Error| StoreError::io(ErrorKind::Store, "repair the mode of", &r.path, e);
         let f = sys::openat(
             libc::AT_FDCWD,
             r.path.as_os_str().as_bytes(),
             libc::O_PATH | libc::O_NOFOLLOW,
             0,
         )
-        .map_err(|e| fail(&e))?;
-        let st = sys::fstat(&f).map_err(|e| fail(&e))?;
+        .map_err(fail)?;
+        let st = sys::fstat(&f).map_err(fail)?;
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
             return Err(refuse(&r.path, "is a symlink".into()));
         }
@@ -441,7 +448,7 @@ pub fn repair(repairs: &[Repair]) -> Result<(), Failure> {
             &proc_path,
             std::os::unix::fs::PermissionsExt::from_mode(r.to),
         )
-        .map_err(|e| fail(&e))?;
+        .map_err(fail)?;
     }
     Ok(())
 }
@@ -509,7 +516,7 @@ mod tests {
         assert!(!fs::symlink_metadata(d.join("RULES")).unwrap().is_symlink());
         std::os::unix::fs::symlink(d.join("outside"), d.join("LOCK")).unwrap();
         let e = audit(&d, sys::geteuid()).unwrap_err();
-        assert!(e.message.contains("LOCK' is a symlink"), "{e}");
+        assert!(e.to_string().contains("LOCK' is a symlink"), "{e}");
         fs::remove_dir_all(&d).unwrap();
     }
 

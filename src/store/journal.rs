@@ -31,10 +31,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Exit, Failure};
 use crate::relpath::{ByteString, RelPath};
 use crate::store::blobs::BlobId;
 use crate::store::durable::StoreIo;
+use crate::store::error::{ErrorKind, StoreError, StoreResult};
 use crate::sys;
 
 /// What a record did.
@@ -363,15 +363,15 @@ fn split_lines(data: &[u8]) -> Vec<Line> {
 }
 
 /// Reads and checks every record under `dir` (read-only).
-pub fn read_dir(dir: &Path) -> Result<Contents, Failure> {
+pub fn read_dir(dir: &Path) -> StoreResult<Contents> {
     let segs = list_segments(dir)
-        .map_err(|e| Failure::io(Exit::DamagedJournal, "list journal", dir, &e))?;
+        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
     let mut records: Vec<Record> = Vec::new();
     let mut last = (dir.join(segment_name(1)), 0u64, 0u64, 0usize);
     let nsegs = segs.len();
     for (si, seg) in segs.iter().enumerate() {
         let data = fs::read(seg)
-            .map_err(|e| Failure::io(Exit::DamagedJournal, "read journal", seg, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "read journal", seg, e))?;
         let is_last_seg = si + 1 == nsegs;
         let mut lines = split_lines(&data);
         let mut valid_len = 0usize;
@@ -433,12 +433,12 @@ fn set_aside_torn_tail(
     file: &File,
     dir: &Path,
     io: &StoreIo,
-) -> Result<(), Failure> {
+) -> StoreResult<()> {
     let seq = contents.records.last().map_or(0, |r| r.seq) + 1;
     let aside = dir.join(format!("torn-{seq}-{}", crate::time::now_ns()));
     let mut tail = vec![0u8; contents.torn_bytes as usize];
     file.read_exact_at(&mut tail, contents.valid_len)
-        .map_err(|e| Failure::io(Exit::BadStore, "read journal", &contents.segment, &e))?;
+        .map_err(|e| StoreError::io(ErrorKind::Store, "read journal", &contents.segment, e))?;
     let copy = crate::store::fsutil::options()
         .write(true)
         .create_new(true)
@@ -448,7 +448,7 @@ fn set_aside_torn_tail(
             io.sync_all(&f, &aside)
         })
         .and_then(|()| io.sync_dir(dir));
-    copy.map_err(|e| Failure::io(Exit::BadStore, "set aside the torn tail in", &aside, &e))?;
+    copy.map_err(|e| StoreError::io(ErrorKind::Store, "set aside the torn tail in", &aside, e))?;
     if contents.torn_lines > 0 {
         tracing::warn!(
             "journal {}: record {seq} and what follows ({} bytes, {} complete lines) fail \
@@ -471,9 +471,10 @@ fn set_aside_torn_tail(
     Ok(())
 }
 
-fn damaged(seg: &Path, lineno: usize, why: &str) -> Failure {
-    Failure::new(
-        Exit::DamagedJournal,
+fn damaged(seg: &Path, lineno: usize, why: &str) -> StoreError {
+    StoreError::refused(
+        ErrorKind::DamagedJournal,
+        seg,
         format!(
             "journal '{}' is damaged at line {lineno}: {why}; refusing to continue \
              (nothing was changed)",
@@ -511,12 +512,12 @@ const RESERVE_FLOOR: u64 = 16 << 10;
 impl Journal {
     /// Opens for appending after [`read_dir`]; sets a torn tail aside and
     /// cuts it off.
-    pub fn open(contents: &Contents) -> Result<Journal, Failure> {
+    pub fn open(contents: &Contents) -> StoreResult<Journal> {
         Journal::open_with(contents, StoreIo::real())
     }
 
     /// [`Journal::open`] making things durable through `io`.
-    pub fn open_with(contents: &Contents, io: StoreIo) -> Result<Journal, Failure> {
+    pub fn open_with(contents: &Contents, io: StoreIo) -> StoreResult<Journal> {
         let path = contents.segment.clone();
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let file = crate::store::fsutil::options()
@@ -525,19 +526,19 @@ impl Journal {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| Failure::io(Exit::BadStore, "open journal", &path, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::Store, "open journal", &path, e))?;
         // What a killed daemon left in the page cache (records, the blobs
         // they name, the live files it swapped in, the store's directories
         // and this segment's own entry) is made durable before any record
         // of ours is: one commit of the whole filesystem. The store is on
         // ROOT's filesystem, so this covers the live tree too.
         io.syncfs(&file, &path)
-            .map_err(|e| Failure::io(Exit::BadStore, "sync the filesystem of", &path, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::Store, "sync the filesystem of", &path, e))?;
         if contents.torn_bytes > 0 {
             set_aside_torn_tail(contents, &file, &dir, &io)?;
             file.set_len(contents.valid_len)
                 .and_then(|()| io.sync_all(&file, &path))
-                .map_err(|e| Failure::io(Exit::BadStore, "truncate journal", &path, &e))?;
+                .map_err(|e| StoreError::io(ErrorKind::Store, "truncate journal", &path, e))?;
         }
         let last = contents.records.last().map_or(0, |r| r.seq);
         let mut journal = Journal {
@@ -761,8 +762,8 @@ mod tests {
         data[second_line_start + 3] = b'#';
         fs::write(&seg, &data).unwrap();
         let err = read_dir(&d).err().expect("damage must be reported");
-        assert_eq!(err.exit, Exit::DamagedJournal);
-        assert!(err.message.contains("line 2"), "{}", err.message);
+        assert_eq!(err.kind(), ErrorKind::DamagedJournal);
+        assert!(err.to_string().contains("line 2"), "{err}");
         assert_eq!(fs::read(&seg).unwrap(), data);
         fs::remove_dir_all(&d).unwrap();
     }
@@ -798,7 +799,7 @@ mod tests {
             assert_eq!(fs::read(&seg).unwrap(), data, "read_dir changed the file");
             if what == "cut" {
                 let whole = lines.iter().filter(|&&(_, e)| e <= lo).count();
-                let c = got.unwrap_or_else(|e| panic!("cut at {lo} refused: {}", e.message));
+                let c = got.unwrap_or_else(|e| panic!("cut at {lo} refused: {e}"));
                 assert_eq!(c.records.len(), whole, "cut at {lo}");
                 assert_eq!(
                     c.valid_len as usize,
@@ -818,15 +819,10 @@ mod tests {
                 Err(e) => {
                     assert!(
                         vouched,
-                        "{what} at {lo}: refused an unacknowledged tail: {}",
-                        e.message
+                        "{what} at {lo}: refused an unacknowledged tail: {e}"
                     );
-                    assert_eq!(e.exit, Exit::DamagedJournal);
-                    assert!(
-                        e.message.contains(&format!("line {}", f + 1)),
-                        "{}",
-                        e.message
-                    );
+                    assert_eq!(e.kind(), ErrorKind::DamagedJournal);
+                    assert!(e.to_string().contains(&format!("line {}", f + 1)), "{e}");
                 }
                 Ok(c) => {
                     assert!(
