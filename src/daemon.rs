@@ -460,9 +460,14 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     }
     let config = Config::load(&layout.dir)?;
     let rules = HideRules::build(&config, &args.rules)?;
-    if layout.journal().is_dir() {
-        journal::read_dir(&layout.journal())?;
-    }
+    // The journal is read once, here: a damaged one refuses the mount
+    // before anything exists, and what was read is what the ledger starts
+    // from (a new store's, made below, is read there).
+    let read = if layout.journal().is_dir() {
+        Some(journal::read_dir(&layout.journal())?)
+    } else {
+        None
+    };
     let root_id = store::RootId::of(&root)?;
     let root_id_stale = root_id.check(&layout)?;
     fsutil::repair(&repairs)?;
@@ -472,7 +477,12 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     if root_id_stale {
         root_id.write(&layout)?;
     }
-    let contents = journal::read_dir(&layout.journal())?;
+    // A daemon that came and went between the read and the lock changed
+    // the journal: then (only then) it is read again, under the lock.
+    let contents = match read {
+        Some(contents) if contents.is_current() => contents,
+        _ => journal::read_dir(&layout.journal())?,
+    };
     layout.clear_scratch()?;
     let journal = Journal::open(&contents)?;
     let mut ledger = Ledger::new(journal, &contents.records);

@@ -22,6 +22,13 @@
 //!   `journal/torn-<seq>-<ns>` and cut off. A bad record that was made
 //!   durable and then damaged, with no later record to vouch for it, cannot
 //!   be told from a torn one: it is set aside (never deleted) with a warning.
+//! - the journal is read once per mount ([`read_dir`], before anything is
+//!   created); the read is used after the store's lock is taken only if
+//!   [`Contents::is_current`] says no segment changed in between.
+//!
+//! Locks: none of its own; the one `Journal` of a mount is owned by the
+//! `Ledger`, behind the core's `ledger` mutex, and `ledger::GroupCommit`
+//! syncs its file outside that lock (`sync_target`, `mark_durable`).
 
 use std::fs::{self, File};
 use std::io;
@@ -336,6 +343,46 @@ pub struct Contents {
     /// Complete lines (ending in a newline) in the torn tail: a complete
     /// bad line may have been a durable record damaged later.
     pub torn_lines: usize,
+    /// The segments as they were just before they were read.
+    seen: Seen,
+}
+
+/// Each segment's name, inode, size and modification and change times:
+/// any append, cut or replacement changes at least one of them.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen(Vec<(PathBuf, u64, u64, i64, i64, i64, i64)>);
+
+impl Seen {
+    fn of(segs: &[PathBuf]) -> io::Result<Seen> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = Vec::with_capacity(segs.len());
+        for s in segs {
+            let m = fs::symlink_metadata(s)?;
+            out.push((
+                s.clone(),
+                m.ino(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec(),
+            ));
+        }
+        Ok(Seen(out))
+    }
+}
+
+impl Contents {
+    /// Whether the journal is still as it was read (nothing appended, cut
+    /// or replaced since), so that what was read before the store's lock
+    /// was taken can be used once it is held. Changed (a daemon came and
+    /// went in between) or unsure: read again.
+    pub fn is_current(&self) -> bool {
+        let dir = self.segment.parent().unwrap_or(Path::new("."));
+        list_segments(dir)
+            .and_then(|segs| Seen::of(&segs))
+            .is_ok_and(|now| now == self.seen)
+    }
 }
 
 fn segment_name(first_seq: u64) -> String {
@@ -389,6 +436,9 @@ fn split_lines(data: &[u8]) -> Vec<Line> {
 /// Reads and checks every record under `dir` (read-only).
 pub fn read_dir(dir: &Path) -> StoreResult<Contents> {
     let segs = list_segments(dir)
+        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
+    // Taken before the reads: a change made while reading shows as one.
+    let seen = Seen::of(&segs)
         .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
     let mut records: Vec<Record> = Vec::new();
     let mut last = (dir.join(segment_name(1)), 0u64, 0u64, 0usize);
@@ -447,6 +497,7 @@ pub fn read_dir(dir: &Path) -> StoreResult<Contents> {
         valid_len: last.1,
         torn_bytes: last.2,
         torn_lines: last.3,
+        seen,
     })
 }
 
@@ -825,6 +876,33 @@ mod tests {
         assert_eq!(fs::read(&seg).unwrap(), data);
         fs::remove_dir_all(&d).unwrap();
     }
+    #[test]
+    fn contents_read_before_the_lock_are_used_only_while_current() {
+        let d = dir("current");
+        let empty = read_dir(&d).unwrap();
+        assert!(empty.is_current());
+        let mut j = Journal::open(&empty).unwrap();
+        // The segment was made: what was read of the empty journal is not
+        // the journal any more.
+        assert!(!empty.is_current());
+        j.append(
+            Change::new(Op::Unlink, RelPath::parse(b"x").unwrap(), None),
+            rec(0).actor,
+            1,
+        )
+        .unwrap();
+        let c = read_dir(&d).unwrap();
+        assert!(c.is_current());
+        j.append(
+            Change::new(Op::Unlink, RelPath::parse(b"y").unwrap(), None),
+            rec(0).actor,
+            1,
+        )
+        .unwrap();
+        assert!(!c.is_current(), "an append is a change");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
     /// Six records; syncs after 2 and after 4, so records 3-4 say 2 was
     /// durable and 5-6 say 4 was.
     fn watermarked() -> (Vec<u8>, Vec<(usize, usize)>) {
