@@ -196,12 +196,14 @@ fn ready_pipe() -> Option<File> {
 
 fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     let mut fds = [0i32; 2];
+    // SAFETY: `fds` is the array of two ints pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(Failure::new(
             Exit::Internal,
             format!("could not create a pipe: {}", io::Error::last_os_error()),
         ));
     }
+    // SAFETY: pipe2 succeeded: both fds are open, and nothing else owns them.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let exe = std::env::current_exe().map_err(|e| {
         Failure::new(
@@ -240,6 +242,8 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let wr_raw = wr.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and calls only setsid and fcntl,
+    // which are async-signal-safe; it allocates nothing and touches no lock.
     unsafe {
         cmd.pre_exec(move || {
             // Leave the caller's session and terminal; keep the ready pipe.
@@ -558,9 +562,11 @@ fn report_ready(ready: &mut Option<File>, msg: &str) {
 
 fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // Modes arrive from the kernel with the caller's umask applied already.
-    unsafe { libc::umask(0) };
+    crate::sys::umask(0);
     // Every file the agent holds open is a descriptor here too (and the
     // janitor holds some briefly): take what the hard limit allows.
+    // SAFETY: `rlimit` is plain integers (all zeros is valid), and `lim` is a valid one to read
+    // and write.
     unsafe {
         let mut lim: libc::rlimit = std::mem::zeroed();
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
@@ -663,11 +669,14 @@ fn start_sweeper(fs: Arc<SkillFs>) {
 
 fn redirect_stderr(log: &Path) {
     if let Ok(f) = fsutil::open_append(log) {
+        // SAFETY: both fds are open (`f` lives across the call); dup2 replaces fd 2 atomically.
         unsafe { libc::dup2(f.as_raw_fd(), 2) };
     }
 }
 
 fn signal_set() -> libc::sigset_t {
+    // SAFETY: `sigset_t` is plain data, for which all zeros is a valid value, and `set` is
+    // initialised by sigemptyset before it is added to.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -682,12 +691,14 @@ fn signal_set() -> libc::sigset_t {
 /// after it, so only the signal thread receives them.
 fn block_signals() {
     let set = signal_set();
+    // SAFETY: `set` is an initialised signal set; the old mask is not asked for (null).
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
 fn wait_for_signal_and_unmount(root: &Path) {
     let set = signal_set();
     let mut sig = 0;
+    // SAFETY: `set` is an initialised signal set and `sig` a valid int to write.
     unsafe { libc::sigwait(&set, &mut sig) };
     tracing::info!("signal {sig}: unmounting {}", root.display());
     if let Err(e) = lazy_unmount(root) {
@@ -701,6 +712,7 @@ pub fn lazy_unmount(root: &Path) -> io::Result<()> {
     if crate::sys::geteuid() == 0 {
         let c = std::ffi::CString::new(root.as_os_str().as_bytes())
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: `c` is a NUL-terminated string that outlives the call.
         if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
             return Ok(());
         }
@@ -753,6 +765,8 @@ pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
         // the daemon ends once its mount is released, as after a
         // signal.
         match StoreLock::daemon(&layout) {
+            // SAFETY: kill takes plain integers; `proven` is the pid proven to hold this
+            // store's lock (`StoreLock::daemon`).
             Some(proven) => unsafe {
                 libc::kill(proven as i32, libc::SIGTERM);
             },

@@ -6,6 +6,9 @@
 //! journal kept in step with its fold: `catalog`, which feeds `history`) and
 //! `store` (blobs, journal file, layout) → `sys` (`*at` calls).
 
+// Every `unsafe` says why it is sound, in a `// SAFETY:` line above it.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod catalog;
 pub mod cli;
 pub mod commands;

@@ -402,7 +402,7 @@ impl BlobStore {
             // A recycled inode still has its last writer's owner and mode.
             let st = sys::fstat(&file)?;
             let euid = sys::geteuid();
-            let egid = unsafe { libc::getegid() };
+            let egid = sys::getegid();
             if st.st_uid != euid || st.st_gid != egid {
                 sys::fchown(&file, euid, egid)?;
             }

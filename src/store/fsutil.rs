@@ -486,7 +486,7 @@ mod tests {
     #[test]
     fn modes_are_explicit_whatever_the_umask() {
         let d = scratch("modes");
-        let old = unsafe { libc::umask(0) };
+        let old = sys::umask(0);
         create_dir_all(&d.join("a/b")).unwrap();
         let f = options()
             .write(true)
@@ -495,7 +495,7 @@ mod tests {
             .unwrap();
         drop(f);
         replace_file(&d.join("a/r"), b"x").unwrap();
-        unsafe { libc::umask(old) };
+        sys::umask(old);
         for (p, want) in [("a", 0o700), ("a/b", 0o700), ("a/f", 0o600), ("a/r", 0o600)] {
             let m = fs::metadata(d.join(p)).unwrap().permissions().mode() & 0o7777;
             assert_eq!(m, want, "{p}");
