@@ -18,6 +18,9 @@
 //! Depends on `history` (the index it feeds) and the journal's record
 //! types; neither depends on this module.
 
+// The daemon answers errors, never unwraps them (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 
 use crate::history::{Effect, HistoryIndex};

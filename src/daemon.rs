@@ -7,6 +7,10 @@
 //! without `--foreground` returns only once the mount is ready (exit 0) or
 //! has failed (the daemon's one-line reason and exit code).
 
+// A daemon that panics on a failed call takes the mount down with it: it
+// answers the error instead (tests may unwrap; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};

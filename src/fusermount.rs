@@ -6,6 +6,9 @@
 //! `fusermount3`, which opens the device, mounts, and passes the fd back over
 //! a socket (`_FUSE_COMMFD`, SCM_RIGHTS), as libfuse does.
 
+// The daemon answers errors, never unwraps them (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;

@@ -18,6 +18,9 @@
 //! bytes with its state) plus one id (8 bytes) per ancestor directory of each
 //! changed path; per distinct path ever seen, its name and two small vectors.
 
+// The daemon answers errors, never unwraps them (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
 use std::collections::HashMap;
 
 use crate::relpath::RelPath;

@@ -11,6 +11,9 @@
 //! Locks: the `Ledger` lives behind the core's `ledger` mutex; the
 //! committer's own state is never held while taking it (see `GroupCommit`).
 
+// The daemon answers errors, never unwraps them (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
 use std::io;
 
 use parking_lot::{Condvar, Mutex};

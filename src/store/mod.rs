@@ -35,6 +35,10 @@
 //! writer; the in-process locks are the submodules' own (see `blobs`,
 //! `packs`, `spares`, `durable`).
 
+// The daemon answers errors, never unwraps them, here and in every store
+// module below (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
 pub mod blobs;
 pub mod durable;
 pub mod error;
