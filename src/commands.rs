@@ -6,6 +6,11 @@
 //! hold the restored entry is reached from ROOT one component at a time
 //! without following a symlink, and everything (the staging directory, the
 //! swap) happens relative to that directory's fd.
+//! System calls go through `sys`; this module has no `unsafe`.
+//!
+//! Locks: none; a command reads the journal once (`read_records`) and
+//! works on what it read. A restore's writes go through the mount, where
+//! the daemon's own locks apply.
 
 use std::fs;
 use std::io::Write;

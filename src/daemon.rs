@@ -6,6 +6,12 @@
 //! point by path once mounted (only the root fd opened before); `mount`
 //! without `--foreground` returns only once the mount is ready (exit 0) or
 //! has failed (the daemon's one-line reason and exit code).
+//! The journal is read once per mount, by `prepare`, before anything is
+//! created; the ledger starts from that read (see `journal::Contents::
+//! is_current`). Store errors become exit codes through `error::Failure`.
+//!
+//! Locks: the store's flock (`StoreLock`), held for the daemon's life; the
+//! signal and sweep threads reach the core's locks only through `SkillFs`.
 
 // A daemon that panics on a failed call takes the mount down with it: it
 // answers the error instead (tests may unwrap; see clippy.toml).

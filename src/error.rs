@@ -9,6 +9,8 @@
 //! 4 bad store (inside ROOT, another filesystem, unwritable, in use),
 //! 5 damaged journal, 6 the kernel refused the mount, 7 bad hide rules or
 //! config file, 8 not in history (unknown id or alias, path absent then).
+//!
+//! Locks: none; these are values.
 
 use std::fmt;
 use std::io;

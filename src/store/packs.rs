@@ -20,6 +20,11 @@
 //! checked against its hash before it is served when it was not written
 //! by this process (bytes that a power loss left unwritten are an error,
 //! never a version).
+//!
+//! Locks: `writer` (this process's pack and where it ends) is taken before
+//! `index` (what every pack holds, and their open files), never the other
+//! way; both are leaves below the blob store's own locks. File helpers
+//! (`make_dir`, `create_sealed`) are `store::fsutil`'s.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
