@@ -6,8 +6,12 @@
 //! hold the restored entry is reached from ROOT one component at a time
 //! without following a symlink, and everything (the staging directory, the
 //! swap) happens relative to that directory's fd.
+//! System calls go through `sys`; this module has no `unsafe`.
+//!
+//! Locks: none; a command reads the journal once (`read_records`) and
+//! works on what it read. A restore's writes go through the mount, where
+//! the daemon's own locks apply.
 
-use std::ffi::CString;
 use std::fs;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -15,6 +19,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
+use crate::catalog::Fold;
 use crate::error::{Exit, Failure};
 use crate::history::{HistoryIndex, PathIdx, ROOT_IDX, parse_alias};
 use crate::relpath::RelPath;
@@ -52,7 +57,7 @@ impl Store {
     }
 
     pub fn from_records(layout: Layout, records: &[Record]) -> Store {
-        let index = HistoryIndex::from_records(records);
+        let index = Fold::replay(records).into_history();
         let blobs = BlobStore::new(layout.blobs(), layout.tmp());
         Store {
             layout,
@@ -290,34 +295,19 @@ pub fn diff(store: &Store, a: &str, b: Option<&str>, path: &RelPath) -> Result<(
     Ok(())
 }
 
-fn c_path(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).expect("paths have no NUL")
-}
-
 /// Gives `p` the state's owner, mode and mtime (not following symlinks).
 fn apply_meta(p: &Path, s: &EntryState) -> std::io::Result<()> {
-    let c = c_path(p);
-    if unsafe { libc::geteuid() } == 0 {
-        unsafe { libc::lchown(c.as_ptr(), s.uid, s.gid) };
+    let path = p.as_os_str().as_bytes();
+    if sys::geteuid() == 0 {
+        // Best effort, as `cp -a`: the content and times still restore.
+        let _ = sys::lchownat(libc::AT_FDCWD, path, s.uid, s.gid);
     }
     if s.kind != Kind::Symlink {
         fs::set_permissions(p, fs::Permissions::from_mode(s.mode))?;
     }
-    let (tv_sec, tv_nsec) = crate::sys::split_ns(s.mtime_ns);
-    let t = libc::timespec { tv_sec, tv_nsec };
-    let ts = [t, t];
-    if unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            ts.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    } != 0
-    {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    let (secs, nsecs) = sys::split_ns(s.mtime_ns);
+    let t = sys::Time::At(secs, nsecs);
+    sys::lutimensat(libc::AT_FDCWD, path, t, t)
 }
 
 /// Creates `s` (with its content) at `p`.

@@ -6,6 +6,16 @@
 //! point by path once mounted (only the root fd opened before); `mount`
 //! without `--foreground` returns only once the mount is ready (exit 0) or
 //! has failed (the daemon's one-line reason and exit code).
+//! The journal is read once per mount, by `prepare`, before anything is
+//! created; the ledger starts from that read (see `journal::Contents::
+//! is_current`). Store errors become exit codes through `error::Failure`.
+//!
+//! Locks: the store's flock (`StoreLock`), held for the daemon's life; the
+//! signal and sweep threads reach the core's locks only through `SkillFs`.
+
+// A daemon that panics on a failed call takes the mount down with it: it
+// answers the error instead (tests may unwrap; see clippy.toml).
+#![deny(clippy::unwrap_used)]
 
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -196,12 +206,14 @@ fn ready_pipe() -> Option<File> {
 
 fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     let mut fds = [0i32; 2];
+    // SAFETY: `fds` is the array of two ints pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(Failure::new(
             Exit::Internal,
             format!("could not create a pipe: {}", io::Error::last_os_error()),
         ));
     }
+    // SAFETY: pipe2 succeeded: both fds are open, and nothing else owns them.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let exe = std::env::current_exe().map_err(|e| {
         Failure::new(
@@ -240,6 +252,8 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let wr_raw = wr.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and calls only setsid and fcntl,
+    // which are async-signal-safe; it allocates nothing and touches no lock.
     unsafe {
         cmd.pre_exec(move || {
             // Leave the caller's session and terminal; keep the ready pipe.
@@ -460,9 +474,14 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     }
     let config = Config::load(&layout.dir)?;
     let rules = HideRules::build(&config, &args.rules)?;
-    if layout.journal().is_dir() {
-        journal::read_dir(&layout.journal())?;
-    }
+    // The journal is read once, here: a damaged one refuses the mount
+    // before anything exists, and what was read is what the ledger starts
+    // from (a new store's, made below, is read there).
+    let read = if layout.journal().is_dir() {
+        Some(journal::read_dir(&layout.journal())?)
+    } else {
+        None
+    };
     let root_id = store::RootId::of(&root)?;
     let root_id_stale = root_id.check(&layout)?;
     fsutil::repair(&repairs)?;
@@ -472,7 +491,12 @@ fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     if root_id_stale {
         root_id.write(&layout)?;
     }
-    let contents = journal::read_dir(&layout.journal())?;
+    // A daemon that came and went between the read and the lock changed
+    // the journal: then (only then) it is read again, under the lock.
+    let contents = match read {
+        Some(contents) if contents.is_current() => contents,
+        _ => journal::read_dir(&layout.journal())?,
+    };
     layout.clear_scratch()?;
     let journal = Journal::open(&contents)?;
     let mut ledger = Ledger::new(journal, &contents.records);
@@ -548,9 +572,11 @@ fn report_ready(ready: &mut Option<File>, msg: &str) {
 
 fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // Modes arrive from the kernel with the caller's umask applied already.
-    unsafe { libc::umask(0) };
+    crate::sys::umask(0);
     // Every file the agent holds open is a descriptor here too (and the
     // janitor holds some briefly): take what the hard limit allows.
+    // SAFETY: `rlimit` is plain integers (all zeros is valid), and `lim` is a valid one to read
+    // and write.
     unsafe {
         let mut lim: libc::rlimit = std::mem::zeroed();
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
@@ -653,11 +679,14 @@ fn start_sweeper(fs: Arc<SkillFs>) {
 
 fn redirect_stderr(log: &Path) {
     if let Ok(f) = fsutil::open_append(log) {
+        // SAFETY: both fds are open (`f` lives across the call); dup2 replaces fd 2 atomically.
         unsafe { libc::dup2(f.as_raw_fd(), 2) };
     }
 }
 
 fn signal_set() -> libc::sigset_t {
+    // SAFETY: `sigset_t` is plain data, for which all zeros is a valid value, and `set` is
+    // initialised by sigemptyset before it is added to.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -672,12 +701,14 @@ fn signal_set() -> libc::sigset_t {
 /// after it, so only the signal thread receives them.
 fn block_signals() {
     let set = signal_set();
+    // SAFETY: `set` is an initialised signal set; the old mask is not asked for (null).
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
 fn wait_for_signal_and_unmount(root: &Path) {
     let set = signal_set();
     let mut sig = 0;
+    // SAFETY: `set` is an initialised signal set and `sig` a valid int to write.
     unsafe { libc::sigwait(&set, &mut sig) };
     tracing::info!("signal {sig}: unmounting {}", root.display());
     if let Err(e) = lazy_unmount(root) {
@@ -691,6 +722,7 @@ pub fn lazy_unmount(root: &Path) -> io::Result<()> {
     if crate::sys::geteuid() == 0 {
         let c = std::ffi::CString::new(root.as_os_str().as_bytes())
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: `c` is a NUL-terminated string that outlives the call.
         if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
             return Ok(());
         }
@@ -743,6 +775,8 @@ pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
         // the daemon ends once its mount is released, as after a
         // signal.
         match StoreLock::daemon(&layout) {
+            // SAFETY: kill takes plain integers; `proven` is the pid proven to hold this
+            // store's lock (`StoreLock::daemon`).
             Some(proven) => unsafe {
                 libc::kill(proven as i32, libc::SIGTERM);
             },

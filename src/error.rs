@@ -1,5 +1,7 @@
 //! Errors: `FsError` is what a filesystem request answers (an errno);
-//! `Failure` is what a command ends with (one line and an exit code).
+//! `Failure` is what a command ends with (one line and an exit code). The
+//! store fails with its own `store::StoreError`; the exit code each of its
+//! kinds means is decided here, once (`From<StoreError> for Failure`).
 //!
 //! Exit codes (documented in the README; one place for them):
 //! 0 success, 1 unexpected internal failure, 2 usage error,
@@ -7,9 +9,13 @@
 //! 4 bad store (inside ROOT, another filesystem, unwritable, in use),
 //! 5 damaged journal, 6 the kernel refused the mount, 7 bad hide rules or
 //! config file, 8 not in history (unknown id or alias, path absent then).
+//!
+//! Locks: none; these are values.
 
 use std::fmt;
 use std::io;
+
+use crate::store::{ErrorKind, StoreError};
 
 /// An errno answered to the kernel.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -109,5 +115,47 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+impl From<StoreError> for Failure {
+    /// The one mapping of store errors to exit codes: a damaged (or
+    /// unreadable) journal is 5, a store that cannot serve is 4, and ROOT
+    /// that could not be examined while checking the store is 3.
+    fn from(e: StoreError) -> Failure {
+        let exit = match e.kind() {
+            ErrorKind::Store => Exit::BadStore,
+            ErrorKind::DamagedJournal => Exit::DamagedJournal,
+            ErrorKind::Root => Exit::BadRoot,
+        };
+        Failure::new(exit, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn store_errors_keep_their_message_and_map_to_one_exit_each() {
+        let e = StoreError::io(
+            ErrorKind::DamagedJournal,
+            "read journal",
+            Path::new("j/1.jsonl"),
+            io::Error::from_raw_os_error(libc::EIO),
+        );
+        let f = Failure::from(e);
+        assert_eq!(f.exit, Exit::DamagedJournal);
+        assert!(
+            f.message
+                .starts_with("could not read journal 'j/1.jsonl': "),
+            "{f}"
+        );
+        let e = StoreError::refused(ErrorKind::Store, Path::new("s"), "in\nuse".into());
+        let f = Failure::from(e);
+        assert_eq!((f.exit, f.message.as_str()), (Exit::BadStore, "in\\nuse"));
+        let e = StoreError::refused(ErrorKind::Root, Path::new("r"), "gone".into());
+        assert_eq!(Failure::from(e).exit, Exit::BadRoot);
     }
 }

@@ -6,6 +6,9 @@
 //! `fusermount3`, which opens the device, mounts, and passes the fd back over
 //! a socket (`_FUSE_COMMFD`, SCM_RIGHTS), as libfuse does.
 
+// The daemon answers errors, never unwraps them (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -44,6 +47,8 @@ pub fn mount(root: &Path, options: &str) -> io::Result<OwnedFd> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    // SAFETY: the closure runs in the forked child before exec and calls only fcntl, which is
+    // async-signal-safe; it allocates nothing and touches no lock.
     unsafe {
         cmd.pre_exec(move || {
             let flags = libc::fcntl(their_fd, libc::F_GETFD);
@@ -77,14 +82,19 @@ fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
         iov_len: 1,
     };
     // Room for one control message carrying one fd.
+    // SAFETY: CMSG_SPACE is arithmetic on its argument.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
     let mut cbuf = vec![0u8; space];
+    // SAFETY: `msghdr` is plain data (integers and null pointers), for which all zeros is a
+    // valid value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = space as _;
     let n = loop {
+        // SAFETY: `msg` points at `iov` (one byte of `byte`) and `cbuf` (`space` bytes), all of
+        // which outlive the call; the kernel writes within those lengths.
         let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
         if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
             continue;
@@ -100,6 +110,7 @@ fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
             "fusermount sent nothing",
         ));
     }
+    // SAFETY: `msg` is the header recvmsg filled in; its control buffer `cbuf` is still alive.
     let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
     if cmsg.is_null() {
         return Err(io::Error::new(
@@ -107,6 +118,7 @@ fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
             "no fd from fusermount",
         ));
     }
+    // SAFETY: `cmsg` is not null and points into `cbuf`, at a header recvmsg wrote.
     let (level, kind) = unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type) };
     if level != libc::SOL_SOCKET || kind != libc::SCM_RIGHTS {
         return Err(io::Error::new(
@@ -114,6 +126,8 @@ fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
             "unexpected message from fusermount",
         ));
     }
+    // SAFETY: an `SCM_RIGHTS` message from recvmsg carries at least one int after its header,
+    // inside `cbuf`; it may be unaligned, so it is read unaligned.
     let fd = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::c_int) };
     if fd < 0 {
         return Err(io::Error::new(
@@ -121,5 +135,7 @@ fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
             "bad fd from fusermount",
         ));
     }
+    // SAFETY: `fd` was just received with `MSG_CMSG_CLOEXEC`; it is ours and nothing else owns
+    // it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -1,5 +1,6 @@
 //! `HistoryIndex`: every past state of the visible tree, by path and id,
-//! built from the journal and kept in step with it.
+//! built from the effects of the journal's records (`catalog::Fold` feeds
+//! it, record by record) and kept in step with it.
 //!
 //! Invariants:
 //! - ids are the journal's sequence numbers, 1..=`last()` with no gap;
@@ -10,17 +11,27 @@
 //!   directory `d` (what `d/.history` lists);
 //! - path indexes are never reused; index 0 is the root.
 //!
+//! Locks: none of its own; the index is owned by the fold in the `Ledger`,
+//! behind the core's `ledger` mutex (or by one offline command).
+//!
 //! Memory: per record, one version entry per path it changes (about 130
 //! bytes with its state) plus one id (8 bytes) per ancestor directory of each
 //! changed path; per distinct path ever seen, its name and two small vectors.
 
+// The daemon answers errors, never unwraps them (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
 use std::collections::HashMap;
 
 use crate::relpath::RelPath;
-use crate::store::journal::{EntryState, Record};
+use crate::store::journal::EntryState;
 
 pub type PathIdx = u32;
 pub const ROOT_IDX: PathIdx = 0;
+
+/// What one change did to one path of the visible tree: its new state, or
+/// `None` when it stopped existing (made by `catalog::Catalog::apply`).
+pub type Effect = (RelPath, Option<EntryState>);
 
 #[derive(Default)]
 pub struct HistoryIndex {
@@ -105,7 +116,7 @@ impl HistoryIndex {
     }
 
     /// Adds change `seq` (the next id) made at `ts`, with its effects.
-    pub fn add(&mut self, seq: u64, ts: i64, effects: &[(RelPath, Option<EntryState>)]) {
+    pub fn add(&mut self, seq: u64, ts: i64, effects: &[Effect]) {
         debug_assert_eq!(seq, self.last() + 1);
         // Strictly increasing: a listing's mtime (its newest id's time)
         // must move whenever it grows.
@@ -123,16 +134,6 @@ impl HistoryIndex {
                 cur = p.parent();
             }
         }
-    }
-
-    pub fn from_records(records: &[Record]) -> HistoryIndex {
-        let mut h = HistoryIndex::new();
-        let mut cat = crate::ledger::Catalog::default();
-        for r in records {
-            let eff = cat.apply(r);
-            h.add(r.seq, r.ts, &eff);
-        }
-        h
     }
 
     /// The state of `idx` just after change `id` (`None`: absent). The root
@@ -233,41 +234,11 @@ impl IdList<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::journal::{Actor, Kind, Op};
+    use crate::catalog::Fold;
+    use crate::store::journal::{Kind, Op, Record};
 
     fn st(kind: Kind, blob: &str) -> EntryState {
-        EntryState {
-            kind,
-            blob: (kind == Kind::File).then(|| blob.to_string()),
-            size: 0,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            mtime_ns: 0,
-            target: None,
-        }
-    }
-
-    fn rec(
-        seq: u64,
-        ts: i64,
-        op: Op,
-        path: &str,
-        to: Option<&str>,
-        state: Option<EntryState>,
-    ) -> Record {
-        Record {
-            seq,
-            ts,
-            op,
-            path: RelPath::parse(path.as_bytes()).unwrap(),
-            to: to.map(|t| RelPath::parse(t.as_bytes()).unwrap()),
-            noreplace: false,
-            hidden: None,
-            state,
-            actor: Actor::daemon(),
-            acked_through: None,
-        }
+        EntryState::sample(kind, blob)
     }
 
     fn p(s: &str) -> RelPath {
@@ -276,6 +247,7 @@ mod tests {
 
     #[test]
     fn states_listings_and_aliases() {
+        let rec = Record::sample;
         let recs = vec![
             rec(1, 100, Op::Mkdir, "cat", None, Some(st(Kind::Dir, ""))),
             rec(2, 200, Op::Mkdir, "cat/foo", None, Some(st(Kind::Dir, ""))),
@@ -299,7 +271,7 @@ mod tests {
             rec(6, 600, Op::Write, "other", None, Some(st(Kind::File, "o"))),
             rec(7, 700, Op::Rmdir, "cat/bar", None, None),
         ];
-        let h = HistoryIndex::from_records(&recs);
+        let h = Fold::replay(&recs).into_history();
         assert_eq!(h.last(), 7);
         let skill = h.idx(&p("cat/foo/SKILL.md")).unwrap();
         assert_eq!(h.state_at(skill, 2), None);

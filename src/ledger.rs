@@ -1,126 +1,28 @@
-//! `Catalog` and `Ledger`: the current state of every versioned path, as the
-//! journal says it is, and the one door through which changes are recorded.
+//! `Ledger`: the one door through which changes are recorded, the journal
+//! kept in step with its fold (`catalog::Fold`: the current state of every
+//! versioned path and the history index); `GroupCommit`: making records
+//! durable outside the ledger's lock.
 //!
-//! Invariants: the catalog is exactly the fold of the journal's records in
-//! sequence order ([`Catalog::apply`]); a record is applied to the catalog in
-//! the same critical section that appends it, so the two never disagree.
-//! Paths are kept in a `BTreeMap` in byte order, so the descendants of a
-//! directory are one range and renaming or removing a directory costs time
-//! in the size of that directory, not of the tree.
+//! Invariants: a record is applied to the fold in the same critical section
+//! that appends it (the ledger's mutex, held by the caller), so the journal,
+//! the catalog and the history index never disagree; a record is durable
+//! only after every blob it names (see `sync` and `GroupCommit`).
+//!
+//! Locks: the `Ledger` lives behind the core's `ledger` mutex; the
+//! committer's own state is never held while taking it (see `GroupCommit`).
 
-use std::collections::BTreeMap;
+// The daemon answers errors, never unwraps them (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
 use std::io;
 
 use parking_lot::{Condvar, Mutex};
 
+pub use crate::catalog::Catalog;
+use crate::catalog::Fold;
 use crate::history::HistoryIndex;
-use crate::relpath::RelPath;
 use crate::store::blobs::BlobStore;
-use crate::store::journal::{Actor, Change, EntryState, Journal, Kind, Op, Record};
-
-#[derive(Default)]
-pub struct Catalog {
-    entries: BTreeMap<RelPath, EntryState>,
-}
-
-impl Catalog {
-    pub fn from_records<'a>(records: impl IntoIterator<Item = &'a Record>) -> Catalog {
-        let mut c = Catalog::default();
-        for r in records {
-            let _ = c.apply(r);
-        }
-        c
-    }
-
-    pub fn get(&self, path: &RelPath) -> Option<&EntryState> {
-        self.entries.get(path)
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&RelPath, &EntryState)> {
-        self.entries.iter()
-    }
-
-    fn descendants(&self, path: &RelPath) -> Vec<RelPath> {
-        let (lo, hi) = path.descendants_range();
-        self.entries.range(lo..hi).map(|(k, _)| k.clone()).collect()
-    }
-
-    fn remove_tree(&mut self, path: &RelPath) -> Vec<(RelPath, EntryState)> {
-        let mut out = Vec::new();
-        if let Some(s) = self.entries.remove(path) {
-            out.push((path.clone(), s));
-        }
-        for d in self.descendants(path) {
-            if let Some(s) = self.entries.remove(&d) {
-                out.push((d, s));
-            }
-        }
-        out
-    }
-
-    /// Applies one record and returns its effect on the visible tree: every
-    /// path whose state changed, with its new state (`None`: gone), removals
-    /// before additions.
-    pub fn apply(&mut self, r: &Record) -> Vec<(RelPath, Option<EntryState>)> {
-        let gone = |v: Vec<(RelPath, EntryState)>| v.into_iter().map(|(p, _)| (p, None));
-        let mut effects: Vec<(RelPath, Option<EntryState>)> = Vec::new();
-        match r.op {
-            Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park => {
-                effects.extend(gone(self.remove_tree(&r.path)));
-            }
-            // Store-side housekeeping of hidden entries: not in the visible tree.
-            Op::Orphan | Op::Sweep => {}
-            Op::Rename => {
-                let Some(to) = &r.to else { return effects };
-                let moved = self.remove_tree(&r.path);
-                effects.extend(moved.iter().map(|(p, _)| (p.clone(), None)));
-                effects.extend(gone(self.remove_tree(to)));
-                for (p, s) in moved {
-                    let np = p.rebase(&r.path, to);
-                    self.entries.insert(np.clone(), s.clone());
-                    effects.push((np, Some(s)));
-                }
-            }
-            Op::Exchange => {
-                let Some(to) = &r.to else { return effects };
-                let a = self.remove_tree(&r.path);
-                let b = self.remove_tree(to);
-                effects.extend(a.iter().chain(b.iter()).map(|(p, _)| (p.clone(), None)));
-                for (p, s) in a {
-                    let np = p.rebase(&r.path, to);
-                    self.entries.insert(np.clone(), s.clone());
-                    effects.push((np, Some(s)));
-                }
-                for (p, s) in b {
-                    let np = p.rebase(to, &r.path);
-                    self.entries.insert(np.clone(), s.clone());
-                    effects.push((np, Some(s)));
-                }
-            }
-            _ => {
-                if let Some(state) = &r.state {
-                    if state.kind != Kind::Dir {
-                        for d in self.descendants(&r.path) {
-                            self.entries.remove(&d);
-                            effects.push((d, None));
-                        }
-                    }
-                    self.entries.insert(r.path.clone(), state.clone());
-                    effects.push((r.path.clone(), Some(state.clone())));
-                }
-            }
-        }
-        effects
-    }
-}
+use crate::store::journal::{Actor, Change, Journal, Record};
 
 /// The journal and what it implies (the catalog of current states and the
 /// history index), kept in step.
@@ -265,36 +167,28 @@ impl GroupCommit {
 
 pub struct Ledger {
     journal: Journal,
-    catalog: Catalog,
-    history: HistoryIndex,
+    fold: Fold,
 }
 
 impl Ledger {
     /// `records` are the journal's, as read before opening it.
     pub fn new(journal: Journal, records: &[Record]) -> Ledger {
-        let mut catalog = Catalog::default();
-        let mut history = HistoryIndex::new();
-        for r in records {
-            let eff = catalog.apply(r);
-            history.add(r.seq, r.ts, &eff);
-        }
         Ledger {
             journal,
-            catalog,
-            history,
+            fold: Fold::replay(records),
         }
     }
 
     pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+        self.fold.catalog()
     }
 
     pub fn history(&self) -> &HistoryIndex {
-        &self.history
+        self.fold.history()
     }
 
     pub fn history_mut(&mut self) -> &mut HistoryIndex {
-        &mut self.history
+        self.fold.history_mut()
     }
 
     pub fn next_seq(&self) -> u64 {
@@ -320,8 +214,7 @@ impl Ledger {
     /// blob the change names exist (durably, if the record is to be).
     pub fn record(&mut self, change: Change, actor: Actor) -> io::Result<Record> {
         let rec = self.journal.append(change, actor, crate::time::now_ns())?;
-        let eff = self.catalog.apply(&rec);
-        self.history.add(rec.seq, rec.ts, &eff);
+        self.fold.apply(&rec);
         Ok(rec)
     }
 
@@ -374,55 +267,8 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn st(kind: Kind) -> EntryState {
-        EntryState {
-            kind,
-            blob: None,
-            size: 0,
-            mode: 0o755,
-            uid: 0,
-            gid: 0,
-            mtime_ns: 0,
-            target: None,
-        }
-    }
-
-    fn rec(op: Op, path: &str, to: Option<&str>, state: Option<EntryState>) -> Record {
-        Record {
-            seq: 0,
-            ts: 0,
-            op,
-            path: RelPath::parse(path.as_bytes()).unwrap(),
-            to: to.map(|t| RelPath::parse(t.as_bytes()).unwrap()),
-            noreplace: false,
-            hidden: None,
-            state,
-            actor: Actor::daemon(),
-            acked_through: None,
-        }
-    }
-
-    fn paths(c: &Catalog) -> Vec<String> {
-        c.iter().map(|(p, _)| p.to_string()).collect()
-    }
-
-    #[test]
-    fn rename_moves_subtree_and_replaces_target() {
-        let mut c = Catalog::default();
-        c.apply(&rec(Op::Mkdir, "a", None, Some(st(Kind::Dir))));
-        c.apply(&rec(Op::Create, "a/x", None, Some(st(Kind::File))));
-        c.apply(&rec(Op::Mkdir, "a/s", None, Some(st(Kind::Dir))));
-        c.apply(&rec(Op::Create, "a/s/y", None, Some(st(Kind::File))));
-        c.apply(&rec(Op::Create, "ab", None, Some(st(Kind::File))));
-        c.apply(&rec(Op::Mkdir, "b", None, Some(st(Kind::Dir))));
-        c.apply(&rec(Op::Rename, "a", Some("b"), None));
-        assert_eq!(paths(&c), ["ab", "b", "b/s", "b/s/y", "b/x"]);
-        c.apply(&rec(Op::Exchange, "ab", Some("b"), None));
-        assert_eq!(paths(&c), ["ab", "ab/s", "ab/s/y", "ab/x", "b"]);
-        c.apply(&rec(Op::Rmdir, "ab", None, None));
-        assert_eq!(paths(&c), ["b"]);
-    }
+    use crate::relpath::RelPath;
+    use crate::store::journal::Op;
 
     /// A disk whose syncs fail while `fail` is set.
     struct Flaky {
@@ -446,7 +292,7 @@ mod tests {
             self.answer(crate::sys::fsync(f))
         }
         fn sync_dir(&self, d: &std::path::Path) -> io::Result<()> {
-            self.answer(crate::store::blobs::sync_dir(d))
+            self.answer(crate::store::fsutil::sync_dir(d))
         }
         fn syncfs(&self, f: &std::fs::File) -> io::Result<()> {
             self.answer(crate::sys::syncfs(f))

@@ -2,9 +2,14 @@
 //! directory. See DESIGN.md (shared with the team) and the README.
 //!
 //! Layers, from the kernel down: `fuse` (the only user of `fuser`) →
-//! `fs::SkillFs` (the core, testable without a kernel) → `ledger` (journal +
-//! catalog) and `store` (blobs, journal file, layout) → `sys` (`*at` calls).
+//! `fs::SkillFs` (the core, testable without a kernel) → `ledger` (the
+//! journal kept in step with its fold: `catalog`, which feeds `history`) and
+//! `store` (blobs, journal file, layout) → `sys` (`*at` calls).
 
+// Every `unsafe` says why it is sound, in a `// SAFETY:` line above it.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod catalog;
 pub mod cli;
 pub mod commands;
 pub mod daemon;

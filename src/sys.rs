@@ -4,6 +4,13 @@
 //! *before* the mount, plus a relative path with no leading `/`. Nothing here
 //! ever takes an absolute path of the mounted root, because a path through the
 //! mount point would send a request to our own daemon and deadlock it.
+//! (The command line, which is not the daemon, passes `AT_FDCWD` and an
+//! absolute path where it must.)
+//!
+//! Every other module calls the system through here (or through `std`):
+//! each `unsafe` below carries a `// SAFETY:` line saying why it is sound
+//! (enforced crate-wide by `clippy::undocumented_unsafe_blocks`). Locks:
+//! only the `process_name` cache's own mutex, a leaf.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -28,6 +35,8 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 
 pub fn openat(dir: RawFd, rel: &[u8], flags: libc::c_int, mode: u32) -> io::Result<File> {
     let c = cpath(rel)?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF).
     let fd = check(unsafe {
         libc::openat(
             dir,
@@ -36,6 +45,7 @@ pub fn openat(dir: RawFd, rel: &[u8], flags: libc::c_int, mode: u32) -> io::Resu
             mode as libc::c_uint,
         )
     })?;
+    // SAFETY: `fd` was just returned by openat, and nothing else owns it.
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
@@ -50,6 +60,7 @@ pub fn open_dir(dir: RawFd, rel: &[u8]) -> io::Result<OwnedFd> {
 }
 
 pub fn empty_stat() -> libc::stat {
+    // SAFETY: `stat` is plain integers, for which all zeros is a valid value.
     unsafe { std::mem::zeroed() }
 }
 
@@ -57,24 +68,31 @@ pub fn empty_stat() -> libc::stat {
 pub fn lstatat(dir: RawFd, rel: &[u8]) -> io::Result<libc::stat> {
     let c = cpath(rel)?;
     let mut st = empty_stat();
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF). `st` is a valid `stat` to write.
     check(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
     Ok(st)
 }
 
 pub fn fstat(fd: &impl AsRawFd) -> io::Result<libc::stat> {
     let mut st = empty_stat();
+    // SAFETY: `st` is a valid `stat` to write; the fd is borrowed for the call.
     check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
     Ok(st)
 }
 
 pub fn mkdirat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
     let c = cpath(rel)?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF).
     check(unsafe { libc::mkdirat(dir, c.as_ptr(), mode as libc::mode_t) }).map(drop)
 }
 
 /// A FIFO or socket node (`mode` holds its type).
 pub fn mknodat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
     let c = cpath(rel)?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF).
     check(unsafe { libc::mknodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
 }
 
@@ -104,6 +122,8 @@ pub fn has_xattrs(f: &impl AsRawFd) -> bool {
 pub fn unlinkat(dir: RawFd, rel: &[u8], remove_dir: bool) -> io::Result<()> {
     let c = cpath(rel)?;
     let flags = if remove_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF).
     check(unsafe { libc::unlinkat(dir, c.as_ptr(), flags) }).map(drop)
 }
 
@@ -116,12 +136,15 @@ pub fn renameat2(
 ) -> io::Result<()> {
     let o = cpath(old)?;
     let n = cpath(new)?;
+    // SAFETY: both paths are NUL-terminated strings that outlive the call; the fds are only
+    // numbers to the kernel.
     check(unsafe { libc::renameat2(olddir, o.as_ptr(), newdir, n.as_ptr(), flags) }).map(drop)
 }
 
 pub fn symlinkat(target: &[u8], dir: RawFd, rel: &[u8]) -> io::Result<()> {
     let t = CString::new(target).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let c = cpath(rel)?;
+    // SAFETY: both strings are NUL-terminated and outlive the call.
     check(unsafe { libc::symlinkat(t.as_ptr(), dir, c.as_ptr()) }).map(drop)
 }
 
@@ -129,6 +152,8 @@ pub fn readlinkat(dir: RawFd, rel: &[u8]) -> io::Result<Vec<u8>> {
     let c = cpath(rel)?;
     let mut buf = vec![0u8; 4096];
     loop {
+        // SAFETY: `buf` is writable for `buf.len()` bytes and the kernel writes at most that
+        // many; `c` outlives the call.
         let n = unsafe {
             libc::readlinkat(
                 dir,
@@ -151,20 +176,27 @@ pub fn readlinkat(dir: RawFd, rel: &[u8]) -> io::Result<Vec<u8>> {
 
 pub fn fchmodat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
     let c = cpath(rel)?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF).
     check(unsafe { libc::fchmodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
 }
 
 pub fn fchmod(fd: &impl AsRawFd, mode: u32) -> io::Result<()> {
+    // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }).map(drop)
 }
 
-/// `lchown` relative to `dir`; `u32::MAX` leaves an id unchanged.
+/// `lchown` relative to `dir` (or an absolute path with `AT_FDCWD`);
+/// `u32::MAX` leaves an id unchanged.
 pub fn lchownat(dir: RawFd, rel: &[u8], uid: u32, gid: u32) -> io::Result<()> {
     let c = cpath(rel)?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF).
     check(unsafe { libc::fchownat(dir, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
 }
 
 pub fn fchown(fd: &impl AsRawFd, uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) }).map(drop)
 }
 
@@ -196,35 +228,45 @@ fn timespec(t: Time) -> libc::timespec {
 pub fn lutimensat(dir: RawFd, rel: &[u8], atime: Time, mtime: Time) -> io::Result<()> {
     let c = cpath(rel)?;
     let ts = [timespec(atime), timespec(mtime)];
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF). `ts` is the array of two timespecs utimensat reads.
     check(unsafe { libc::utimensat(dir, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
         .map(drop)
 }
 
 pub fn futimens(fd: &impl AsRawFd, atime: Time, mtime: Time) -> io::Result<()> {
     let ts = [timespec(atime), timespec(mtime)];
+    // SAFETY: `ts` is the array of two timespecs futimens reads; the fd is borrowed for the
+    // call.
     check(unsafe { libc::futimens(fd.as_raw_fd(), ts.as_ptr()) }).map(drop)
 }
 
 pub fn fstatvfs(fd: &impl AsRawFd) -> io::Result<libc::statvfs> {
+    // SAFETY: `statvfs` is plain integers, for which all zeros is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid `statvfs` to write; the fd is borrowed for the call.
     check(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;
     Ok(st)
 }
 
 pub fn fsync(fd: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe { libc::fsync(fd.as_raw_fd()) }).map(drop)
 }
 
 pub fn fdatasync(fd: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe { libc::fdatasync(fd.as_raw_fd()) }).map(drop)
 }
 
 pub fn ftruncate(fd: &impl AsRawFd, size: u64) -> io::Result<()> {
+    // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) }).map(drop)
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: `Ok(false)` when another holder has it.
 pub fn try_lock_exclusive(fd: &impl AsRawFd) -> io::Result<bool> {
+    // SAFETY: plain integers; the fd is borrowed for the call.
     let r = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if r == 0 {
         return Ok(true);
@@ -254,18 +296,24 @@ pub fn read_dir_at(dir: RawFd, rel: &[u8]) -> io::Result<Vec<RawDirEntry>> {
 pub fn read_dir_fd(fd: OwnedFd) -> io::Result<Vec<RawDirEntry>> {
     use std::os::fd::IntoRawFd;
     let raw = fd.into_raw_fd();
+    // SAFETY: `raw` is an open directory fd that this function owns (taken out of the
+    // `OwnedFd`); on success the `DIR` owns it.
     let dirp = unsafe { libc::fdopendir(raw) };
     if dirp.is_null() {
         let e = io::Error::last_os_error();
+        // SAFETY: fdopendir failed, so `raw` is still ours, and it is closed once.
         unsafe { libc::close(raw) };
         return Err(e);
     }
     let mut out = Vec::new();
     let result = loop {
         // readdir signals errors only through errno, so clear it first.
+        // SAFETY: errno is this thread's own variable.
         unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: `dirp` is the open `DIR` from fdopendir; it is closed only after the loop.
         let ent = unsafe { libc::readdir64(dirp) };
         if ent.is_null() {
+            // SAFETY: errno is this thread's own variable.
             let errno = unsafe { *libc::__errno_location() };
             break if errno == 0 {
                 Ok(())
@@ -273,7 +321,10 @@ pub fn read_dir_fd(fd: OwnedFd) -> io::Result<Vec<RawDirEntry>> {
                 Err(io::Error::from_raw_os_error(errno))
             };
         }
+        // SAFETY: `ent` is not null: readdir64's entry, valid until the next call on `dirp`;
+        // what is kept of it is copied out before then.
         let ent = unsafe { &*ent };
+        // SAFETY: the kernel NUL-terminates `d_name` inside the entry.
         let name = unsafe { std::ffi::CStr::from_ptr(ent.d_name.as_ptr()) }.to_bytes();
         if name == b"." || name == b".." {
             continue;
@@ -284,6 +335,7 @@ pub fn read_dir_fd(fd: OwnedFd) -> io::Result<Vec<RawDirEntry>> {
             d_ino: ent.d_ino,
         });
     };
+    // SAFETY: `dirp` is open and closed once; this also closes `raw`.
     unsafe { libc::closedir(dirp) };
     result.map(|()| out)
 }
@@ -328,17 +380,20 @@ pub fn write_out(fd: &impl AsRawFd) -> io::Result<()> {
     let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
         | libc::SYNC_FILE_RANGE_WRITE
         | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, flags) }).map(drop)
 }
 
 /// Starts writing the dirty pages of `fd` out, without waiting.
 pub fn start_write_out(fd: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) })
         .map(drop)
 }
 
 /// `syncfs`: everything dirty on the filesystem of `fd`, one commit.
 pub fn syncfs(fd: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
 }
 
@@ -350,7 +405,9 @@ pub fn syncfs(fd: &impl AsRawFd) -> io::Result<()> {
 pub fn has_ordered_commit(fd: &impl AsRawFd) -> bool {
     const EXT4: i64 = 0xEF53;
     const XFS: i64 = 0x5846_5342;
+    // SAFETY: `statfs` is plain integers, for which all zeros is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid `statfs` to write; the fd is borrowed for the call.
     if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
         return false;
     }
@@ -397,12 +454,25 @@ pub fn access_write(path: &std::path::Path) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call.
     check(unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) })
         .map(|_| ())
 }
 
 pub fn geteuid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
     unsafe { libc::geteuid() }
+}
+
+/// Sets the file mode creation mask; returns the previous one.
+pub fn umask(mask: u32) -> u32 {
+    // SAFETY: umask cannot fail and touches no memory.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
+pub fn getegid() -> u32 {
+    // SAFETY: getegid cannot fail and touches no memory.
+    unsafe { libc::getegid() }
 }
 
 /// An identity for the directory at `rel` that survives renames and is not
@@ -410,7 +480,10 @@ pub fn geteuid() -> u32 {
 /// where the filesystem records no birth time).
 pub fn dir_key(dir: RawFd, rel: &[u8]) -> io::Result<String> {
     let c = cpath(rel)?;
+    // SAFETY: `statx` is plain integers, for which all zeros is a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF). `stx` is a valid `statx` to write.
     check(unsafe {
         libc::statx(
             dir,
@@ -484,11 +557,15 @@ pub fn dir_passes_on_more(dir: RawFd, rel: &[u8]) -> io::Result<bool> {
     let n = if rel.is_empty() {
         // The directory itself (through /proc its fd is a link, and
         // lgetxattr would ask the link).
+        // SAFETY: a null buffer of size 0 asks only for the size; `name` is a C string literal
+        // and `dir` only a number to the kernel.
         unsafe { libc::fgetxattr(dir, name.as_ptr(), std::ptr::null_mut(), 0) }
     } else {
         let mut path = format!("/proc/self/fd/{dir}/").into_bytes();
         path.extend_from_slice(rel);
         let c = cpath(&path)?;
+        // SAFETY: a null buffer of size 0 asks only for the size; `c` and `name` are
+        // NUL-terminated and outlive the call.
         unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) }
     };
     if n >= 0 {

@@ -259,10 +259,10 @@ struct Store {
 
 fn open_store(dir: &Path, io: &StoreIo) -> Result<Store, String> {
     let layout = Layout::new(dir.to_path_buf());
-    layout.create().map_err(|e| e.message)?;
-    let contents = journal::read_dir(&layout.journal()).map_err(|e| e.message)?;
-    layout.clear_scratch().map_err(|e| e.message)?;
-    let journal = Journal::open_with(&contents, io.clone()).map_err(|e| e.message)?;
+    layout.create().map_err(|e| e.to_string())?;
+    let contents = journal::read_dir(&layout.journal()).map_err(|e| e.to_string())?;
+    layout.clear_scratch().map_err(|e| e.to_string())?;
+    let journal = Journal::open_with(&contents, io.clone()).map_err(|e| e.to_string())?;
     Ok(Store {
         ledger: Ledger::new(journal, &contents.records),
         blobs: BlobStore::new(layout.blobs(), layout.tmp()).with_io(io.clone()),
@@ -329,7 +329,7 @@ fn check_after_crash(
 ) -> Result<Store, String> {
     let s = open_store(dir, io).map_err(|e| format!("store refused to open: {e}"))?;
     let records: Vec<_> = {
-        let contents = journal::read_dir(&dir.join("journal")).map_err(|e| e.message)?;
+        let contents = journal::read_dir(&dir.join("journal")).map_err(|e| e.to_string())?;
         contents.records
     };
     if (records.len() as u64) < acked {

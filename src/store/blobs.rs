@@ -19,11 +19,17 @@
 //! marked is known whole on its size, so a mount need not read every large
 //! version again (it is still hashed before it is served). Every sync goes
 //! through [`StoreIo`] (see `store::durable`).
+//!
+//! Locks (all leaves below the core's `ledger` and open-file locks):
+//! `sync_lock` (one sync or write-out of the pending blobs at a time) is
+//! taken before `unsynced`; `fans` and `known` are held only for a lookup
+//! or an insert; the packs' `writer` is taken before their `index`.
+//! File helpers shared with `packs` are in `store::fsutil`.
 
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +39,8 @@ use sha2::{Digest, Sha256};
 
 use super::durable::StoreIo;
 use super::fsutil;
+/// Where the core (`fs`) has always imported it from.
+pub use super::fsutil::copy_range;
 use super::packs::{PACK_MAX, Packs};
 use super::spares::Spares;
 use crate::relpath::hex;
@@ -386,7 +394,7 @@ impl BlobStore {
     fn new_tmp(&self) -> io::Result<(PathBuf, File)> {
         let Some(spares) = &self.spares else {
             let path = self.tmp_name();
-            let file = create_tmp(&path)?;
+            let file = fsutil::create_sealed(&path)?;
             return Ok((path, file));
         };
         let (path, file) = spares.take()?;
@@ -394,7 +402,7 @@ impl BlobStore {
             // A recycled inode still has its last writer's owner and mode.
             let st = sys::fstat(&file)?;
             let euid = sys::geteuid();
-            let egid = unsafe { libc::getegid() };
+            let egid = sys::getegid();
             if st.st_uid != euid || st.st_gid != egid {
                 sys::fchown(&file, euid, egid)?;
             }
@@ -436,11 +444,7 @@ impl BlobStore {
         let mut created_fan = false;
         let known = u8::from_str_radix(&id[..2], 16).is_ok_and(|b| self.fans.lock()[b as usize]);
         if !known {
-            match fs::DirBuilder::new().mode(fsutil::DIR_MODE).create(&fan) {
-                Ok(()) => created_fan = true,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
+            created_fan = fsutil::make_dir(&fan)?;
             if let Ok(b) = u8::from_str_radix(&id[..2], 16) {
                 self.fans.lock()[b as usize] = true;
             }
@@ -610,68 +614,6 @@ fn damaged_blob(id: &str, path: &Path) -> io::Error {
             path.display()
         ),
     )
-}
-
-fn create_tmp(path: &Path) -> io::Result<File> {
-    fsutil::sealed_options()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
-}
-
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    let f = File::open(dir)?;
-    sys::fsync(&f)
-}
-
-/// Copies `len` bytes of `src` from offset 0 into `dst` at offset 0, in the
-/// kernel where it can (`copy_file_range`), else through a buffer.
-pub fn copy_range(src: &File, dst: &File, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let mut off_in: i64 = 0;
-    let mut off_out: i64 = 0;
-    while (off_in as u64) < len {
-        let want = (len - off_in as u64).min(1 << 30) as usize;
-        let n = unsafe {
-            libc::copy_file_range(
-                src.as_raw_fd(),
-                &mut off_in,
-                dst.as_raw_fd(),
-                &mut off_out,
-                want,
-                0,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EXDEV)
-                | Some(libc::ENOSYS)
-                | Some(libc::EOPNOTSUPP)
-                | Some(libc::EINVAL) => return copy_buffered(src, dst, off_in as u64, len),
-                _ => return Err(e),
-            }
-        }
-        if n == 0 {
-            break; // source shrank under us; what we copied is what there is
-        }
-    }
-    Ok(())
-}
-
-fn copy_buffered(src: &File, dst: &File, from: u64, len: u64) -> io::Result<()> {
-    let mut buf = vec![0u8; CHUNK];
-    let mut off = from;
-    while off < len {
-        let n = src.read_at(&mut buf, off)?;
-        if n == 0 {
-            break;
-        }
-        dst.write_all_at(&buf[..n], off)?;
-        off += n as u64;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

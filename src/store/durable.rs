@@ -15,6 +15,9 @@
 //! - the real backend and its poison flag are shared by the whole process
 //!   (one daemon serves one store), so the journal and the blob store
 //!   poison each other.
+//!
+//! Locks: none; the poison flag is an atomic, and the backend is called
+//! with whatever lock its caller holds (see `ledger::GroupCommit`).
 
 use std::fs::File;
 use std::io;
@@ -72,7 +75,7 @@ impl SyncBackend for Disk {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         slow_device();
-        sys::fsync(&File::open(dir)?)
+        super::fsutil::sync_dir(dir)
     }
     fn syncfs(&self, file: &File) -> io::Result<()> {
         slow_device();

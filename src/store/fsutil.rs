@@ -1,5 +1,8 @@
-//! How the store's own files and directories are made, opened and checked:
-//! with explicit modes whatever the umask, and never through a symlink.
+//! How the store's own files and directories are made, opened, synced,
+//! copied and checked: with explicit modes whatever the umask, and never
+//! through a symlink. The file helpers the store's modules share (`blobs`,
+//! `packs`, `journal`, `durable`) live here, so none imports another for
+//! them.
 //!
 //! Invariants (contract G8):
 //! - every directory the store makes is [`DIR_MODE`] (0700) and every file
@@ -15,15 +18,18 @@
 //!   by another user, or not a plain file or directory where the store
 //!   expects one, refuses the mount; a mode that lets others in is listed
 //!   for repair, applied only once every check of the mount has passed.
+//!
+//! Locks: none; every function here works on the paths and files it is
+//! given.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Exit, Failure};
+use super::error::{ErrorKind, StoreError, StoreResult};
 use crate::sys;
 
 /// Directories of the store.
@@ -52,16 +58,32 @@ pub fn sealed_options() -> OpenOptions {
 /// `mkdir` with [`DIR_MODE`]; `Ok(false)` when it exists already. A new
 /// directory's parent is synced, so the directory survives a power cut.
 pub fn create_dir(path: &Path) -> io::Result<bool> {
+    let made = make_dir(path)?;
+    if made && let Some(parent) = path.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(made)
+}
+
+/// `mkdir` with [`DIR_MODE`]; `Ok(false)` when it exists already. Nothing
+/// is synced: the caller makes the new entry durable at its own durability
+/// point (a blob's fan-out directory, the packs directory).
+pub fn make_dir(path: &Path) -> io::Result<bool> {
     match fs::DirBuilder::new().mode(DIR_MODE).create(path) {
-        Ok(()) => {
-            if let Some(parent) = path.parent() {
-                sync_dir(parent)?;
-            }
-            Ok(true)
-        }
+        Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// A new file for immutable content ([`SEALED_MODE`]), open for reading
+/// and writing; fails if `path` exists (a loose blob's temp file, a pack).
+pub fn create_sealed(path: &Path) -> io::Result<File> {
+    sealed_options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
 }
 
 /// [`create_dir`] of `path` and of every missing ancestor (each 0700).
@@ -83,6 +105,60 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
         0,
     )?;
     sys::fsync(&f)
+}
+
+/// How much a buffered copy moves at a time.
+const COPY_CHUNK: usize = 256 * 1024;
+
+/// Copies `len` bytes of `src` from offset 0 into `dst` at offset 0, in the
+/// kernel where it can (`copy_file_range`), else through a buffer.
+pub fn copy_range(src: &File, dst: &File, len: u64) -> io::Result<()> {
+    let mut off_in: i64 = 0;
+    let mut off_out: i64 = 0;
+    while (off_in as u64) < len {
+        let want = (len - off_in as u64).min(1 << 30) as usize;
+        // SAFETY: both fds stay open for the call (borrowed `File`s), and
+        // the offsets are `i64`s of this frame that the kernel updates in
+        // place.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                &mut off_in,
+                dst.as_raw_fd(),
+                &mut off_out,
+                want,
+                0,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EXDEV)
+                | Some(libc::ENOSYS)
+                | Some(libc::EOPNOTSUPP)
+                | Some(libc::EINVAL) => return copy_buffered(src, dst, off_in as u64, len),
+                _ => return Err(e),
+            }
+        }
+        if n == 0 {
+            break; // source shrank under us; what we copied is what there is
+        }
+    }
+    Ok(())
+}
+
+fn copy_buffered(src: &File, dst: &File, from: u64, len: u64) -> io::Result<()> {
+    let mut buf = vec![0u8; COPY_CHUNK];
+    let mut off = from;
+    while off < len {
+        let n = src.read_at(&mut buf, off)?;
+        if n == 0 {
+            break;
+        }
+        dst.write_all_at(&buf[..n], off)?;
+        off += n as u64;
+    }
+    Ok(())
 }
 
 /// Reads a store file of at most `cap` bytes, not through a symlink;
@@ -152,9 +228,10 @@ enum Depth {
     Itself,
 }
 
-fn refuse(path: &Path, why: String) -> Failure {
-    Failure::new(
-        Exit::BadStore,
+fn refuse(path: &Path, why: String) -> StoreError {
+    StoreError::refused(
+        ErrorKind::Store,
+        path,
         format!("store entry '{}' {why}: refusing the store", path.display()),
     )
 }
@@ -164,7 +241,7 @@ fn refuse(path: &Path, why: String) -> Failure {
 /// a directory or a regular file, not a symlink, owned by `uid`. Returns the
 /// modes that let others in (group or other bits), to be narrowed with
 /// [`repair`]. Reads only.
-pub fn audit(store: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
+pub fn audit(store: &Path, uid: u32) -> StoreResult<Vec<Repair>> {
     let mut repairs = Vec::new();
     if check_entry(store, true, uid, &mut repairs)?.is_none() {
         return Ok(repairs);
@@ -179,7 +256,7 @@ pub fn audit(store: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
 /// with per-user groups, the usual setup under umask 002, the group is the
 /// user.) The default `.skillfs/` is ours to make private (a store of an
 /// older version left it 0777).
-pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, Failure> {
+pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> StoreResult<Vec<Repair>> {
     let dir = match store.parent() {
         Some(p) if anc.starts_with(p) => p,
         _ => anc,
@@ -187,11 +264,13 @@ pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, F
     if let Some(up) = dir.parent() {
         audit_ancestors(store, up, uid)?;
     }
-    let md = fs::symlink_metadata(dir).map_err(|e| Failure::io(Exit::BadStore, "stat", dir, &e))?;
+    let md =
+        fs::symlink_metadata(dir).map_err(|e| StoreError::io(ErrorKind::Store, "stat", dir, e))?;
     let mode = md.mode() & 0o7777;
     if md.uid() != 0 && md.uid() != uid {
-        return Err(Failure::new(
-            Exit::BadStore,
+        return Err(StoreError::refused(
+            ErrorKind::Store,
+            dir,
             format!(
                 "store '{}' is in '{}', which is owned by uid {}: its owner could replace \
                  the store",
@@ -210,8 +289,9 @@ pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, F
         }]);
     }
     if mode & 0o002 != 0 && mode & libc::S_ISVTX == 0 {
-        return Err(Failure::new(
-            Exit::BadStore,
+        return Err(StoreError::refused(
+            ErrorKind::Store,
+            dir,
             format!(
                 "store '{}' is in '{}', which every user can write (mode {mode:o}, no sticky \
                  bit): anyone could replace the store",
@@ -228,12 +308,13 @@ pub fn audit_parent(store: &Path, anc: &Path, uid: u32) -> Result<Vec<Repair>, F
 /// reached by path, so whoever could rename one of them could put a
 /// directory of theirs in its place (and have a root daemon write through
 /// it).
-fn audit_ancestors(store: &Path, dir: &Path, uid: u32) -> Result<(), Failure> {
+fn audit_ancestors(store: &Path, dir: &Path, uid: u32) -> StoreResult<()> {
     for a in dir.ancestors() {
         if a.as_os_str().is_empty() {
             continue;
         }
-        let md = fs::symlink_metadata(a).map_err(|e| Failure::io(Exit::BadStore, "stat", a, &e))?;
+        let md =
+            fs::symlink_metadata(a).map_err(|e| StoreError::io(ErrorKind::Store, "stat", a, e))?;
         let mode = md.mode() & 0o7777;
         let why = if md.uid() != 0 && md.uid() != uid {
             format!("is owned by uid {}", md.uid())
@@ -242,8 +323,9 @@ fn audit_ancestors(store: &Path, dir: &Path, uid: u32) -> Result<(), Failure> {
         } else {
             continue;
         };
-        return Err(Failure::new(
-            Exit::BadStore,
+        return Err(StoreError::refused(
+            ErrorKind::Store,
+            a,
             format!(
                 "store '{}' is below '{}', which {why}: its owner could replace the store",
                 store.display(),
@@ -260,14 +342,14 @@ fn walk(
     uid: u32,
     repairs: &mut Vec<Repair>,
     top: bool,
-) -> Result<(), Failure> {
+) -> StoreResult<()> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Failure::io(Exit::BadStore, "list", dir, &e)),
+        Err(e) => return Err(StoreError::io(ErrorKind::Store, "list", dir, e)),
     };
     for ent in entries {
-        let ent = ent.map_err(|e| Failure::io(Exit::BadStore, "list", dir, &e))?;
+        let ent = ent.map_err(|e| StoreError::io(ErrorKind::Store, "list", dir, e))?;
         let path = ent.path();
         let Some(is_dir) = check_entry(&path, false, uid, repairs)? else {
             continue; // gone since listed
@@ -303,11 +385,11 @@ fn check_entry(
     must_be_dir: bool,
     uid: u32,
     repairs: &mut Vec<Repair>,
-) -> Result<Option<bool>, Failure> {
+) -> StoreResult<Option<bool>> {
     let md = match fs::symlink_metadata(path) {
         Ok(md) => md,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Failure::io(Exit::BadStore, "stat", path, &e)),
+        Err(e) => return Err(StoreError::io(ErrorKind::Store, "stat", path, e)),
     };
     let ft = md.file_type();
     if ft.is_symlink() {
@@ -344,17 +426,18 @@ fn check_entry(
 /// Applies the repairs of [`audit`], parents first (once a directory is
 /// 0700, no other user can swap what is below it), never through a
 /// symlink. The caller logs them (once the daemon's log is open).
-pub fn repair(repairs: &[Repair]) -> Result<(), Failure> {
+pub fn repair(repairs: &[Repair]) -> StoreResult<()> {
     for r in repairs {
-        let fail = |e: &io::Error| Failure::io(Exit::BadStore, "repair the mode of", &r.path, e);
+        let fail =
+            |e: io::Error| StoreError::io(ErrorKind::Store, "repair the mode of", &r.path, e);
         let f = sys::openat(
             libc::AT_FDCWD,
             r.path.as_os_str().as_bytes(),
             libc::O_PATH | libc::O_NOFOLLOW,
             0,
         )
-        .map_err(|e| fail(&e))?;
-        let st = sys::fstat(&f).map_err(|e| fail(&e))?;
+        .map_err(fail)?;
+        let st = sys::fstat(&f).map_err(fail)?;
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
             return Err(refuse(&r.path, "is a symlink".into()));
         }
@@ -365,7 +448,7 @@ pub fn repair(repairs: &[Repair]) -> Result<(), Failure> {
             &proc_path,
             std::os::unix::fs::PermissionsExt::from_mode(r.to),
         )
-        .map_err(|e| fail(&e))?;
+        .map_err(fail)?;
     }
     Ok(())
 }
@@ -403,7 +486,7 @@ mod tests {
     #[test]
     fn modes_are_explicit_whatever_the_umask() {
         let d = scratch("modes");
-        let old = unsafe { libc::umask(0) };
+        let old = sys::umask(0);
         create_dir_all(&d.join("a/b")).unwrap();
         let f = options()
             .write(true)
@@ -412,7 +495,7 @@ mod tests {
             .unwrap();
         drop(f);
         replace_file(&d.join("a/r"), b"x").unwrap();
-        unsafe { libc::umask(old) };
+        sys::umask(old);
         for (p, want) in [("a", 0o700), ("a/b", 0o700), ("a/f", 0o600), ("a/r", 0o600)] {
             let m = fs::metadata(d.join(p)).unwrap().permissions().mode() & 0o7777;
             assert_eq!(m, want, "{p}");
@@ -433,7 +516,7 @@ mod tests {
         assert!(!fs::symlink_metadata(d.join("RULES")).unwrap().is_symlink());
         std::os::unix::fs::symlink(d.join("outside"), d.join("LOCK")).unwrap();
         let e = audit(&d, sys::geteuid()).unwrap_err();
-        assert!(e.message.contains("LOCK' is a symlink"), "{e}");
+        assert!(e.to_string().contains("LOCK' is a symlink"), "{e}");
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -22,6 +22,13 @@
 //!   `journal/torn-<seq>-<ns>` and cut off. A bad record that was made
 //!   durable and then damaged, with no later record to vouch for it, cannot
 //!   be told from a torn one: it is set aside (never deleted) with a warning.
+//! - the journal is read once per mount ([`read_dir`], before anything is
+//!   created); the read is used after the store's lock is taken only if
+//!   [`Contents::is_current`] says no segment changed in between.
+//!
+//! Locks: none of its own; the one `Journal` of a mount is owned by the
+//! `Ledger`, behind the core's `ledger` mutex, and `ledger::GroupCommit`
+//! syncs its file outside that lock (`sync_target`, `mark_durable`).
 
 use std::fs::{self, File};
 use std::io;
@@ -31,10 +38,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Exit, Failure};
 use crate::relpath::{ByteString, RelPath};
 use crate::store::blobs::BlobId;
 use crate::store::durable::StoreIo;
+use crate::store::error::{ErrorKind, StoreError, StoreResult};
 use crate::sys;
 
 /// What a record did.
@@ -173,6 +180,51 @@ pub struct Record {
     pub acked_through: Option<u64>,
 }
 
+/// Fixtures for the tests of the modules that fold records.
+#[cfg(test)]
+impl Record {
+    /// `op` on `path` (to `to`) by the daemon, as change `seq` at `ts`.
+    pub(crate) fn sample(
+        seq: u64,
+        ts: i64,
+        op: Op,
+        path: &str,
+        to: Option<&str>,
+        state: Option<EntryState>,
+    ) -> Record {
+        let parse = |p: &str| RelPath::parse(p.as_bytes()).expect("a test path");
+        Record {
+            seq,
+            ts,
+            op,
+            path: parse(path),
+            to: to.map(parse),
+            noreplace: false,
+            hidden: None,
+            state,
+            actor: Actor::daemon(),
+            acked_through: None,
+        }
+    }
+}
+
+#[cfg(test)]
+impl EntryState {
+    /// A `kind` owned by root, mode 0644, with content `blob` if a file.
+    pub(crate) fn sample(kind: Kind, blob: &str) -> EntryState {
+        EntryState {
+            kind,
+            blob: (kind == Kind::File).then(|| blob.to_string()),
+            size: 0,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            target: None,
+        }
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -243,15 +295,39 @@ pub fn decode(line: &[u8]) -> Result<Record, String> {
     serde_json::from_slice(&body).map_err(|e| format!("not a valid record: {e}"))
 }
 
-/// CRC-32 (IEEE 802.3), bitwise; records are short and this is not hot
-/// next to the fsyncs around it.
+/// The reflected CRC-32 polynomial of IEEE 802.3 (zlib, PNG, gzip).
+const CRC32_POLY: u32 = 0xEDB8_8320;
+
+/// The CRC of every byte value, computed at compile time: one lookup per
+/// byte instead of eight shift-and-xor steps.
+const CRC32_TABLE: [u32; 256] = crc32_table();
+
+const fn crc32_table() -> [u32; 256] {
+    let mut table = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = i as u32;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ CRC32_POLY
+            } else {
+                crc >> 1
+            };
+            bit += 1;
+        }
+        table[i] = crc;
+        i += 1;
+    }
+    table
+}
+
+/// CRC-32 (IEEE 802.3) of `data`, table-driven; the same value the bitwise
+/// form gives, so every journal ever written still verifies.
 pub fn crc32(data: &[u8]) -> u32 {
     let mut crc = !0u32;
     for &b in data {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = (crc >> 1) ^ (0xEDB8_8320 & (!(crc & 1)).wrapping_add(1));
-        }
+        crc = (crc >> 8) ^ CRC32_TABLE[((crc ^ b as u32) & 0xff) as usize];
     }
     !crc
 }
@@ -267,6 +343,46 @@ pub struct Contents {
     /// Complete lines (ending in a newline) in the torn tail: a complete
     /// bad line may have been a durable record damaged later.
     pub torn_lines: usize,
+    /// The segments as they were just before they were read.
+    seen: Seen,
+}
+
+/// Each segment's name, inode, size and modification and change times:
+/// any append, cut or replacement changes at least one of them.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen(Vec<(PathBuf, u64, u64, i64, i64, i64, i64)>);
+
+impl Seen {
+    fn of(segs: &[PathBuf]) -> io::Result<Seen> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = Vec::with_capacity(segs.len());
+        for s in segs {
+            let m = fs::symlink_metadata(s)?;
+            out.push((
+                s.clone(),
+                m.ino(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec(),
+            ));
+        }
+        Ok(Seen(out))
+    }
+}
+
+impl Contents {
+    /// Whether the journal is still as it was read (nothing appended, cut
+    /// or replaced since), so that what was read before the store's lock
+    /// was taken can be used once it is held. Changed (a daemon came and
+    /// went in between) or unsure: read again.
+    pub fn is_current(&self) -> bool {
+        let dir = self.segment.parent().unwrap_or(Path::new("."));
+        list_segments(dir)
+            .and_then(|segs| Seen::of(&segs))
+            .is_ok_and(|now| now == self.seen)
+    }
 }
 
 fn segment_name(first_seq: u64) -> String {
@@ -318,15 +434,18 @@ fn split_lines(data: &[u8]) -> Vec<Line> {
 }
 
 /// Reads and checks every record under `dir` (read-only).
-pub fn read_dir(dir: &Path) -> Result<Contents, Failure> {
+pub fn read_dir(dir: &Path) -> StoreResult<Contents> {
     let segs = list_segments(dir)
-        .map_err(|e| Failure::io(Exit::DamagedJournal, "list journal", dir, &e))?;
+        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
+    // Taken before the reads: a change made while reading shows as one.
+    let seen = Seen::of(&segs)
+        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
     let mut records: Vec<Record> = Vec::new();
     let mut last = (dir.join(segment_name(1)), 0u64, 0u64, 0usize);
     let nsegs = segs.len();
     for (si, seg) in segs.iter().enumerate() {
         let data = fs::read(seg)
-            .map_err(|e| Failure::io(Exit::DamagedJournal, "read journal", seg, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "read journal", seg, e))?;
         let is_last_seg = si + 1 == nsegs;
         let mut lines = split_lines(&data);
         let mut valid_len = 0usize;
@@ -378,6 +497,7 @@ pub fn read_dir(dir: &Path) -> Result<Contents, Failure> {
         valid_len: last.1,
         torn_bytes: last.2,
         torn_lines: last.3,
+        seen,
     })
 }
 
@@ -388,12 +508,12 @@ fn set_aside_torn_tail(
     file: &File,
     dir: &Path,
     io: &StoreIo,
-) -> Result<(), Failure> {
+) -> StoreResult<()> {
     let seq = contents.records.last().map_or(0, |r| r.seq) + 1;
     let aside = dir.join(format!("torn-{seq}-{}", crate::time::now_ns()));
     let mut tail = vec![0u8; contents.torn_bytes as usize];
     file.read_exact_at(&mut tail, contents.valid_len)
-        .map_err(|e| Failure::io(Exit::BadStore, "read journal", &contents.segment, &e))?;
+        .map_err(|e| StoreError::io(ErrorKind::Store, "read journal", &contents.segment, e))?;
     let copy = crate::store::fsutil::options()
         .write(true)
         .create_new(true)
@@ -403,7 +523,7 @@ fn set_aside_torn_tail(
             io.sync_all(&f, &aside)
         })
         .and_then(|()| io.sync_dir(dir));
-    copy.map_err(|e| Failure::io(Exit::BadStore, "set aside the torn tail in", &aside, &e))?;
+    copy.map_err(|e| StoreError::io(ErrorKind::Store, "set aside the torn tail in", &aside, e))?;
     if contents.torn_lines > 0 {
         tracing::warn!(
             "journal {}: record {seq} and what follows ({} bytes, {} complete lines) fail \
@@ -426,9 +546,10 @@ fn set_aside_torn_tail(
     Ok(())
 }
 
-fn damaged(seg: &Path, lineno: usize, why: &str) -> Failure {
-    Failure::new(
-        Exit::DamagedJournal,
+fn damaged(seg: &Path, lineno: usize, why: &str) -> StoreError {
+    StoreError::refused(
+        ErrorKind::DamagedJournal,
+        seg,
         format!(
             "journal '{}' is damaged at line {lineno}: {why}; refusing to continue \
              (nothing was changed)",
@@ -466,12 +587,12 @@ const RESERVE_FLOOR: u64 = 16 << 10;
 impl Journal {
     /// Opens for appending after [`read_dir`]; sets a torn tail aside and
     /// cuts it off.
-    pub fn open(contents: &Contents) -> Result<Journal, Failure> {
+    pub fn open(contents: &Contents) -> StoreResult<Journal> {
         Journal::open_with(contents, StoreIo::real())
     }
 
     /// [`Journal::open`] making things durable through `io`.
-    pub fn open_with(contents: &Contents, io: StoreIo) -> Result<Journal, Failure> {
+    pub fn open_with(contents: &Contents, io: StoreIo) -> StoreResult<Journal> {
         let path = contents.segment.clone();
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let file = crate::store::fsutil::options()
@@ -480,19 +601,19 @@ impl Journal {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| Failure::io(Exit::BadStore, "open journal", &path, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::Store, "open journal", &path, e))?;
         // What a killed daemon left in the page cache (records, the blobs
         // they name, the live files it swapped in, the store's directories
         // and this segment's own entry) is made durable before any record
         // of ours is: one commit of the whole filesystem. The store is on
         // ROOT's filesystem, so this covers the live tree too.
         io.syncfs(&file, &path)
-            .map_err(|e| Failure::io(Exit::BadStore, "sync the filesystem of", &path, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::Store, "sync the filesystem of", &path, e))?;
         if contents.torn_bytes > 0 {
             set_aside_torn_tail(contents, &file, &dir, &io)?;
             file.set_len(contents.valid_len)
                 .and_then(|()| io.sync_all(&file, &path))
-                .map_err(|e| Failure::io(Exit::BadStore, "truncate journal", &path, &e))?;
+                .map_err(|e| StoreError::io(ErrorKind::Store, "truncate journal", &path, e))?;
         }
         let last = contents.records.last().map_or(0, |r| r.seq);
         let mut journal = Journal {
@@ -667,9 +788,43 @@ mod tests {
         d
     }
 
+    /// The bitwise CRC-32 the journal was first written with.
+    fn crc32_bitwise(data: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in data {
+            crc ^= b as u32;
+            for _ in 0..8 {
+                crc = (crc >> 1) ^ (CRC32_POLY & (!(crc & 1)).wrapping_add(1));
+            }
+        }
+        !crc
+    }
+
     #[test]
     fn crc32_matches_reference() {
+        // The check value of CRC-32/ISO-HDLC, and of the empty input.
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+        // Table entries known from zlib's table.
+        assert_eq!(
+            (CRC32_TABLE[0], CRC32_TABLE[1], CRC32_TABLE[255]),
+            (0, 0x7707_3096, 0x2D02_EF8D)
+        );
+    }
+
+    #[test]
+    fn crc32_table_agrees_with_the_bitwise_form() {
+        // Every single byte, every length up to 300 of a byte pattern, and
+        // a whole encoded record (what existing journals carry).
+        for b in 0..=255u8 {
+            assert_eq!(crc32(&[b]), crc32_bitwise(&[b]), "byte {b}");
+        }
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 31 + 7) as u8).collect();
+        for n in 0..=data.len() {
+            assert_eq!(crc32(&data[..n]), crc32_bitwise(&data[..n]), "length {n}");
+        }
+        let line = encode(&rec(7));
+        assert_eq!(crc32(&line), crc32_bitwise(&line));
     }
 
     #[test]
@@ -716,11 +871,38 @@ mod tests {
         data[second_line_start + 3] = b'#';
         fs::write(&seg, &data).unwrap();
         let err = read_dir(&d).err().expect("damage must be reported");
-        assert_eq!(err.exit, Exit::DamagedJournal);
-        assert!(err.message.contains("line 2"), "{}", err.message);
+        assert_eq!(err.kind(), ErrorKind::DamagedJournal);
+        assert!(err.to_string().contains("line 2"), "{err}");
         assert_eq!(fs::read(&seg).unwrap(), data);
         fs::remove_dir_all(&d).unwrap();
     }
+    #[test]
+    fn contents_read_before_the_lock_are_used_only_while_current() {
+        let d = dir("current");
+        let empty = read_dir(&d).unwrap();
+        assert!(empty.is_current());
+        let mut j = Journal::open(&empty).unwrap();
+        // The segment was made: what was read of the empty journal is not
+        // the journal any more.
+        assert!(!empty.is_current());
+        j.append(
+            Change::new(Op::Unlink, RelPath::parse(b"x").unwrap(), None),
+            rec(0).actor,
+            1,
+        )
+        .unwrap();
+        let c = read_dir(&d).unwrap();
+        assert!(c.is_current());
+        j.append(
+            Change::new(Op::Unlink, RelPath::parse(b"y").unwrap(), None),
+            rec(0).actor,
+            1,
+        )
+        .unwrap();
+        assert!(!c.is_current(), "an append is a change");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
     /// Six records; syncs after 2 and after 4, so records 3-4 say 2 was
     /// durable and 5-6 say 4 was.
     fn watermarked() -> (Vec<u8>, Vec<(usize, usize)>) {
@@ -753,7 +935,7 @@ mod tests {
             assert_eq!(fs::read(&seg).unwrap(), data, "read_dir changed the file");
             if what == "cut" {
                 let whole = lines.iter().filter(|&&(_, e)| e <= lo).count();
-                let c = got.unwrap_or_else(|e| panic!("cut at {lo} refused: {}", e.message));
+                let c = got.unwrap_or_else(|e| panic!("cut at {lo} refused: {e}"));
                 assert_eq!(c.records.len(), whole, "cut at {lo}");
                 assert_eq!(
                     c.valid_len as usize,
@@ -773,15 +955,10 @@ mod tests {
                 Err(e) => {
                     assert!(
                         vouched,
-                        "{what} at {lo}: refused an unacknowledged tail: {}",
-                        e.message
+                        "{what} at {lo}: refused an unacknowledged tail: {e}"
                     );
-                    assert_eq!(e.exit, Exit::DamagedJournal);
-                    assert!(
-                        e.message.contains(&format!("line {}", f + 1)),
-                        "{}",
-                        e.message
-                    );
+                    assert_eq!(e.kind(), ErrorKind::DamagedJournal);
+                    assert!(e.to_string().contains(&format!("line {}", f + 1)), "{e}");
                 }
                 Ok(c) => {
                     assert!(

@@ -26,9 +26,22 @@
 //! rebuilt from them; `staging/` and `tmp/` hold nothing of value once no
 //! daemon runs and are emptied at mount. The store is private: its modes,
 //! and how its files are opened, are [`fsutil`]'s to decide.
+//!
+//! Errors: the checks and set-up steps here, in `fsutil` and in `journal`
+//! fail with a [`StoreError`] (kind, path, source); the store knows no exit
+//! codes, the command line maps the kinds to them (`error::Failure`).
+//!
+//! Locks: [`StoreLock`] is the flock that makes one daemon the store's only
+//! writer; the in-process locks are the submodules' own (see `blobs`,
+//! `packs`, `spares`, `durable`).
+
+// The daemon answers errors, never unwraps them, here and in every store
+// module below (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
 
 pub mod blobs;
 pub mod durable;
+pub mod error;
 pub mod fsutil;
 pub mod journal;
 pub mod packs;
@@ -39,8 +52,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Exit, Failure};
 use crate::sys;
+pub use error::{ErrorKind, StoreError, StoreResult};
 
 pub const LOCK: &str = "LOCK";
 pub const JOURNAL: &str = "journal";
@@ -103,9 +116,10 @@ impl Layout {
 
     /// Creates the directories of the layout (idempotent), each 0700, and
     /// the missing ancestors of the store too (the default `.skillfs/`).
-    pub fn create(&self) -> Result<(), Failure> {
-        fsutil::create_dir_all(&self.dir)
-            .map_err(|e| Failure::io(Exit::BadStore, "create store directory", &self.dir, &e))?;
+    pub fn create(&self) -> StoreResult<()> {
+        fsutil::create_dir_all(&self.dir).map_err(|e| {
+            StoreError::io(ErrorKind::Store, "create store directory", &self.dir, e)
+        })?;
         for d in [
             self.journal(),
             self.blobs(),
@@ -115,17 +129,17 @@ impl Layout {
             self.orphans(),
         ] {
             fsutil::create_dir(&d)
-                .map_err(|e| Failure::io(Exit::BadStore, "create store directory", &d, &e))?;
+                .map_err(|e| StoreError::io(ErrorKind::Store, "create store directory", &d, e))?;
         }
         Ok(())
     }
 
     /// Removes what crashed writers left in `staging/` and `tmp/`: neither
     /// holds anything the journal refers to.
-    pub fn clear_scratch(&self) -> Result<(), Failure> {
+    pub fn clear_scratch(&self) -> StoreResult<()> {
         for d in [self.staging(), self.tmp()] {
             let entries =
-                fs::read_dir(&d).map_err(|e| Failure::io(Exit::BadStore, "list", &d, &e))?;
+                fs::read_dir(&d).map_err(|e| StoreError::io(ErrorKind::Store, "list", &d, e))?;
             for ent in entries.flatten() {
                 let p = ent.path();
                 // Spare directories are empty: a plain rmdir suffices.
@@ -145,7 +159,7 @@ pub struct StoreLock {
 }
 
 impl StoreLock {
-    pub fn acquire(layout: &Layout) -> Result<StoreLock, Failure> {
+    pub fn acquire(layout: &Layout) -> StoreResult<StoreLock> {
         let path = layout.lock();
         let mut file = fsutil::options()
             .read(true)
@@ -153,15 +167,15 @@ impl StoreLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| Failure::io(Exit::BadStore, "open lock file", &path, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::Store, "open lock file", &path, e))?;
         let got = sys::try_lock_exclusive(&file)
-            .map_err(|e| Failure::io(Exit::BadStore, "lock", &path, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::Store, "lock", &path, e))?;
         if !got {
             return Err(Self::in_use(layout));
         }
         file.set_len(0)
             .and_then(|()| writeln!(file, "{}", std::process::id()))
-            .map_err(|e| Failure::io(Exit::BadStore, "write", &path, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::Store, "write", &path, e))?;
         Ok(StoreLock { _file: file })
     }
 
@@ -173,10 +187,11 @@ impl StoreLock {
         pid
     }
 
-    fn in_use(layout: &Layout) -> Failure {
+    fn in_use(layout: &Layout) -> StoreError {
         let pid = Self::holder(layout).map_or("?".to_string(), |p| p.to_string());
-        Failure::new(
-            Exit::BadStore,
+        StoreError::refused(
+            ErrorKind::Store,
+            &layout.lock(),
             format!(
                 "store '{}' is in use by another skillfs daemon (pid {pid}): one mount per store",
                 layout.dir.display(),
@@ -186,7 +201,7 @@ impl StoreLock {
 
     /// Refuses a store a daemon serves, without creating anything (the
     /// check before the other checks of a mount).
-    pub fn refuse_if_held(layout: &Layout) -> Result<(), Failure> {
+    pub fn refuse_if_held(layout: &Layout) -> StoreResult<()> {
         if Self::is_held(layout) {
             Err(Self::in_use(layout))
         } else {
@@ -255,10 +270,11 @@ fn lock_names(field: &str, st: &libc::stat) -> bool {
 /// writable. `root` must be canonical; `store` is the store as it will be
 /// (canonical, possibly not yet created) and `existing` its deepest existing
 /// ancestor (itself once created).
-pub fn check_placement(root: &Path, store: &Path, existing: &Path) -> Result<(), Failure> {
+pub fn check_placement(root: &Path, store: &Path, existing: &Path) -> StoreResult<()> {
     if let Some(s) = root.ancestors().find(|a| *a == store || is_store(a)) {
-        return Err(Failure::new(
-            Exit::BadStore,
+        return Err(StoreError::refused(
+            ErrorKind::Store,
+            s,
             format!(
                 "ROOT '{}' is inside the skillfs store '{}': a store holds history, never a \
                  tree to version",
@@ -268,8 +284,9 @@ pub fn check_placement(root: &Path, store: &Path, existing: &Path) -> Result<(),
         ));
     }
     if store.starts_with(root) {
-        return Err(Failure::new(
-            Exit::BadStore,
+        return Err(StoreError::refused(
+            ErrorKind::Store,
+            store,
             format!(
                 "store '{}' is inside ROOT '{}': it must live outside the tree it versions",
                 store.display(),
@@ -278,14 +295,15 @@ pub fn check_placement(root: &Path, store: &Path, existing: &Path) -> Result<(),
         ));
     }
     let rdev = fs::metadata(root)
-        .map_err(|e| Failure::io(Exit::BadRoot, "stat", root, &e))?
+        .map_err(|e| StoreError::io(ErrorKind::Root, "stat", root, e))?
         .dev();
     let sdev = fs::metadata(existing)
-        .map_err(|e| Failure::io(Exit::BadStore, "stat", existing, &e))?
+        .map_err(|e| StoreError::io(ErrorKind::Store, "stat", existing, e))?
         .dev();
     if rdev != sdev {
-        return Err(Failure::new(
-            Exit::BadStore,
+        return Err(StoreError::refused(
+            ErrorKind::Store,
+            store,
             format!(
                 "store '{}' is on another filesystem than ROOT '{}': versions are published by \
                  rename, which only stays atomic within one filesystem",
@@ -297,7 +315,7 @@ pub fn check_placement(root: &Path, store: &Path, existing: &Path) -> Result<(),
     // Asked, not tried: a probe file would be a write outside ROOT and the
     // store (G8). The kernel answers EROFS for a read-only mount too.
     sys::access_write(existing)
-        .map_err(|e| Failure::io(Exit::BadStore, "write to store directory", existing, &e))?;
+        .map_err(|e| StoreError::io(ErrorKind::Store, "write to store directory", existing, e))?;
     Ok(())
 }
 
@@ -316,8 +334,9 @@ pub struct RootId {
 }
 
 impl RootId {
-    pub fn of(root: &Path) -> Result<RootId, Failure> {
-        let md = fs::metadata(root).map_err(|e| Failure::io(Exit::BadRoot, "stat", root, &e))?;
+    pub fn of(root: &Path) -> StoreResult<RootId> {
+        let md =
+            fs::metadata(root).map_err(|e| StoreError::io(ErrorKind::Root, "stat", root, e))?;
         Ok(RootId {
             path: root.to_path_buf(),
             dev: md.dev(),
@@ -352,16 +371,17 @@ impl RootId {
     /// store names another root by both path and identity. `Ok(true)` when
     /// `ROOT` must be (re)written: missing (a store from before the file
     /// existed), or the root moved or was made again at the same path.
-    pub fn check(&self, layout: &Layout) -> Result<bool, Failure> {
+    pub fn check(&self, layout: &Layout) -> StoreResult<bool> {
         let path = layout.root_id();
         let data = fsutil::read_small(&path, 64 * 1024)
-            .map_err(|e| Failure::io(Exit::BadStore, "read", &path, &e))?;
+            .map_err(|e| StoreError::io(ErrorKind::Store, "read", &path, e))?;
         let Some(data) = data else {
             return Ok(true);
         };
         let Some(old) = RootId::decode(&data) else {
-            return Err(Failure::new(
-                Exit::BadStore,
+            return Err(StoreError::refused(
+                ErrorKind::Store,
+                &path,
                 format!(
                     "'{}' does not name a root (expected '<dev> <ino>' then a path)",
                     path.display()
@@ -374,8 +394,9 @@ impl RootId {
         if old.path == self.path || (old.dev, old.ino) == (self.dev, self.ino) {
             return Ok(true);
         }
-        Err(Failure::new(
-            Exit::BadStore,
+        Err(StoreError::refused(
+            ErrorKind::Store,
+            &path,
             format!(
                 "store '{}' versions ROOT '{}', not '{}': one store per root (give another \
                  --store; if the tree was moved, remove '{}')",
@@ -387,10 +408,10 @@ impl RootId {
         ))
     }
 
-    pub fn write(&self, layout: &Layout) -> Result<(), Failure> {
+    pub fn write(&self, layout: &Layout) -> StoreResult<()> {
         let path = layout.root_id();
         fsutil::replace_file(&path, &self.encode())
-            .map_err(|e| Failure::io(Exit::BadStore, "write", &path, &e))
+            .map_err(|e| StoreError::io(ErrorKind::Store, "write", &path, e))
     }
 }
 

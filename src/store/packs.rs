@@ -20,11 +20,16 @@
 //! checked against its hash before it is served when it was not written
 //! by this process (bytes that a power loss left unwritten are an error,
 //! never a version).
+//!
+//! Locks: `writer` (this process's pack and where it ends) is taken before
+//! `index` (what every pack holds, and their open files), never the other
+//! way; both are leaves below the blob store's own locks. File helpers
+//! (`make_dir`, `create_sealed`) are `store::fsutil`'s.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -358,23 +363,12 @@ impl Packs {
     }
 
     fn start_pack(&self) -> io::Result<Writer> {
-        let made_dir = match fs::DirBuilder::new()
-            .mode(fsutil::DIR_MODE)
-            .create(&self.dir)
-        {
-            Ok(()) => true,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
-            Err(e) => return Err(e),
-        };
+        let made_dir = fsutil::make_dir(&self.dir)?;
         let n = self.with_index(|ix| {
             ix.last += 1;
             ix.last
         });
-        let file = fsutil::sealed_options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(self.path(n))?;
+        let file = fsutil::create_sealed(&self.path(n))?;
         Ok(Writer {
             n,
             file: Arc::new(file),

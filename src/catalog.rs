@@ -1,0 +1,197 @@
+//! The fold of the journal: what its records, applied in sequence order,
+//! say the tree is now ([`Catalog`]) and was at every change
+//! ([`HistoryIndex`]). [`Fold`] is the one place a record is applied to
+//! both; the mounted daemon (`ledger::Ledger`) and the commands that read a
+//! store offline (`commands::Store`) fold through it alike.
+//!
+//! Invariants: the catalog is exactly the fold of the records applied so
+//! far ([`Catalog::apply`]), and the history index holds the effects of the
+//! same records, so the two never disagree; records are applied in
+//! sequence order, each once. Paths are kept in a `BTreeMap` in byte order,
+//! so the descendants of a directory are one range and renaming or
+//! removing a directory costs time in the size of that directory, not of
+//! the tree.
+//!
+//! Locks: none here; a `Fold` is owned by one `Ledger`, behind its mutex,
+//! or by one command.
+//!
+//! Depends on `history` (the index it feeds) and the journal's record
+//! types; neither depends on this module.
+
+// The daemon answers errors, never unwraps them (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use crate::history::{Effect, HistoryIndex};
+use crate::relpath::RelPath;
+use crate::store::journal::{EntryState, Kind, Op, Record};
+
+/// The current state of every versioned path.
+#[derive(Default)]
+pub struct Catalog {
+    entries: BTreeMap<RelPath, EntryState>,
+}
+
+impl Catalog {
+    pub fn get(&self, path: &RelPath) -> Option<&EntryState> {
+        self.entries.get(path)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&RelPath, &EntryState)> {
+        self.entries.iter()
+    }
+
+    fn descendants(&self, path: &RelPath) -> Vec<RelPath> {
+        let (lo, hi) = path.descendants_range();
+        self.entries.range(lo..hi).map(|(k, _)| k.clone()).collect()
+    }
+
+    fn remove_tree(&mut self, path: &RelPath) -> Vec<(RelPath, EntryState)> {
+        let mut out = Vec::new();
+        if let Some(s) = self.entries.remove(path) {
+            out.push((path.clone(), s));
+        }
+        for d in self.descendants(path) {
+            if let Some(s) = self.entries.remove(&d) {
+                out.push((d, s));
+            }
+        }
+        out
+    }
+
+    /// Applies one record and returns its effect on the visible tree: every
+    /// path whose state changed, with its new state (`None`: gone), removals
+    /// before additions.
+    pub fn apply(&mut self, r: &Record) -> Vec<Effect> {
+        let gone = |v: Vec<(RelPath, EntryState)>| v.into_iter().map(|(p, _)| (p, None));
+        let mut effects: Vec<Effect> = Vec::new();
+        match r.op {
+            Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park => {
+                effects.extend(gone(self.remove_tree(&r.path)));
+            }
+            // Store-side housekeeping of hidden entries: not in the visible tree.
+            Op::Orphan | Op::Sweep => {}
+            Op::Rename => {
+                let Some(to) = &r.to else { return effects };
+                let moved = self.remove_tree(&r.path);
+                effects.extend(moved.iter().map(|(p, _)| (p.clone(), None)));
+                effects.extend(gone(self.remove_tree(to)));
+                for (p, s) in moved {
+                    let np = p.rebase(&r.path, to);
+                    self.entries.insert(np.clone(), s.clone());
+                    effects.push((np, Some(s)));
+                }
+            }
+            Op::Exchange => {
+                let Some(to) = &r.to else { return effects };
+                let a = self.remove_tree(&r.path);
+                let b = self.remove_tree(to);
+                effects.extend(a.iter().chain(b.iter()).map(|(p, _)| (p.clone(), None)));
+                for (p, s) in a {
+                    let np = p.rebase(&r.path, to);
+                    self.entries.insert(np.clone(), s.clone());
+                    effects.push((np, Some(s)));
+                }
+                for (p, s) in b {
+                    let np = p.rebase(to, &r.path);
+                    self.entries.insert(np.clone(), s.clone());
+                    effects.push((np, Some(s)));
+                }
+            }
+            _ => {
+                if let Some(state) = &r.state {
+                    if state.kind != Kind::Dir {
+                        for d in self.descendants(&r.path) {
+                            self.entries.remove(&d);
+                            effects.push((d, None));
+                        }
+                    }
+                    self.entries.insert(r.path.clone(), state.clone());
+                    effects.push((r.path.clone(), Some(state.clone())));
+                }
+            }
+        }
+        effects
+    }
+}
+
+/// The catalog and the history index, folded from the same records.
+pub struct Fold {
+    catalog: Catalog,
+    history: HistoryIndex,
+}
+
+impl Fold {
+    /// The fold of `records` (a journal's, in sequence order).
+    pub fn replay(records: &[Record]) -> Fold {
+        let mut fold = Fold {
+            catalog: Catalog::default(),
+            history: HistoryIndex::new(),
+        };
+        for r in records {
+            fold.apply(r);
+        }
+        fold
+    }
+
+    /// Applies the next record to both.
+    pub fn apply(&mut self, r: &Record) {
+        let effects = self.catalog.apply(r);
+        self.history.add(r.seq, r.ts, &effects);
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub fn history(&self) -> &HistoryIndex {
+        &self.history
+    }
+
+    pub fn history_mut(&mut self) -> &mut HistoryIndex {
+        &mut self.history
+    }
+
+    pub fn into_history(self) -> HistoryIndex {
+        self.history
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(c: &Catalog) -> Vec<String> {
+        c.iter().map(|(p, _)| p.to_string()).collect()
+    }
+
+    #[test]
+    fn rename_moves_subtree_and_replaces_target() {
+        let rec = |op, path, to| Record::sample(0, 0, op, path, to, None);
+        let make = |op, path, kind| {
+            Record::sample(0, 0, op, path, None, Some(EntryState::sample(kind, "")))
+        };
+        let mut c = Catalog::default();
+        c.apply(&make(Op::Mkdir, "a", Kind::Dir));
+        c.apply(&make(Op::Create, "a/x", Kind::File));
+        c.apply(&make(Op::Mkdir, "a/s", Kind::Dir));
+        c.apply(&make(Op::Create, "a/s/y", Kind::File));
+        c.apply(&make(Op::Create, "ab", Kind::File));
+        c.apply(&make(Op::Mkdir, "b", Kind::Dir));
+        c.apply(&rec(Op::Rename, "a", Some("b")));
+        assert_eq!(paths(&c), ["ab", "b", "b/s", "b/s/y", "b/x"]);
+        c.apply(&rec(Op::Exchange, "ab", Some("b")));
+        assert_eq!(paths(&c), ["ab", "ab/s", "ab/s/y", "ab/x", "b"]);
+        c.apply(&rec(Op::Rmdir, "ab", None));
+        assert_eq!(paths(&c), ["b"]);
+    }
+}
