@@ -24,8 +24,9 @@ use fuser::{
 };
 
 use crate::error::FsError;
-use crate::fs::{Caller, Entry, Invalidation, PageOp, SetAttr, SkillFs, Ttl};
-use crate::store::journal::Kind;
+use crate::fs::{
+    Caller, DirectoryEntry, DirectoryReplier, Entry, Invalidation, PageOp, SetAttr, SkillFs, Ttl,
+};
 use crate::sys::Time;
 
 const TTL: Duration = Duration::from_secs(24 * 3600);
@@ -168,7 +169,10 @@ fn caller(req: &Request) -> Caller {
     }
 }
 
-fn errno(e: FsError) -> Errno {
+/// The errno answered for `e`, after logging it once (at the level its
+/// errno calls for) as the answer to `op`.
+fn errno(op: &str, e: FsError) -> Errno {
+    e.log(op);
     Errno::from_i32(e.errno())
 }
 
@@ -192,14 +196,6 @@ fn file_type(mode: u32) -> FileType {
         libc::S_IFCHR => FileType::CharDevice,
         libc::S_IFBLK => FileType::BlockDevice,
         _ => FileType::RegularFile,
-    }
-}
-
-fn kind_type(k: Kind) -> FileType {
-    match k {
-        Kind::File => FileType::RegularFile,
-        Kind::Dir => FileType::Directory,
-        Kind::Symlink => FileType::Symlink,
     }
 }
 
@@ -242,20 +238,52 @@ fn time(t: TimeOrNow) -> Time {
     }
 }
 
-fn reply_entry(reply: ReplyEntry, r: Result<Entry, FsError>) {
+fn reply_entry(op: &str, reply: ReplyEntry, r: Result<Entry, FsError>) {
     match r {
         Ok(e) => {
             let (attr_ttl, entry_ttl) = ttls(e.ttl);
             reply.entry_with_ttls(&attr_ttl, &entry_ttl, &attr(&e), Generation(0))
         }
-        Err(e) => reply.error(errno(e)),
+        Err(e) => reply.error(errno(op, e)),
     }
 }
 
-fn reply_empty(reply: ReplyEmpty, r: Result<(), FsError>) {
+fn reply_empty(op: &str, reply: ReplyEmpty, r: Result<(), FsError>) {
     match r {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(e)),
+        Err(e) => reply.error(errno(op, e)),
+    }
+}
+
+/// `readdir`'s buffer, for the core's listing.
+struct Listing<'a>(&'a mut ReplyDirectory);
+
+impl DirectoryReplier for Listing<'_> {
+    fn add(&mut self, e: DirectoryEntry<'_>) -> bool {
+        let name = OsStr::from_bytes(e.name);
+        self.0
+            .add(INodeNo(e.ino), e.offset, file_type(e.mode_type), name)
+    }
+}
+
+/// `readdirplus`'s buffer, for the core's listing.
+struct ListingPlus<'a>(&'a mut ReplyDirectoryPlus);
+
+impl DirectoryReplier for ListingPlus<'_> {
+    fn add(&mut self, e: DirectoryEntry<'_>) -> bool {
+        let Some(entry) = e.entry else {
+            return false;
+        };
+        let name = OsStr::from_bytes(e.name);
+        let ttl = ttls(entry.ttl).0;
+        self.0.add(
+            INodeNo(entry.ino),
+            e.offset,
+            name,
+            &ttl,
+            &attr(entry),
+            Generation(0),
+        )
     }
 }
 
@@ -283,21 +311,10 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let name = name.as_bytes();
-        match self.fs.lookup(parent.0, name) {
-            // A negative entry (node 0) with a timeout: the kernel answers
-            // the next lookups of the name itself (`copy2` stats its
-            // destination twice before creating it, `exists()` probes).
-            Err(e) if e == FsError::ENOENT && self.fs.absence_is_cacheable(parent.0, name) => {
-                let none = Entry {
-                    ino: 0,
-                    // SAFETY: `stat` is plain data; all zeros is a valid value.
-                    stat: unsafe { std::mem::zeroed() },
-                    ttl: Ttl::Live,
-                };
-                reply.entry(&TTL, &attr(&none), Generation(0));
-            }
-            r => reply_entry(reply, r),
+        match self.fs.lookup_or_negative(parent.0, name.as_bytes()) {
+            // A negative entry: no entry TTL of its own.
+            Ok(e) if e.ino == 0 => reply.entry(&TTL, &attr(&e), Generation(0)),
+            r => reply_entry("lookup", reply, r),
         }
     }
 
@@ -308,7 +325,7 @@ impl Filesystem for FuseAdapter {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs.getattr(ino.0) {
             Ok(e) => reply.attr(&ttls(e.ttl).0, &attr(&e)),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(errno("getattr", e)),
         }
     }
 
@@ -341,14 +358,14 @@ impl Filesystem for FuseAdapter {
         };
         match self.fs.setattr(ino.0, set, &caller(req)) {
             Ok(e) => reply.attr(&ttls(e.ttl).0, &attr(&e)),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(errno("setattr", e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(errno("readlink", e)),
         }
     }
 
@@ -363,6 +380,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEntry,
     ) {
         reply_entry(
+            "mknod",
             reply,
             self.fs.mknod(parent.0, name.as_bytes(), mode, &caller(req)),
         );
@@ -378,6 +396,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEntry,
     ) {
         reply_entry(
+            "mkdir",
             reply,
             self.fs.mkdir(parent.0, name.as_bytes(), mode, &caller(req)),
         );
@@ -385,6 +404,7 @@ impl Filesystem for FuseAdapter {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         reply_empty(
+            "unlink",
             reply,
             self.fs.unlink(parent.0, name.as_bytes(), &caller(req)),
         );
@@ -392,6 +412,7 @@ impl Filesystem for FuseAdapter {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         reply_empty(
+            "rmdir",
             reply,
             self.fs.rmdir(parent.0, name.as_bytes(), &caller(req)),
         );
@@ -406,6 +427,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEntry,
     ) {
         reply_entry(
+            "symlink",
             reply,
             self.fs.symlink(
                 parent.0,
@@ -427,6 +449,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         reply_empty(
+            "rename",
             reply,
             self.fs.rename(
                 parent.0,
@@ -439,17 +462,16 @@ impl Filesystem for FuseAdapter {
         );
     }
 
-    /// Hard links are refused: a new version replaces the live file by
-    /// rename, which would silently split the links.
     fn link(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EPERM);
+        let r = self.fs.link(ino.0, newparent.0, newname.as_bytes());
+        reply_entry("link", reply, r);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -463,7 +485,7 @@ impl Filesystem for FuseAdapter {
                 }
                 reply.opened(FileHandle(o.fh), f)
             }
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(errno("open", e)),
         }
     }
 
@@ -480,7 +502,7 @@ impl Filesystem for FuseAdapter {
     ) {
         match self.fs.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(errno("read", e)),
         }
     }
 
@@ -498,7 +520,7 @@ impl Filesystem for FuseAdapter {
     ) {
         match self.fs.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(errno("write", e)),
         }
     }
 
@@ -510,7 +532,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.flush(fh.0, &caller(req)));
+        reply_empty("flush", reply, self.fs.flush(fh.0, &caller(req)));
     }
 
     fn release(
@@ -523,7 +545,7 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.release(fh.0, &caller(req)));
+        reply_empty("release", reply, self.fs.release(fh.0, &caller(req)));
     }
 
     fn fsync(
@@ -534,7 +556,7 @@ impl Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fsync(fh.0, &caller(req)));
+        reply_empty("fsync", reply, self.fs.fsync(fh.0, &caller(req)));
     }
 
     /// Directories are listed without open handles: ENOSYS makes the kernel
@@ -542,8 +564,11 @@ impl Filesystem for FuseAdapter {
     /// walk visits) and cache listings, checked against the directory's
     /// mtime and change counter. What changes a directory behind the kernel's
     /// back invalidates it (`SkillFs::set_invalidator`).
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.error(Errno::ENOSYS);
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno("opendir", e)),
+        }
     }
 
     fn readdir(
@@ -554,24 +579,10 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let (snap, entries, start) = match self.fs.readdir_at(ino.0, offset) {
-            Ok(e) => e,
-            Err(e) => return reply.error(errno(e)),
-        };
-        if start >= entries.len() {
-            self.fs.readdir_done(snap);
+        match self.fs.readdir(ino.0, offset, &mut Listing(&mut reply)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("readdir", e)),
         }
-        for (i, e) in entries.iter().enumerate().skip(start) {
-            let next = snap << 32 | (i as u64 + 1);
-            let kind = match e.special {
-                0 => kind_type(e.kind),
-                t => file_type(t),
-            };
-            if reply.add(INodeNo(e.ino), next, kind, OsStr::from_bytes(&e.name)) {
-                break;
-            }
-        }
-        reply.ok();
     }
 
     fn readdirplus(
@@ -582,41 +593,13 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let (snap, entries, start) = match self.fs.readdir_at(ino.0, offset) {
-            Ok(e) => e,
-            Err(e) => return reply.error(errno(e)),
-        };
-        if start >= entries.len() {
-            self.fs.readdir_done(snap);
+        match self
+            .fs
+            .readdirplus(ino.0, offset, &mut ListingPlus(&mut reply))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("readdirplus", e)),
         }
-        for (i, e) in entries.iter().enumerate().skip(start) {
-            let name = OsStr::from_bytes(&e.name);
-            // The kernel takes no lookup reference for `.` and `..`.
-            let dot = e.name == b"." || e.name == b"..";
-            let found = if dot {
-                self.fs.getattr(e.ino)
-            } else {
-                self.fs.lookup(ino.0, &e.name)
-            };
-            let Ok(entry) = found else {
-                continue; // gone since the listing was taken
-            };
-            let next = snap << 32 | (i as u64 + 1);
-            if reply.add(
-                INodeNo(entry.ino),
-                next,
-                name,
-                &ttls(entry.ttl).0,
-                &attr(&entry),
-                Generation(0),
-            ) {
-                if !dot {
-                    self.fs.forget(entry.ino, 1);
-                }
-                break;
-            }
-        }
-        reply.ok();
     }
 
     fn fsyncdir(
@@ -627,7 +610,7 @@ impl Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fsyncdir(ino.0));
+        reply_empty("fsyncdir", reply, self.fs.fsyncdir(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -642,48 +625,43 @@ impl Filesystem for FuseAdapter {
                 s.f_namemax as u32,
                 s.f_frsize as u32,
             ),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(errno("statfs", e)),
         }
     }
 
-    // Extended attributes are not kept (a version would have to carry them).
-    // ENOSYS makes the kernel stop asking and answer EOPNOTSUPP (ENOTSUP)
-    // itself, which `cp -a` and `shutil.copystat` treat as "no xattrs".
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _name: &OsStr,
         _value: &[u8],
         _flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::ENOSYS);
+        reply_empty("setxattr", reply, self.fs.xattr(ino.0));
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::ENOSYS);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        match self.fs.xattr(ino.0) {
+            Ok(()) => reply.size(0),
+            Err(e) => reply.error(errno("getxattr", e)),
+        }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    fn listxattr(&self, _req: &Request, ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        match self.fs.xattr(ino.0) {
+            Ok(()) => reply.size(0),
+            Err(e) => reply.error(errno("listxattr", e)),
+        }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOSYS);
+    fn removexattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply_empty("removexattr", reply, self.fs.xattr(ino.0));
     }
 
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        // Permissions are checked by the kernel (`default_permissions`).
-        reply.ok();
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        reply_empty("access", reply, self.fs.access(ino.0, mask.bits()));
     }
 
     fn create(
@@ -707,7 +685,7 @@ impl Filesystem for FuseAdapter {
                 FileHandle(o.fh),
                 FopenFlags::FOPEN_KEEP_CACHE,
             ),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(errno("create", e)),
         }
     }
 }

@@ -333,7 +333,7 @@ mod tests {
         // The disk answers again, but what failed to write may be gone.
         assert!(io.is_poisoned());
         let e = ledger.sync(&blobs).unwrap_err();
-        assert_eq!(crate::error::FsError::from(e).0, libc::EIO);
+        assert_eq!(crate::error::FsError::from(e).errno(), libc::EIO);
         // Work that promises no durability goes on; durable work does not.
         ledger.record(change("c"), Actor::daemon()).unwrap();
         blobs.put_bytes(b"not durable", false).unwrap();

@@ -16,9 +16,14 @@ impl SkillFs {
         self.retry_after_store(Some(ino), || self.setattr_once(ino, attr, caller))
     }
 
-    pub(super) fn setattr_once(&self, ino: Ino, attr: SetAttr, caller: &Caller) -> FsResult<Entry> {
+    pub(super) fn setattr_once(
+        &self,
+        ino: Ino,
+        attr: SetAttr,
+        caller: &Caller,
+    ) -> TryResult<Entry> {
         if is_virtual(ino) {
-            return Err(FsError::EROFS);
+            return Err(FsError::EROFS.into());
         }
         let _ns = self.namespace.read();
         let loc = self.loc(ino);
@@ -53,7 +58,7 @@ impl SkillFs {
                     // Unlinked but open: change the open file itself, or,
                     // if another name (a hard link made while unmounted)
                     // still points at it, a private copy of it.
-                    let of = of.as_ref().ok_or(*e)?;
+                    let of = of.as_ref().ok_or_else(|| e.clone())?;
                     let mut s = of.state.lock();
                     if sys::fstat(&*s.live).is_ok_and(|st| st.st_nlink > 0) {
                         let copy = self.private_copy(&s.live)?;
@@ -90,7 +95,6 @@ impl SkillFs {
                     Ok(self.ledger.lock().record(change, caller.actor())?)
                 });
                 if let Err(e) = recorded {
-                    tracing::warn!("could not journal {} of {p}: {e:?}; undone", op.name());
                     if let Some(old) = &before {
                         let undo = undo_of(&attr, old);
                         let undone = apply_meta_at(l, &undo);
@@ -101,12 +105,14 @@ impl SkillFs {
                             tracing::error!("could not undo the {} of {p}: {u:?}", op.name());
                         }
                     }
-                    return Err(e);
+                    return Err(e
+                        .context(format_args!("journal {} of {p} (undone)", op.name()))
+                        .into());
                 }
             }
         }
         drop(_ns);
-        self.getattr(ino)
+        Ok(self.getattr(ino)?)
     }
 
     /// A regular file with another hard link (made while unmounted) gets an
@@ -116,7 +122,7 @@ impl SkillFs {
     /// and times, and swapped in; a writer's staged bytes are left alone
     /// (they publish at its own close). The content is unchanged, so
     /// nothing is recorded. Called under the namespace lock.
-    pub(super) fn split_if_linked(&self, ino: Ino, loc: &Location) -> FsResult<()> {
+    pub(super) fn split_if_linked(&self, ino: Ino, loc: &Location) -> TryResult<()> {
         let st = loc.lstat()?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink <= 1 {
             return Ok(());
@@ -190,7 +196,7 @@ impl SkillFs {
         size: u64,
         via_handle: bool,
         caller: &Caller,
-    ) -> FsResult<()> {
+    ) -> TryResult<()> {
         // A handle's share of the open state, held for the whole change:
         // without it the last reader's release could drop the state midway
         // and a new open start another one on the file about to be replaced.
@@ -200,7 +206,10 @@ impl SkillFs {
                 // Unlinked: reachable only through an open handle. Joined
                 // under the map's lock, so a release cannot drop it between.
                 let files = self.open_files.lock();
-                let of = files.get(&ino).cloned().ok_or(FsError::ESTALE)?;
+                let of = files
+                    .get(&ino)
+                    .cloned()
+                    .ok_or(Attempt::Failed(FsError::ESTALE))?;
                 of.state.lock().handles += 1;
                 of
             }

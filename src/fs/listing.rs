@@ -2,7 +2,10 @@
 //!
 //! Owns: a visible directory's listing (its physical entries: it never
 //! shows a hidden one) and a hidden directory's (whole), snapshots of a
-//! listing between `readdir` calls (`listings`), and `fsyncdir`.
+//! listing between `readdir` calls (`listings`) and the offsets that name
+//! them, the lookup references `readdirplus` hands the kernel, and
+//! `fsyncdir`. The adapter only copies entries into the kernel's buffer
+//! (`DirectoryReplier`).
 //! Locks: `namespace` shared while a listing is read or a directory opened
 //! for its fsync, never across the flush; `listings` is a leaf.
 
@@ -82,7 +85,11 @@ impl SkillFs {
     /// (`snapshot << 32 | index + 1`): a listing is taken at offset 0 and
     /// kept until read to its end, so each pass reads one consistent listing
     /// even while another pass of the same directory starts.
-    pub fn readdir_at(&self, ino: Ino, offset: u64) -> FsResult<(u64, Arc<Vec<DirEntry>>, usize)> {
+    pub(super) fn readdir_at(
+        &self,
+        ino: Ino,
+        offset: u64,
+    ) -> FsResult<(u64, Arc<Vec<DirEntry>>, usize)> {
         let (snap, index) = (offset >> 32, (offset & 0xffff_ffff) as usize);
         if offset > 0
             && let Some(e) = self.listings.lock().get(&snap)
@@ -100,8 +107,77 @@ impl SkillFs {
     }
 
     /// A handle-less listing was read to its end.
-    pub fn readdir_done(&self, snap: u64) {
+    pub(super) fn readdir_done(&self, snap: u64) {
         self.listings.lock().remove(&snap);
+    }
+
+    /// `readdir`: the entries of `ino` from `offset` on, into `reply` until
+    /// it is full.
+    pub fn readdir(
+        &self,
+        ino: Ino,
+        offset: u64,
+        reply: &mut impl DirectoryReplier,
+    ) -> FsResult<()> {
+        let (snap, entries, start) = self.readdir_at(ino, offset)?;
+        if start >= entries.len() {
+            self.readdir_done(snap);
+        }
+        for (i, e) in entries.iter().enumerate().skip(start) {
+            let full = reply.add(DirectoryEntry {
+                ino: e.ino,
+                offset: snap << 32 | (i as u64 + 1),
+                name: &e.name,
+                mode_type: mode_type(e),
+                entry: None,
+            });
+            if full {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// `readdirplus`: as `readdir`, each entry with its attributes. The
+    /// kernel takes a lookup reference on every entry it is given but `.`
+    /// and `..`, so each is looked up here, and one the reply had no room
+    /// for is forgotten again. An entry gone since the listing was taken is
+    /// left out.
+    pub fn readdirplus(
+        &self,
+        ino: Ino,
+        offset: u64,
+        reply: &mut impl DirectoryReplier,
+    ) -> FsResult<()> {
+        let (snap, entries, start) = self.readdir_at(ino, offset)?;
+        if start >= entries.len() {
+            self.readdir_done(snap);
+        }
+        for (i, e) in entries.iter().enumerate().skip(start) {
+            let dot = e.name == b"." || e.name == b"..";
+            let found = if dot {
+                self.getattr(e.ino)
+            } else {
+                self.lookup(ino, &e.name)
+            };
+            let Ok(entry) = found else {
+                continue;
+            };
+            let full = reply.add(DirectoryEntry {
+                ino: entry.ino,
+                offset: snap << 32 | (i as u64 + 1),
+                name: &e.name,
+                mode_type: entry.stat.st_mode & libc::S_IFMT,
+                entry: Some(&entry),
+            });
+            if full {
+                if !dot {
+                    self.forget(entry.ino, 1);
+                }
+                break;
+            }
+        }
+        Ok(())
     }
 
     pub fn fsyncdir(&self, ino: Ino) -> FsResult<()> {
@@ -115,7 +191,7 @@ impl SkillFs {
                 Ok(loc) => Some((File::from(sys::open_dir(loc.dirfd, &loc.phys)?), loc)),
                 // A directory removed while open has nothing left to make
                 // durable but the record of its removal, synced below.
-                Err(FsError::ENOENT | FsError::ESTALE) => None,
+                Err(e) if e.is(libc::ENOENT) || e.is(libc::ESTALE) => None,
                 Err(e) => return Err(e),
             }
         };
@@ -124,5 +200,34 @@ impl SkillFs {
             live_fsync(&dir, &loc)?;
         }
         Ok(())
+    }
+}
+
+/// One entry of a listing, as the adapter hands it to the kernel.
+pub struct DirectoryEntry<'a> {
+    pub ino: Ino,
+    /// Where the next read of the listing continues.
+    pub offset: u64,
+    pub name: &'a [u8],
+    /// The file type bits of `st_mode` (`S_IFREG`, `S_IFDIR`...).
+    pub mode_type: u32,
+    /// For `readdirplus`: the entry and its attributes.
+    pub entry: Option<&'a Entry>,
+}
+
+/// Where a listing goes: the kernel's reply buffer, through the adapter
+/// (after mountpoint-s3's `DirectoryReplier`).
+pub trait DirectoryReplier {
+    /// Adds `entry`; true if the buffer is full and it was not taken.
+    fn add(&mut self, entry: DirectoryEntry<'_>) -> bool;
+}
+
+/// The file type bits of a listed entry.
+fn mode_type(e: &DirEntry) -> u32 {
+    match (e.special, e.kind) {
+        (0, Kind::File) => libc::S_IFREG,
+        (0, Kind::Dir) => libc::S_IFDIR,
+        (0, Kind::Symlink) => libc::S_IFLNK,
+        (t, _) => t,
     }
 }

@@ -18,8 +18,51 @@ impl SkillFs {
     /// removes behind it it invalidates. Not so under `.history`, which
     /// grows with every change, nor for `.history` itself, which exists in
     /// a directory only while that directory is visible.
-    pub fn absence_is_cacheable(&self, parent: Ino, name: &[u8]) -> bool {
+    pub(super) fn absence_is_cacheable(&self, parent: Ino, name: &[u8]) -> bool {
         !is_virtual(parent) && name != HISTORY
+    }
+
+    /// `lookup` as the kernel asks it: a name missing where its absence may
+    /// be cached (`absence_is_cacheable`) is a negative entry (inode 0)
+    /// with a timeout, so the kernel answers the next lookups of the name
+    /// itself (`copy2` stats its destination twice before creating it,
+    /// `exists()` probes).
+    pub fn lookup_or_negative(&self, parent: Ino, name: &[u8]) -> FsResult<Entry> {
+        match self.lookup(parent, name) {
+            Err(e) if e.is(libc::ENOENT) && self.absence_is_cacheable(parent, name) => {
+                Ok(Entry {
+                    ino: 0,
+                    // SAFETY: `stat` is plain data; all zeros is a valid value.
+                    stat: unsafe { std::mem::zeroed() },
+                    ttl: Ttl::Live,
+                })
+            }
+            r => r,
+        }
+    }
+
+    /// Hard links are refused: a new version replaces the live file by
+    /// rename, which would silently split the links.
+    pub fn link(&self, _ino: Ino, _newparent: Ino, _newname: &[u8]) -> FsResult<Entry> {
+        Err(FsError::EPERM)
+    }
+
+    /// Extended attributes are not kept (a version would have to carry
+    /// them). `ENOSYS` makes the kernel stop asking and answer `ENOTSUP`
+    /// itself, which `cp -a` and `shutil.copystat` take as "no xattrs".
+    pub fn xattr(&self, _ino: Ino) -> FsResult<()> {
+        Err(FsError::ENOSYS)
+    }
+
+    /// Directories are not opened: `ENOSYS` makes the kernel list them
+    /// without a handle (`readdir` offsets name a listing, see `listing`).
+    pub fn opendir(&self, _ino: Ino) -> FsResult<u64> {
+        Err(FsError::ENOSYS)
+    }
+
+    /// Permissions are checked by the kernel (`default_permissions`).
+    pub fn access(&self, _ino: Ino, _mask: i32) -> FsResult<()> {
+        Ok(())
     }
 
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Entry> {

@@ -84,7 +84,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::error::{FsError, FsResult};
+use crate::error::{Context, FsError, FsResult};
 use crate::hide::HideRules;
 use crate::history;
 use crate::ledger::{GroupCommit, Ledger};
@@ -98,6 +98,7 @@ use crate::sys::{self, Time};
 
 use history_view::{HISTORY, VNode, decode, is_virtual};
 use janitor::{put_spare, start_janitor};
+pub use listing::{DirectoryEntry, DirectoryReplier};
 use pages::{Claim, PageStore};
 pub use pages::{Kernel as PageKernel, PageOp};
 use publish::live_fsync;
@@ -106,9 +107,29 @@ pub use tree::{Ino, Location, ROOT_INO};
 
 const NAME_MAX: usize = 255;
 
-/// Internal only, never answered to the kernel: a change met a store into
-/// the page cache being written (see `lock_to_change`).
-const STORE_BUSY: FsError = FsError(i32::MIN);
+/// How a try of a change ends short of its answer: it met a store into
+/// the page cache being written (see `lock_to_change`), and must let go of
+/// every lock, wait and start over (`retry_after_store`), or it failed.
+/// Never answered to the kernel as such: only `Failed` becomes an errno.
+enum Attempt {
+    StoreBusy,
+    Failed(FsError),
+}
+
+impl From<FsError> for Attempt {
+    fn from(e: FsError) -> Attempt {
+        Attempt::Failed(e)
+    }
+}
+
+impl From<std::io::Error> for Attempt {
+    fn from(e: std::io::Error) -> Attempt {
+        Attempt::Failed(e.into())
+    }
+}
+
+/// The result of one try of a change that may meet a store.
+type TryResult<T> = Result<T, Attempt>;
 
 /// Who is asking, from the FUSE request header.
 #[derive(Clone, Copy, Debug)]
@@ -482,7 +503,7 @@ impl SkillFs {
 
     /// Locks `of`'s state for a change of its content, once no store of an
     /// earlier content into the kernel's page cache can land after it.
-    /// [`STORE_BUSY`] if a store is being written: the caller lets go of
+    /// [`Attempt::StoreBusy`] if a store is being written: the caller lets go of
     /// every lock, waits (`retry_after_store`) and starts over, because the
     /// store may wait on a read that needs a request thread, and a thread
     /// waiting with the namespace lock would hold up the others.
@@ -490,21 +511,22 @@ impl SkillFs {
         &self,
         ino: Ino,
         of: &'a OpenFile,
-    ) -> FsResult<parking_lot::MutexGuard<'a, OpenState>> {
+    ) -> TryResult<parking_lot::MutexGuard<'a, OpenState>> {
         let s = of.state.lock();
         match self.pages.claim(ino) {
             Claim::Clear => Ok(s),
-            Claim::Busy => Err(STORE_BUSY),
+            Claim::Busy => Err(Attempt::StoreBusy),
         }
     }
 
     /// Runs `op` (which takes its own locks) again for as long as it meets
     /// a store being written, waiting for the store between tries.
-    fn retry_after_store<T>(&self, ino: Option<Ino>, op: impl Fn() -> FsResult<T>) -> FsResult<T> {
+    fn retry_after_store<T>(&self, ino: Option<Ino>, op: impl Fn() -> TryResult<T>) -> FsResult<T> {
         loop {
             match op() {
-                Err(e) if e == STORE_BUSY => self.pages.wait(ino),
-                r => return r,
+                Err(Attempt::StoreBusy) => self.pages.wait(ino),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Ok(v) => return Ok(v),
             }
         }
     }

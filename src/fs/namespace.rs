@@ -462,26 +462,26 @@ impl SkillFs {
         mode: u32,
         flags: i32,
         caller: &Caller,
-    ) -> FsResult<(Entry, OpenReply)> {
+    ) -> TryResult<(Entry, OpenReply)> {
         self.check_writable(parent, name, true)?;
         check_name(name)?;
         let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
         let (loc, attached, created) = match self.find(parent, &ploc, name) {
-            Ok(_) if flags & libc::O_EXCL != 0 => return Err(FsError::EEXIST),
+            Ok(_) if flags & libc::O_EXCL != 0 => return Err(FsError::EEXIST.into()),
             Ok(f) => (f.loc, f.attached, false),
-            Err(FsError::ENOENT) => {
+            Err(e) if e.is(libc::ENOENT) => {
                 self.journal_room()?;
                 let (loc, attached) = self.place(parent, &ploc, name, Kind::File)?;
                 self.new_file_at(&loc, mode & 0o7777, caller)?;
                 (loc, attached, true)
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         let st = loc.lstat()?;
-        let kind = kind_of(&st).ok_or(FsError::EPERM)?;
+        let kind = kind_of(&st).ok_or(Attempt::Failed(FsError::EPERM))?;
         if kind == Kind::Dir {
-            return Err(FsError::EISDIR);
+            return Err(FsError::EISDIR.into());
         }
         let ino = self.tree.lock().link(parent, name, kind, attached);
         if created && let Some(p) = &self.versioned(&loc) {
@@ -497,7 +497,7 @@ impl SkillFs {
             Ok(of) => of,
             Err(e) => {
                 self.tree.lock().forget(ino, 1);
-                return Err(e);
+                return Err(e.into());
             }
         };
         let reply = match self.finish_open(ino, Some(&loc), of, flags, caller) {

@@ -37,7 +37,7 @@ impl SkillFs {
             }
             Err(err) => {
                 let stale = self.stale.lock();
-                let kept = stale.get(&ino).ok_or(err)?;
+                let kept = stale.get(&ino).ok_or_else(|| err.clone())?;
                 let again = format!("/proc/self/fd/{}", kept.as_raw_fd());
                 File::open(again).map_err(|_| err)?
             }
@@ -183,7 +183,7 @@ impl SkillFs {
         of: Arc<OpenFile>,
         flags: i32,
         caller: &Caller,
-    ) -> FsResult<OpenReply> {
+    ) -> TryResult<OpenReply> {
         // `O_RDONLY | O_TRUNC` truncates too (with FUSE_ATOMIC_O_TRUNC the
         // kernel counts on the open to have done it).
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
@@ -203,16 +203,16 @@ impl SkillFs {
                     && let Some(loc) = loc
                     && let Err(e) = self.publish_locked(&mut s, loc, Op::Write, false, caller)
                 {
-                    tracing::warn!("could not publish {} before O_TRUNC: {e:?}", loc.logical);
                     drop(s);
                     self.release_open(ino, true);
-                    return Err(e);
+                    let what = format_args!("publish {} before O_TRUNC", loc.logical);
+                    return Err(e.context(what).into());
                 }
                 let hidden = loc.is_some_and(|l| l.is_hidden());
                 if let Err(e) = self.ensure_staging(&mut s, true, hidden) {
                     drop(s);
                     self.release_open(ino, true);
-                    return Err(e);
+                    return Err(e.into());
                 }
                 let stg = s.staging.as_mut().expect("just ensured");
                 stg.mark_written();
@@ -353,9 +353,10 @@ impl SkillFs {
                     && s.staging.as_ref().is_some_and(|stg| stg.dirty)
                     && let Some(loc) = &loc
                 {
-                    result = self.publish_locked(&mut s, loc, Op::Write, false, caller);
-                    if let Err(e) = &result {
-                        tracing::error!("could not publish {} at close: {e:?}", loc.logical);
+                    result = self
+                        .publish_locked(&mut s, loc, Op::Write, false, caller)
+                        .context(format_args!("publish {} at close", loc.logical));
+                    if result.is_err() {
                         // The close fails, and no writer is left to try
                         // again: the staged bytes are in no version, so
                         // nobody may read them. Back to the live file, and

@@ -115,7 +115,7 @@ impl SkillFs {
         match self.find(parent, ploc, name) {
             Ok(f) if f.attached != attached => Ok(Some(f)),
             Ok(_) => Ok(None),
-            Err(FsError::ENOENT) => Ok(None),
+            Err(e) if e.is(libc::ENOENT) => Ok(None),
             Err(e) => Err(e),
         }
     }

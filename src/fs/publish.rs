@@ -36,9 +36,7 @@ impl SkillFs {
             let mut s = of.state.lock();
             if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
                 self.publish_locked(&mut s, &loc, Op::Write, false, caller)
-                    .inspect_err(|e| {
-                        tracing::warn!("could not publish {} before it changed: {e:?}", loc.logical)
-                    })?;
+                    .context(format_args!("publish {} before it changed", loc.logical))?;
             }
         }
         Ok(())
