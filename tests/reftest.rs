@@ -14,7 +14,9 @@
 //! that exists, EISDIR and ENOTDIR by kind, the ancestor checks of
 //! `rename`, EBADF and EINVAL by how a handle was opened). Every lookup
 //! reference is forgotten at the end of the operation, as a kernel under
-//! memory pressure may; an open handle keeps its inode's.
+//! memory pressure may, but for an open handle's and one of each
+//! directory still in the tree (a kernel never forgets a directory while
+//! an open file below it pins its dentry).
 //!
 //! The plain directory stands for what the contract says a program sees
 //! (G3, G5): hidden names (`.*.tmp` files and `*.bak` directories; no tree
@@ -22,13 +24,16 @@
 //! not listed in a visible directory, are reachable by exact name, and do
 //! not keep a directory from being removed or renamed over; inside a hidden
 //! directory the listing is whole. Hidden entries are compared by exact
-//! name.
+//! name. Both trees start with hard links made while unmounted (a visible
+//! pair, and a visible name linked to a hidden one); the plain side splits
+//! a link before a change of one of its names, as the core does.
 //!
 //! `Remount` closes every handle, shuts the core down as an unmount does,
 //! and opens a new one on the same store (journal replay and scan): the
 //! tree must be the same, and for every remount so far `.history/<id>/`
 //! (read through the core's own lookups) must be the visible tree as it was
-//! then, for the last change id before it (G1, G4). At the end every
+//! then, for the last change id before it, and every change under it must
+//! answer EROFS (G1, G4). At the end every
 //! content a visible file had after a write by path, with no handle open,
 //! must be a blob the journal names (G1).
 //!
@@ -44,6 +49,10 @@
 //! failure), each candidate run from a fresh scratch directory. The minimal
 //! sequence is printed as Rust lines to paste into a regression test
 //! (`check(&[...])`, see the ignored tests at the end).
+//!
+//! Known bugs: a sequence that meets one kept as an ignored regression test
+//! below is left out of the random runs (`renames_a_link_onto_itself`)
+//! until it is fixed; `cargo test --test reftest -- --ignored` runs them.
 
 mod common;
 
@@ -55,7 +64,7 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use common::{Rng, Scratch, cpath, sha256_hex};
-use skillfs::error::FsResult;
+use skillfs::error::{FsError, FsResult};
 use skillfs::fs::{Caller, Entry, Ino, ROOT_INO, SetAttr, SkillFs};
 use skillfs::hide::RuleArgs;
 use skillfs::open::{Core, open_core};
@@ -63,7 +72,7 @@ use skillfs::store::Layout;
 use skillfs::store::journal;
 
 const PARENTS: &[&str] = &["", "a", "b", "a/c", "x.bak"];
-const NAMES: &[&str] = &["a", "b", "c", "f", ".h.tmp", "x.bak"];
+const NAMES: &[&str] = &["a", "b", "c", "f", "g", ".h.tmp", "x.bak"];
 const SLOTS: usize = 4;
 
 /// Every `parent/name`, as `'static` strings so that an `Op` prints as the
@@ -278,7 +287,31 @@ impl Plain {
         self.slots[slot].as_ref().ok_or(libc::EBADF)
     }
 
+    /// The plain side of skillfs's copy on write for hard links made
+    /// offline: a change of one name's content or mode splits it from the
+    /// other names first, as the core does, instead of reaching them all.
+    fn split_link(&self, op: &Op) {
+        let rel = match *op {
+            Op::Write(r, _)
+            | Op::Append(r, _)
+            | Op::WriteAt(r, _, _)
+            | Op::Truncate(r, _)
+            | Op::Chmod(r, _) => r,
+            Op::Open(_, r, flags)
+                if flags & (libc::O_WRONLY | libc::O_RDWR | libc::O_TRUNC) != 0 =>
+            {
+                r
+            }
+            _ => return,
+        };
+        // The name the change reaches, through symlinks.
+        if let Ok(p) = self.p(rel).canonicalize() {
+            common::split_link(&p);
+        }
+    }
+
     fn apply(&mut self, op: &Op) -> Res {
+        self.split_link(op);
         match *op {
             Op::Write(rel, data) => io(fs::write(self.p(rel), data.bytes()), |()| Out::Unit),
             Op::Append(rel, data) => io(
@@ -733,7 +766,7 @@ impl Kernel {
 
     /// The names in directory `ino`, `.` and `..` left out, as read by
     /// `readdir` from offset 0 to the end.
-    fn list_ino(&mut self, ino: Ino) -> Result<Vec<(String, char)>, i32> {
+    fn list_ino(&self, ino: Ino) -> Result<Vec<(String, char)>, i32> {
         let (snap, entries, start) = self.fs().readdir_at(ino, 0).map_err(err)?;
         self.fs().readdir_done(snap);
         let mut v: Vec<(String, char)> = entries[start..]
@@ -1052,6 +1085,57 @@ impl Kernel {
             .unwrap_or(0)
     }
 
+    /// Every change under `.history/<id>/` answers EROFS (G4): a new
+    /// file or directory, and a removal, rename, chmod or write of its
+    /// first entry.
+    fn history_refuses_writes(&mut self, id: u64) -> Result<(), String> {
+        let h = self
+            .lookup(ROOT_INO, b".history")
+            .map_err(|e| format!("{e}"))?;
+        let snap = self.lookup(h.ino, id.to_string().as_bytes());
+        let snap = snap.map_err(|e| format!(".history/{id}: errno {e}"))?.ino;
+        let fs = self.core.as_ref().unwrap().fs();
+        let caller = self.caller;
+        let c = &caller;
+        let mut answers = vec![
+            ("mkdir", fs.mkdir(snap, b"new", 0o777, c).map(|_| ())),
+            (
+                "create",
+                fs.create(snap, b"new", 0o644, libc::O_WRONLY | libc::O_CREAT, c)
+                    .map(|_| ()),
+            ),
+            ("symlink", fs.symlink(snap, b"new", b"f", c).map(|_| ())),
+        ];
+        let first = self.list_ino(snap).map_err(|e| format!("{e}"))?;
+        if let Some((name, kind)) = first.first() {
+            let fs = self.core.as_ref().unwrap().fs();
+            let n = name.as_bytes();
+            let e = fs.lookup(snap, n).map_err(|e| format!("{e:?}"))?;
+            let mode = SetAttr {
+                mode: Some(0o600),
+                ..SetAttr::default()
+            };
+            answers.push(("chmod", fs.setattr(e.ino, mode, c).map(|_| ())));
+            answers.push(("rename", fs.rename(snap, n, ROOT_INO, b"new", 0, c)));
+            if *kind == 'd' {
+                answers.push(("rmdir", fs.rmdir(snap, n, c)));
+            } else {
+                answers.push(("unlink", fs.unlink(snap, n, c)));
+            }
+            if *kind == 'f' {
+                answers.push(("open", fs.open(e.ino, libc::O_WRONLY, c).map(|_| ())));
+            }
+            fs.forget(e.ino, 1);
+        }
+        self.forget_refs();
+        match answers.iter().find(|(_, r)| *r != Err(FsError::EROFS)) {
+            Some((what, r)) => Err(format!(
+                "{what} under .history/{id} answered {r:?}, not EROFS"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The tree `.history/<id>/` shows.
     fn history_tree(&mut self, id: u64) -> Result<Tree, String> {
         let h = self
@@ -1162,15 +1246,50 @@ fn compare(a: &Tree, b: &Tree) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `ops` from an empty tree, checking after every step; the number of
+/// Whether `op` renames a file onto another name of the same file, which
+/// the core journals wrongly (see
+/// `regression_rename_between_two_links_of_one_file`): left out of the
+/// random runs until that is fixed. Only the offline links reach it.
+fn renames_a_link_onto_itself(plain: &Plain, op: &Op) -> bool {
+    let Op::Rename(from, to, flags) = *op else {
+        return false;
+    };
+    let id = |rel| {
+        fs::symlink_metadata(plain.p(rel))
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| (m.dev(), m.ino()))
+    };
+    flags & libc::RENAME_EXCHANGE == 0 && from != to && id(from).is_some() && id(from) == id(to)
+}
+
+/// The tree both sides start from, made while unmounted: hard links, a
+/// visible pair and a visible name linked to a hidden one (parked, with its
+/// link, when the core opens).
+fn offline(root: &Path) {
+    fs::write(root.join("f"), b"offline f and g").unwrap();
+    fs::hard_link(root.join("f"), root.join("g")).unwrap();
+    fs::write(root.join("c"), b"offline c and .h.tmp").unwrap();
+    fs::hard_link(root.join("c"), root.join(".h.tmp")).unwrap();
+}
+
+/// Runs `ops` from the `offline` tree, checking after every step; the number of
 /// operations that succeeded, or the first failure.
 fn check(ops: &[Op]) -> Result<usize, Failure> {
+    run(ops, false)
+}
+
+/// `check`, leaving out the operations of known bugs if `skip_known_bugs`
+/// (see `renames_a_link_onto_itself`).
+fn run(ops: &[Op], skip_known_bugs: bool) -> Result<usize, Failure> {
     let scratch = Scratch::at(&scratch_parent(), "reftest");
     // Made under the umask 0 of the run: the store refuses a parent others
     // can write.
     fs::set_permissions(&scratch.dir, fs::Permissions::from_mode(0o755)).unwrap();
     let plain_dir = scratch.dir.join("plain");
     fs::create_dir(&plain_dir).unwrap();
+    offline(&plain_dir);
+    offline(&scratch.root());
     let mut plain = Plain {
         root: plain_dir,
         slots: (0..SLOTS).map(|_| None).collect(),
@@ -1183,6 +1302,9 @@ fn check(ops: &[Op]) -> Result<usize, Failure> {
     let mut snapshots: Vec<(u64, Tree)> = Vec::new();
     let fail = |step, kind, what: String| Failure { step, kind, what };
     for (step, op) in ops.iter().enumerate() {
+        if skip_known_bugs && renames_a_link_onto_itself(&plain, op) {
+            continue;
+        }
         if let Op::Remount = op {
             // Every handle closed (so every change has been published), the
             // tree is what `.history/<last id>` must show.
@@ -1235,6 +1357,7 @@ fn check(ops: &[Op]) -> Result<usize, Failure> {
             for (id, then) in snapshots.iter().filter(|(id, _)| *id > 0) {
                 let seen = kernel
                     .history_tree(*id)
+                    .and_then(|t| kernel.history_refuses_writes(*id).map(|()| t))
                     .map_err(|e| fail(step, "history", e))?;
                 if let Err(e) = compare(then, &seen) {
                     let what = format!(".history/{id} after a remount: {e}");
@@ -1282,7 +1405,7 @@ impl Plain {
 
 /// `check` that turns a panic into a failure at an unknown step.
 fn check_caught(ops: &[Op]) -> Result<usize, Failure> {
-    std::panic::catch_unwind(|| check(ops)).unwrap_or_else(|p| {
+    std::panic::catch_unwind(|| run(ops, true)).unwrap_or_else(|p| {
         let what = p
             .downcast_ref::<String>()
             .cloned()
@@ -1398,4 +1521,62 @@ fn random_operations_on_the_core_match_a_plain_directory() {
             }
         }
     }
+}
+
+/// Fixed sequences at the corners the random runs reach only now and then:
+/// the offline hard links renamed over each other, written through a
+/// symlink, and a hidden directory (with a hidden file in it) renamed to a
+/// visible name, listed and removed.
+#[test]
+fn corner_cases_match_a_plain_directory() {
+    unsafe { libc::umask(0) };
+    use Op::*;
+    for ops in [
+        &[Rename("f", "g", libc::RENAME_EXCHANGE), Remount][..],
+        &[Rename("f", "a", 0), Rename("a", "f", 0), Remount],
+        &[Rename(".h.tmp", "a", 0), Remount],
+        &[Symlink("f", "b"), Write("b", Data(10, 1)), Remount],
+        &[
+            Write(".h.tmp", Data(10, 1)),
+            Open(0, "c", libc::O_RDWR),
+            Remount,
+        ],
+        &[
+            Mkdir("x.bak"),
+            Write("x.bak/.h.tmp", Data(3, 3)),
+            Rename("x.bak", "b", 0),
+            List("b"),
+            Rmdir("b"),
+            Remount,
+        ],
+    ] {
+        if let Err(f) = check(ops) {
+            panic!("{ops:?} failed at step {}: {}", f.step, f.what);
+        }
+    }
+}
+
+/// Bug: a rename between two names of one file (hard links made while
+/// unmounted) is journaled as a move, but `renameat2` leaves both names
+/// (POSIX: it does nothing), so the journal and `.history/<id>/` lose the
+/// source name while it is still in the live tree (the next mount's scan
+/// finds it again as a new file). Expected `.history/4` = [c, f, g] (the
+/// tree), got [c, g]; the journal's record 4 is `rename f -> g`.
+#[test]
+#[ignore = "bug: a rename between two links of one file is journaled as a move"]
+fn regression_rename_between_two_links_of_one_file() {
+    unsafe { libc::umask(0) };
+    use Op::*;
+    check(&[Rename("f", "g", 0), Remount]).unwrap();
+}
+
+/// The same bug with a visible name and a hidden one linked to it (parked
+/// with its link at the mount): `.history/4` shows `c` gone, the tree
+/// still has it.
+#[test]
+#[ignore = "bug: a rename between two links of one file is journaled as a move"]
+fn regression_rename_of_a_link_over_its_hidden_link() {
+    unsafe { libc::umask(0) };
+    use Op::*;
+    check(&[Rename("c", ".h.tmp", 0), Remount]).unwrap();
 }
