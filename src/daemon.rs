@@ -294,12 +294,13 @@ fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     ))
 }
 
-struct Prepared {
+/// A core ready to serve, its store locked (see `crate::core`).
+pub(crate) struct Prepared {
     root: PathBuf,
     layout: Layout,
     repaired: Vec<fsutil::Repair>,
     _lock: StoreLock,
-    fs: Arc<SkillFs>,
+    pub(crate) fs: Arc<SkillFs>,
 }
 
 /// The store directory for `root` (not created), made absolute.
@@ -438,7 +439,7 @@ fn check_nesting(root: &Path, store: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
+pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let root = absolute_root(&args.root)?;
     check_root(&root)?;
     let root = root

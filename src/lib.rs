@@ -21,6 +21,7 @@ pub mod hide;
 pub mod history;
 pub mod ledger;
 pub mod logging;
+pub mod open;
 pub mod relpath;
 pub mod scan;
 pub mod store;

@@ -316,31 +316,7 @@ impl Side<'_> {
             }
             _ => return,
         };
-        let p = self.root.join(rel);
-        let Ok(m) = fs::symlink_metadata(&p) else {
-            return;
-        };
-        if !m.is_file() || m.nlink() < 2 {
-            return;
-        }
-        let tmp = p.with_file_name(".split-link");
-        fs::copy(&p, &tmp).unwrap();
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(m.mode() & 0o7777)).unwrap();
-        let ts = [
-            libc::timespec {
-                tv_sec: m.atime(),
-                tv_nsec: m.atime_nsec(),
-            },
-            libc::timespec {
-                tv_sec: m.mtime(),
-                tv_nsec: m.mtime_nsec(),
-            },
-        ];
-        assert_eq!(
-            unsafe { libc::utimensat(libc::AT_FDCWD, cpath(&tmp).as_ptr(), ts.as_ptr(), 0) },
-            0
-        );
-        fs::rename(&tmp, &p).unwrap();
+        common::split_link(&self.root.join(rel));
     }
 
     fn writers_open(&self) -> bool {

@@ -419,3 +419,35 @@ pub fn assert_refused(out: &Output, code: i32, words: &[&str]) {
         assert!(lines[0].contains(w), "'{w}' missing from: {err}");
     }
 }
+
+/// What skillfs does to a file with hard links made offline before one of
+/// its names is changed, done to a plain directory: the name `p` gets a
+/// copy of its own (bytes, mode and times), renamed over it, and the other
+/// names keep the old inode. Nothing for a file with one link.
+pub fn split_link(p: &Path) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(m) = fs::symlink_metadata(p) else {
+        return;
+    };
+    if !m.is_file() || m.nlink() < 2 {
+        return;
+    }
+    let tmp = p.with_file_name(".split-link");
+    fs::copy(p, &tmp).unwrap();
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(m.mode() & 0o7777)).unwrap();
+    let ts = [
+        libc::timespec {
+            tv_sec: m.atime(),
+            tv_nsec: m.atime_nsec(),
+        },
+        libc::timespec {
+            tv_sec: m.mtime(),
+            tv_nsec: m.mtime_nsec(),
+        },
+    ];
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, cpath(&tmp).as_ptr(), ts.as_ptr(), 0) },
+        0
+    );
+    fs::rename(&tmp, p).unwrap();
+}
