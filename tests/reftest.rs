@@ -65,7 +65,9 @@ use std::time::Instant;
 
 use common::{Rng, Scratch, cpath, sha256_hex};
 use skillfs::error::{FsError, FsResult};
-use skillfs::fs::{Caller, Entry, Ino, ROOT_INO, SetAttr, SkillFs};
+use skillfs::fs::{
+    Caller, DirectoryEntry, DirectoryReplier, Entry, Ino, ROOT_INO, SetAttr, SkillFs,
+};
 use skillfs::hide::RuleArgs;
 use skillfs::open::{Core, open_core};
 use skillfs::store::Layout;
@@ -767,20 +769,25 @@ impl Kernel {
     /// The names in directory `ino`, `.` and `..` left out, as read by
     /// `readdir` from offset 0 to the end.
     fn list_ino(&self, ino: Ino) -> Result<Vec<(String, char)>, i32> {
-        let (snap, entries, start) = self.fs().readdir_at(ino, 0).map_err(err)?;
-        self.fs().readdir_done(snap);
-        let mut v: Vec<(String, char)> = entries[start..]
-            .iter()
-            .filter(|e| e.name != b"." && e.name != b"..")
-            .map(|e| {
-                let kind = match e.kind {
-                    journal::Kind::Dir => 'd',
-                    journal::Kind::Symlink => 'l',
-                    journal::Kind::File => 'f',
-                };
-                (String::from_utf8(e.name.clone()).unwrap(), kind)
-            })
-            .collect();
+        /// A reply buffer that never fills: the whole listing in one call.
+        struct All(Vec<(String, char)>);
+        impl DirectoryReplier for All {
+            fn add(&mut self, e: DirectoryEntry<'_>) -> bool {
+                if e.name != b"." && e.name != b".." {
+                    let kind = match e.mode_type {
+                        libc::S_IFDIR => 'd',
+                        libc::S_IFLNK => 'l',
+                        _ => 'f',
+                    };
+                    self.0
+                        .push((String::from_utf8(e.name.to_vec()).unwrap(), kind));
+                }
+                false
+            }
+        }
+        let mut all = All(Vec::new());
+        self.fs().readdir(ino, 0, &mut all).map_err(err)?;
+        let mut v = all.0;
         v.sort();
         Ok(v)
     }
@@ -1373,7 +1380,7 @@ fn run(ops: &[Op], skip_known_bugs: bool) -> Result<usize, Failure> {
     kernel.forget_refs();
     kernel.core.take().unwrap().close();
     let contents = journal::read_dir(&Layout::new(scratch.store()).journal())
-        .map_err(|f| fail(end, "store", f.message))?;
+        .map_err(|f| fail(end, "store", f.to_string()))?;
     let stored: BTreeSet<String> = contents
         .records
         .iter()
