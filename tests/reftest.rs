@@ -50,9 +50,8 @@
 //! sequence is printed as Rust lines to paste into a regression test
 //! (`check(&[...])`, see the ignored tests at the end).
 //!
-//! Known bugs: a sequence that meets one kept as an ignored regression test
-//! below is left out of the random runs (`renames_a_link_onto_itself`)
-//! until it is fixed; `cargo test --test reftest -- --ignored` runs them.
+//! Bugs it found are kept as regression tests at the end (`check` of the
+//! minimal sequence).
 
 mod common;
 
@@ -1253,23 +1252,6 @@ fn compare(a: &Tree, b: &Tree) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `op` renames a file onto another name of the same file, which
-/// the core journals wrongly (see
-/// `regression_rename_between_two_links_of_one_file`): left out of the
-/// random runs until that is fixed. Only the offline links reach it.
-fn renames_a_link_onto_itself(plain: &Plain, op: &Op) -> bool {
-    let Op::Rename(from, to, flags) = *op else {
-        return false;
-    };
-    let id = |rel| {
-        fs::symlink_metadata(plain.p(rel))
-            .ok()
-            .filter(|m| m.is_file())
-            .map(|m| (m.dev(), m.ino()))
-    };
-    flags & libc::RENAME_EXCHANGE == 0 && from != to && id(from).is_some() && id(from) == id(to)
-}
-
 /// The tree both sides start from, made while unmounted: hard links, a
 /// visible pair and a visible name linked to a hidden one (parked, with its
 /// link, when the core opens).
@@ -1283,12 +1265,6 @@ fn offline(root: &Path) {
 /// Runs `ops` from the `offline` tree, checking after every step; the number of
 /// operations that succeeded, or the first failure.
 fn check(ops: &[Op]) -> Result<usize, Failure> {
-    run(ops, false)
-}
-
-/// `check`, leaving out the operations of known bugs if `skip_known_bugs`
-/// (see `renames_a_link_onto_itself`).
-fn run(ops: &[Op], skip_known_bugs: bool) -> Result<usize, Failure> {
     let scratch = Scratch::at(&scratch_parent(), "reftest");
     // Made under the umask 0 of the run: the store refuses a parent others
     // can write.
@@ -1309,9 +1285,6 @@ fn run(ops: &[Op], skip_known_bugs: bool) -> Result<usize, Failure> {
     let mut snapshots: Vec<(u64, Tree)> = Vec::new();
     let fail = |step, kind, what: String| Failure { step, kind, what };
     for (step, op) in ops.iter().enumerate() {
-        if skip_known_bugs && renames_a_link_onto_itself(&plain, op) {
-            continue;
-        }
         if let Op::Remount = op {
             // Every handle closed (so every change has been published), the
             // tree is what `.history/<last id>` must show.
@@ -1412,7 +1385,7 @@ impl Plain {
 
 /// `check` that turns a panic into a failure at an unknown step.
 fn check_caught(ops: &[Op]) -> Result<usize, Failure> {
-    std::panic::catch_unwind(|| run(ops, true)).unwrap_or_else(|p| {
+    std::panic::catch_unwind(|| check(ops)).unwrap_or_else(|p| {
         let what = p
             .downcast_ref::<String>()
             .cloned()
@@ -1569,25 +1542,21 @@ fn corner_cases_match_a_plain_directory() {
     }
 }
 
-/// Bug: a rename between two names of one file (hard links made while
-/// unmounted) is journaled as a move, but `renameat2` leaves both names
-/// (POSIX: it does nothing), so the journal and `.history/<id>/` lose the
-/// source name while it is still in the live tree (the next mount's scan
-/// finds it again as a new file). Expected `.history/4` = [c, f, g] (the
-/// tree), got [c, g]; the journal's record 4 is `rename f -> g`.
+/// Was a bug: a rename between two names of one file (hard links made
+/// while unmounted) was journaled as a move, but `renameat2` leaves both
+/// names (POSIX: it does nothing), so the journal and `.history/<id>/` lost
+/// the source name while it was still in the live tree. `.history/4` must
+/// be [c, f, g] (the tree).
 #[test]
-#[ignore = "bug: a rename between two links of one file is journaled as a move"]
 fn regression_rename_between_two_links_of_one_file() {
     unsafe { libc::umask(0) };
     use Op::*;
     check(&[Rename("f", "g", 0), Remount]).unwrap();
 }
 
-/// The same bug with a visible name and a hidden one linked to it (parked
-/// with its link at the mount): `.history/4` shows `c` gone, the tree
-/// still has it.
+/// The same with a visible name and a hidden one linked to it (parked with
+/// its link at the mount): `.history/4` must still show `c`.
 #[test]
-#[ignore = "bug: a rename between two links of one file is journaled as a move"]
 fn regression_rename_of_a_link_over_its_hidden_link() {
     unsafe { libc::umask(0) };
     use Op::*;

@@ -213,9 +213,21 @@ impl SkillFs {
             }
             (d, att)
         };
+        // Two names of one file (hard links made while unmounted, which the
+        // kernel sees as two inodes): rename(2) then does nothing, as ext4
+        // would (and no journal record says a name went).
+        let dst_st = dst.lstat().ok();
+        let same_file = |st: &libc::stat| st.st_dev == src.st.st_dev && st.st_ino == src.st.st_ino;
+        if dst_st.as_ref().is_some_and(same_file)
+            || replaced_other.as_ref().is_some_and(|o| same_file(&o.st))
+        {
+            if flags & libc::RENAME_NOREPLACE != 0 {
+                return Err(FsError::EEXIST);
+            }
+            return Ok(());
+        }
         // Staged bytes of what is replaced, or leaves the versioned tree,
         // are published first.
-        let dst_st = dst.lstat().ok();
         if dst_st.is_some() {
             self.publish_dirty_under(&dst, caller)?;
         }
