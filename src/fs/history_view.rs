@@ -17,12 +17,22 @@
 //!   alias is resolved again at every lookup;
 //! - nothing under `.history` can be changed: every mutating call answers
 //!   `EROFS`.
+//!
+//! Owns: [`HistoryView`], which borrows what it reads from the core (the
+//! ledger's history index, the blob store, the root's attributes) and has
+//! no access to the live tree; the core hands it the node and turns what it
+//! answers into replies and handles. Locks: `ledger`, briefly, per call.
 
-use std::sync::Arc;
+use std::os::fd::OwnedFd;
 
-use super::{DirEntry, Entry, Handle, Ino, OpenReply, SkillFs, Ttl};
+use parking_lot::Mutex;
+
+use super::{DirEntry, Entry, Ino, Ttl};
 use crate::error::{FsError, FsResult};
 use crate::history::{Alias, PathIdx, ROOT_IDX, parse_alias};
+use crate::ledger::Ledger;
+use crate::relpath::RelPath;
+use crate::store::blobs::{BlobStore, Opened};
 use crate::store::journal::{EntryState, Kind};
 use crate::sys;
 
@@ -88,10 +98,19 @@ fn stat_from_state(s: &EntryState) -> libc::stat {
     st
 }
 
-impl SkillFs {
+/// The `.history` tree, read from the history index.
+pub struct HistoryView<'a> {
+    pub ledger: &'a Mutex<Ledger>,
+    pub blobs: &'a BlobStore,
+    /// The root: a version's directories are owned like it, and a snapshot
+    /// of the root has its mode.
+    pub root: &'a OwnedFd,
+}
+
+impl HistoryView<'_> {
     /// A read-only directory's attributes, owned like the root.
     fn virtual_dir_stat(&self, mtime_ns: i64) -> FsResult<libc::stat> {
-        let root = sys::fstat(&self.root_fd)?;
+        let root = sys::fstat(self.root)?;
         let mut st = stat_from_state(&EntryState {
             kind: Kind::Dir,
             blob: None,
@@ -107,14 +126,12 @@ impl SkillFs {
     }
 
     /// `.history` looked up in the visible directory at `path`.
-    pub(super) fn history_dir(&self, parent: Ino) -> FsResult<Entry> {
-        let loc = self.loc(parent)?;
-        let path = loc.visible.ok_or(FsError::ENOENT)?;
-        let idx = self.ledger.lock().history_mut().intern(&path);
-        self.vattr(VNode::Listing(idx), Ttl::Volatile)
+    pub fn listing_of(&self, path: &RelPath) -> FsResult<Entry> {
+        let idx = self.ledger.lock().history_mut().intern(path);
+        self.attr(VNode::Listing(idx), Ttl::Volatile)
     }
 
-    pub(super) fn vattr(&self, v: VNode, ttl: Ttl) -> FsResult<Entry> {
+    pub fn attr(&self, v: VNode, ttl: Ttl) -> FsResult<Entry> {
         let ledger = self.ledger.lock();
         let h = ledger.history();
         let stat = match v {
@@ -133,7 +150,7 @@ impl SkillFs {
                 let t = h.time_of(id).ok_or(FsError::ENOENT)?;
                 drop(ledger);
                 let mut st = self.virtual_dir_stat(t)?;
-                st.st_mode = libc::S_IFDIR | (sys::fstat(&self.root_fd)?.st_mode & 0o7777);
+                st.st_mode = libc::S_IFDIR | (sys::fstat(self.root)?.st_mode & 0o7777);
                 st
             }
             VNode::Snap(idx, id) => stat_from_state(h.state_at(idx, id).ok_or(FsError::ENOENT)?),
@@ -144,7 +161,7 @@ impl SkillFs {
         Ok(Entry { ino, stat, ttl })
     }
 
-    pub(super) fn vlookup(&self, v: VNode, name: &[u8]) -> FsResult<Entry> {
+    pub fn lookup(&self, v: VNode, name: &[u8]) -> FsResult<Entry> {
         match v {
             VNode::Listing(scope) => {
                 let text = std::str::from_utf8(name).map_err(|_| FsError::ENOENT)?;
@@ -160,7 +177,7 @@ impl SkillFs {
                     Alias::Id(_) => Ttl::Volatile,
                     _ => Ttl::Alias,
                 };
-                self.vattr(VNode::Snap(scope, id), ttl)
+                self.attr(VNode::Snap(scope, id), ttl)
             }
             VNode::Snap(idx, id) => {
                 let child = {
@@ -170,12 +187,12 @@ impl SkillFs {
                     h.state_at(c, id).ok_or(FsError::ENOENT)?;
                     c
                 };
-                self.vattr(VNode::Snap(child, id), Ttl::Immutable)
+                self.attr(VNode::Snap(child, id), Ttl::Immutable)
             }
         }
     }
 
-    pub(super) fn vreadlink(&self, v: VNode) -> FsResult<Vec<u8>> {
+    pub fn readlink(&self, v: VNode) -> FsResult<Vec<u8>> {
         let VNode::Snap(idx, id) = v else {
             return Err(FsError::EINVAL);
         };
@@ -187,7 +204,8 @@ impl SkillFs {
         }
     }
 
-    pub(super) fn vopen(&self, v: VNode, flags: i32) -> FsResult<OpenReply> {
+    /// A version's content for reading (the core makes the handle).
+    pub fn open(&self, v: VNode, flags: i32) -> FsResult<Opened> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return Err(FsError::EROFS);
         }
@@ -202,22 +220,14 @@ impl SkillFs {
             }
             s.blob.clone().ok_or(FsError::EIO)?
         };
-        let file = self.blobs.open(&blob).map_err(|e| {
-            tracing::error!("blob {blob} of a version could not be opened: {e}");
-            FsError::EIO
-        })?;
-        let fh = self.new_handle(Handle::Blob {
-            file: Arc::new(file),
-        });
-        Ok(OpenReply {
-            fh,
-            no_flush: true,
-            immutable: true,
-        })
+        // Whatever the store answered, the version is unreadable: EIO.
+        self.blobs
+            .open(&blob)
+            .map_err(|e| FsError::EIO.context(format_args!("open blob {blob} of a version: {e}")))
     }
 
     /// The entries of a virtual directory.
-    pub(super) fn vlisting(&self, ino: Ino, v: VNode) -> FsResult<Vec<DirEntry>> {
+    pub fn listing(&self, ino: Ino, v: VNode) -> FsResult<Vec<DirEntry>> {
         let ledger = self.ledger.lock();
         let h = ledger.history();
         let mut entries = vec![
@@ -272,20 +282,20 @@ impl SkillFs {
         }
         Ok(entries)
     }
+}
 
-    /// Refuses changes under `.history` and to the name `.history` itself:
-    /// `exists` answers for creating the name, `EROFS` for the rest.
-    pub(super) fn check_writable(&self, parent: Ino, name: &[u8], creating: bool) -> FsResult<()> {
-        if is_virtual(parent) {
-            return Err(FsError::EROFS);
-        }
-        if name == HISTORY {
-            return Err(if creating {
-                FsError::EEXIST
-            } else {
-                FsError::EROFS
-            });
-        }
-        Ok(())
+/// Refuses changes under `.history` and to the name `.history` itself:
+/// `exists` answers for creating the name, `EROFS` for the rest.
+pub fn check_writable(parent: Ino, name: &[u8], creating: bool) -> FsResult<()> {
+    if is_virtual(parent) {
+        return Err(FsError::EROFS);
     }
+    if name == HISTORY {
+        return Err(if creating {
+            FsError::EEXIST
+        } else {
+            FsError::EROFS
+        });
+    }
+    Ok(())
 }

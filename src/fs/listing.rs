@@ -15,7 +15,7 @@ impl SkillFs {
     /// The entries of directory `ino` as they are now, `.` and `..` first.
     pub(super) fn listing(&self, ino: Ino) -> FsResult<Vec<DirEntry>> {
         if let Some(v) = decode(ino) {
-            return self.vlisting(ino, v);
+            return self.history().listing(ino, v);
         }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;

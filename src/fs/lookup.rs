@@ -70,11 +70,12 @@ impl SkillFs {
             return Err(FsError::ENAMETOOLONG);
         }
         if let Some(v) = decode(parent) {
-            return self.vlookup(v, name);
+            return self.history().lookup(v, name);
         }
         let _ns = self.namespace.read();
         if name == HISTORY {
-            return self.history_dir(parent);
+            let path = self.loc(parent)?.visible.ok_or(FsError::ENOENT)?;
+            return self.history().listing_of(&path);
         }
         let ploc = self.loc(parent)?;
         let swaps = self.swaps.load(Ordering::SeqCst);
@@ -168,7 +169,7 @@ impl SkillFs {
                 VNode::Listing(_) | VNode::Snap(history::ROOT_IDX, _) => Ttl::Volatile,
                 VNode::Snap(..) => Ttl::Immutable,
             };
-            return self.vattr(v, ttl);
+            return self.history().attr(v, ttl);
         }
         let _ns = self.namespace.read();
         // Looked up before the stat (see `finish_stat`).
@@ -255,7 +256,7 @@ impl SkillFs {
 
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
         if let Some(v) = decode(ino) {
-            return self.vreadlink(v);
+            return self.history().readlink(v);
         }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;

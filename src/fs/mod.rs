@@ -96,7 +96,7 @@ use crate::store::journal::{Actor, Change, EntryState, Kind, Op};
 use crate::store::spares::Spares;
 use crate::sys::{self, Time};
 
-use history_view::{HISTORY, VNode, decode, is_virtual};
+use history_view::{HISTORY, HistoryView, VNode, check_writable, decode, is_virtual};
 use janitor::{put_spare, start_janitor};
 pub use listing::{DirectoryEntry, DirectoryReplier};
 use pages::{Claim, PageStore};
@@ -537,6 +537,15 @@ impl SkillFs {
         let guard = self.namespace.write();
         self.ns_changes.fetch_add(1, Ordering::SeqCst);
         guard
+    }
+
+    /// The `.history` tree, over the history index.
+    fn history(&self) -> HistoryView<'_> {
+        HistoryView {
+            ledger: &self.ledger,
+            blobs: &self.blobs,
+            root: &self.root_fd,
+        }
     }
 
     fn root_raw(&self) -> RawFd {

@@ -44,7 +44,7 @@ impl SkillFs {
         caller: &Caller,
         create: impl FnOnce(&Location) -> std::io::Result<()>,
     ) -> FsResult<Entry> {
-        self.check_writable(parent, name, true)?;
+        check_writable(parent, name, true)?;
         self.journal_room()?;
         check_name(name)?;
         let _ns = self.ns_write();
@@ -99,7 +99,7 @@ impl SkillFs {
         dir: bool,
         caller: &Caller,
     ) -> FsResult<()> {
-        self.check_writable(parent, name, false)?;
+        check_writable(parent, name, false)?;
         // Not refused for want of journal room: removing files is how a
         // full disk is freed. Its record takes what room is left (the
         // reserve of `ensure_room`), and past that the next mount's scan
@@ -160,8 +160,8 @@ impl SkillFs {
         flags: u32,
         caller: &Caller,
     ) -> FsResult<()> {
-        self.check_writable(parent, name, false)?;
-        self.check_writable(newparent, newname, false)?;
+        check_writable(parent, name, false)?;
+        check_writable(newparent, newname, false)?;
         self.journal_room()?;
         check_name(newname)?;
         if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
@@ -475,7 +475,7 @@ impl SkillFs {
         flags: i32,
         caller: &Caller,
     ) -> TryResult<(Entry, OpenReply)> {
-        self.check_writable(parent, name, true)?;
+        check_writable(parent, name, true)?;
         check_name(name)?;
         let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
@@ -534,7 +534,7 @@ impl SkillFs {
     /// folder) is made in place, like any scratch file, and never
     /// versioned; device nodes are not kept in a skills tree.
     pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
-        self.check_writable(parent, name, true)?;
+        check_writable(parent, name, true)?;
         match mode & libc::S_IFMT {
             libc::S_IFREG => {}
             libc::S_IFIFO | libc::S_IFSOCK => {

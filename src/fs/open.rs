@@ -156,7 +156,12 @@ impl SkillFs {
 
     pub fn open(&self, ino: Ino, flags: i32, caller: &Caller) -> FsResult<OpenReply> {
         if let Some(v) = decode(ino) {
-            return self.vopen(v, flags);
+            let file = Arc::new(self.history().open(v, flags)?);
+            return Ok(OpenReply {
+                fh: self.new_handle(Handle::Blob { file }),
+                no_flush: true,
+                immutable: true,
+            });
         }
         self.retry_after_store(Some(ino), || {
             let _ns = self.namespace.read();
