@@ -184,7 +184,7 @@ impl<'a> Settler<'a> {
         }
     }
 
-    fn record(&mut self, c: Change) -> io::Result<()> {
+    pub fn record(&mut self, c: Change) -> io::Result<()> {
         self.ledger.record(c, self.actor.clone())?;
         self.report.recorded += 1;
         Ok(())
@@ -200,13 +200,7 @@ impl<'a> Settler<'a> {
     ) -> io::Result<Option<EntryState>> {
         let root = self.areas.root_fd;
         let mut now = state_from_stat(st, kind);
-        if let Some(old) = self.ledger.catalog().get(path)
-            && unchanged(old, &now)
-            && old
-                .blob
-                .as_deref()
-                .is_none_or(|b| self.blobs.has_intact(b, old.size))
-        {
+        if !self.differs(path, &now, false) {
             return Ok(None);
         }
         match kind {
@@ -235,22 +229,37 @@ impl<'a> Settler<'a> {
             }
             Kind::Dir => {}
         }
-        // The same content, mode and owner under a new mtime (rewritten
-        // with identical bytes while unmounted) is no new version. The
-        // catalog keeps the old mtime, so the next mount reads it again.
-        if let Some(old) = self.ledger.catalog().get(path)
-            && (EntryState {
+        Ok(self.differs(path, &now, true).then_some(now))
+    }
+
+    /// Whether `now` (from a stat, with its content if `content` says it
+    /// was read) is a new version of `path` against the catalog. Not when
+    /// nothing that counts changed and the recorded content is intact; nor,
+    /// once the content is known, when the same content, mode and owner
+    /// come under a new mtime (rewritten with identical bytes while
+    /// unmounted): the catalog keeps the old mtime, so the next mount reads
+    /// it again.
+    pub fn differs(&self, path: &RelPath, now: &EntryState, content: bool) -> bool {
+        let Some(old) = self.ledger.catalog().get(path) else {
+            return true;
+        };
+        let intact = || {
+            old.blob
+                .as_deref()
+                .is_none_or(|b| self.blobs.has_intact(b, old.size))
+        };
+        if unchanged(old, now) && intact() {
+            return false;
+        }
+        !content
+            || (EntryState {
                 mtime_ns: now.mtime_ns,
                 ..old.clone()
-            }) == now
-        {
-            return Ok(None);
-        }
-        Ok(Some(now))
+            }) != *now
     }
 
     /// Moves the visible entry `dir/name` to the attached area of `dir`.
-    fn hide(&mut self, dir: &RelPath, name: &[u8]) -> io::Result<()> {
+    pub fn hide(&mut self, dir: &RelPath, name: &[u8]) -> io::Result<()> {
         let path = dir.join(name);
         let key =
             sys::dir_key(self.areas.root_fd, dir.as_bytes()).map_err(|e| ctx("stat", dir, e))?;
@@ -462,23 +471,31 @@ impl Prehashed {
     }
 
     /// Stores the content of `f`, read now, if its times are older than
-    /// `tick` and unchanged across the read.
-    pub fn add(&mut self, f: &std::fs::File, blobs: &BlobStore, tick_ns: i128) -> io::Result<()> {
+    /// `tick_ns` (none: any) and unchanged across the read: its blob then.
+    pub fn add(
+        &mut self,
+        f: &std::fs::File,
+        blobs: &BlobStore,
+        tick_ns: Option<i128>,
+    ) -> io::Result<Option<String>> {
         let before = sys::fstat(f)?;
         let times = |st: &libc::stat| (st.st_size, sys::mtime_ns(st), ctime_ns(st));
         let now = crate::time::now_ns() as i128;
         let (_, mtime, ctime) = times(&before);
-        if mtime.max(ctime) > now - tick_ns {
-            return Ok(()); // changed just now: the settle reads it
+        if tick_ns.is_some_and(|tick| mtime.max(ctime) > now - tick) {
+            return Ok(None); // changed just now: the settle reads it
         }
         let (id, _) = blobs.put_reader(f)?;
         let after = sys::fstat(f)?;
-        if times(&after) == times(&before) {
-            let (size, mtime, ctime) = times(&after);
-            self.0
-                .insert((after.st_dev, after.st_ino), (size, mtime, ctime, id));
+        if times(&after) != times(&before) {
+            return Ok(None);
         }
-        Ok(())
+        let (size, mtime, ctime) = times(&after);
+        self.0.insert(
+            (after.st_dev, after.st_ino),
+            (size, mtime, ctime, id.clone()),
+        );
+        Ok(Some(id))
     }
 
     /// The blob of the file `st` describes, if stored ahead and unchanged.

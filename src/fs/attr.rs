@@ -53,7 +53,11 @@ impl SkillFs {
                 _ => None,
             };
             match &loc {
-                Ok(l) => apply_meta_at(l, &attr)?,
+                Ok(l) => {
+                    let applied = apply_meta_at(l, &attr);
+                    self.touched(l);
+                    applied?
+                }
                 Err(e) => {
                     // Unlinked but open: change the open file itself, or,
                     // if another name (a hard link made while unmounted)
@@ -143,6 +147,7 @@ impl SkillFs {
                 let _ = std::fs::remove_file(&path);
                 return Err(e.into());
             }
+            self.touched(loc);
             let old = std::mem::replace(&mut s.live, Arc::new(copy));
             self.swaps.fetch_add(1, Ordering::SeqCst);
             // Another name has it: removed, never reused (`recycle_inode`).
@@ -226,6 +231,9 @@ impl SkillFs {
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;
             stg.mark_written();
+            if let Some(l) = loc {
+                self.touched(l);
+            }
             if (s.writers == 0 || !via_handle)
                 && let Some(l) = loc
             {

@@ -52,7 +52,9 @@
 //! (a close's publish, a rename's), never `ledger`, and by an `fsync`
 //! holding none of them (see `publish`); inside, it takes `ledger` only
 //! briefly and on its own. No lock is held across a device flush by a
-//! request, nor across a walk of a subtree but an unpark's (see `unpark`).
+//! request, nor across a walk of a subtree (an unpark is planned with none
+//! held, see `unpark`; only a plan something changed is walked again under
+//! the rename's lock).
 //! `stale`, `shared`, `parks`, `handles` and `listings` are leaves.
 //! - A file an unlink or a rename takes away stays reachable (`stale`)
 //!   while the kernel still names its inode; an inode seen with another
@@ -95,6 +97,7 @@ use crate::store::durable::StoreIo;
 use crate::store::journal::{Actor, Change, EntryState, Kind, Op};
 use crate::store::spares::Spares;
 use crate::sys::{self, Time};
+use unpark::{Freezes, UnparkPlan};
 
 use history_view::{HISTORY, HistoryView, VNode, check_writable, decode, is_virtual};
 use janitor::{put_spare, start_janitor};
@@ -300,6 +303,8 @@ pub struct SkillFs {
     namespace: RwLock<()>,
     /// Bumped by every holder of `namespace` for writing (see `ns_write`).
     ns_changes: AtomicU64,
+    /// The subtrees unparks are being planned over (see `unpark`).
+    freezes: Arc<Freezes>,
     tree: Mutex<Tree>,
     open_files: Mutex<HashMap<Ino, Arc<OpenFile>>>,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -465,6 +470,7 @@ impl SkillFs {
             ledger: Mutex::new(ledger),
             namespace: RwLock::new(()),
             ns_changes: AtomicU64::new(0),
+            freezes: Arc::default(),
             tree: Mutex::new(Tree::new(root_key)),
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
@@ -537,6 +543,18 @@ impl SkillFs {
         let guard = self.namespace.write();
         self.ns_changes.fetch_add(1, Ordering::SeqCst);
         guard
+    }
+
+    /// A change was made at `loc`: an unpark planned over a subtree at,
+    /// inside or above it must not use its plan (see `unpark`).
+    fn touched(&self, loc: &Location) {
+        self.freezes.touched(loc.dirfd, &loc.phys);
+    }
+
+    /// Whether an unpark is being planned (a change whose location is not
+    /// at hand need only be placed then).
+    fn freezing(&self) -> bool {
+        self.freezes.any()
     }
 
     /// The `.history` tree, over the history index.

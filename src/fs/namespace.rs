@@ -56,7 +56,9 @@ impl SkillFs {
         {
             return Err(FsError::EEXIST);
         }
-        create(&loc)?;
+        let made = create(&loc);
+        self.touched(&loc);
+        made?;
         self.give_to_caller(&loc, caller);
         let st = loc.lstat().inspect_err(|_| {
             // Made, but answered as failed: the kernel's negative entry for
@@ -131,6 +133,7 @@ impl SkillFs {
             .then(|| self.hold_name(parent, name, &f.loc))
             .flatten();
         sys::unlinkat(f.loc.dirfd, &f.loc.phys, dir)?;
+        self.touched(&f.loc);
         self.keep_stale(parent, name, last_ref);
         {
             let mut tree = self.tree.lock();
@@ -168,10 +171,10 @@ impl SkillFs {
             return Err(FsError::EINVAL);
         }
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
-        let mut prehashed = if exchange {
-            Prehashed::new()
+        let mut plan = if exchange {
+            None
         } else {
-            self.prehash(parent, name, newparent, newname)
+            self.plan_unpark(parent, name, newparent, newname)
         };
         let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
@@ -310,10 +313,10 @@ impl SkillFs {
         if src_special || (exchange && dst_special) {
             if exchange {
                 if !src_special {
-                    self.journal_move(&src.loc, a_at, false, &mut prehashed, caller);
+                    self.journal_move(&src.loc, a_at, false, &mut plan, caller);
                 }
                 if !dst_special {
-                    self.journal_move(&dst, b_at, false, &mut prehashed, caller);
+                    self.journal_move(&dst, b_at, false, &mut plan, caller);
                 }
             } else if dst_st.is_some()
                 && !dst_special
@@ -344,11 +347,18 @@ impl SkillFs {
                     (false, true) => 2,
                 });
                 for (from, to) in moves {
-                    self.journal_move(from, to, false, &mut prehashed, caller);
+                    self.journal_move(from, to, false, &mut plan, caller);
                 }
             }
         } else {
-            self.journal_move(&src.loc, &dst, noreplace, &mut prehashed, caller);
+            self.journal_move(&src.loc, &dst, noreplace, &mut plan, caller);
+        }
+        // After the records: this rename's own unpark used its plan first.
+        drop(plan);
+        self.touched(&src.loc);
+        self.touched(&dst);
+        if let Some(other) = &replaced_other {
+            self.touched(&other.loc);
         }
         Ok(())
     }
@@ -425,7 +435,7 @@ impl SkillFs {
         from: &Location,
         to: &Location,
         noreplace: bool,
-        prehashed: &mut Prehashed,
+        plan: &mut Option<UnparkPlan>,
         caller: &Caller,
     ) {
         match (self.versioned(from), self.versioned(to)) {
@@ -441,7 +451,7 @@ impl SkillFs {
                 self.record(c, caller);
             }
             (None, Some(b)) => {
-                if let Err(e) = self.unpark(&b, &from.logical, std::mem::take(prehashed), caller) {
+                if let Err(e) = self.unpark(&b, from, plan.take(), caller) {
                     tracing::error!("could not settle {b} after it became visible: {e:?}");
                 }
             }
@@ -486,6 +496,7 @@ impl SkillFs {
                 self.journal_room()?;
                 let (loc, attached) = self.place(parent, &ploc, name, Kind::File)?;
                 self.new_file_at(&loc, mode & 0o7777, caller)?;
+                self.touched(&loc);
                 (loc, attached, true)
             }
             Err(e) => return Err(e.into()),

@@ -222,6 +222,9 @@ impl SkillFs {
                 let stg = s.staging.as_mut().expect("just ensured");
                 stg.mark_written();
                 stg.trunc_only = true;
+                if let Some(l) = loc {
+                    self.touched(l);
+                }
             }
         }
         let fh = self.new_handle(Handle::File {
@@ -291,6 +294,16 @@ impl SkillFs {
         };
         stg.file.write_all_at(data, offset)?;
         stg.mark_written();
+        let in_place = stg.in_place;
+        drop(s);
+        // Written in place: a hidden file, which an unpark may be planned
+        // over (its location is resolved only then; lock order).
+        if in_place
+            && self.freezing()
+            && let Ok(l) = self.loc(ino)
+        {
+            self.touched(&l);
+        }
         Ok(data.len() as u32)
     }
 

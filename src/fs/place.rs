@@ -252,5 +252,6 @@ impl SkillFs {
         {
             tracing::error!("could not move the hidden entries of {logical} to the orphans: {e}");
         }
+        self.freezes.touched(self.parked_raw(), key.as_bytes());
     }
 }

@@ -460,6 +460,7 @@ impl SkillFs {
             }
             Err(e) => return Err(e),
         };
+        self.touched(loc);
         let stg = s.staging.take().expect("caller checked");
         let old = std::mem::replace(&mut s.live, stg.file);
         self.swaps.fetch_add(1, Ordering::SeqCst);

@@ -204,6 +204,7 @@ impl SkillFs {
             to_bytes,
             libc::RENAME_NOREPLACE,
         )?;
+        self.freezes.touched(parked, &hp);
         let logical = dir.join(&d.name);
         let mut c = Change::new(Op::Sweep, logical.clone(), None);
         c.hidden = Some(logical);

@@ -1,111 +1,267 @@
 //! Unparking: a hidden (or untracked) directory renamed into the
-//! versioned tree has its subtree settled (what the rules hide in it goes
-//! back to the parks, the rest is recorded).
+//! versioned tree has its subtree settled: what the rules hide in it goes
+//! back to the parks, the rest is recorded (`Op::Unpark`).
 //!
-//! Owns: `prehash` (the files' content stored before the rename takes the
-//! namespace lock, with none held) and `unpark` (the settle, under the
-//! rename's exclusive lock, reading only metadata for what was stored
-//! ahead and is unchanged since; see `scan::Prehashed`).
-//! Locks: `prehash` takes `namespace` shared only to resolve the source;
-//! `unpark` runs under the caller's exclusive `namespace` and holds
-//! `ledger` for the settle.
+//! Owns: `plan_unpark` and `unpark`. Before the rename takes the namespace
+//! lock, with no lock held, the subtree is walked through a descriptor of
+//! the source directory and the settle worked out in full: each entry's
+//! state with its content stored (`UnparkPlan`). While the plan is made
+//! and until it is used, the source subtree is *frozen*: every change the
+//! core makes at, inside or above it (a create, unlink, rename, chmod,
+//! truncate, a write in place, a swap, a sweep or an orphaning) marks the
+//! freeze (`touched`), after the change is made. Under the rename's lock
+//! `unpark` then only appends the plan's records and moves what the rules
+//! hide, with no walk of the subtree; a plan that is marked, or was made
+//! for another source or target, is dropped and the subtree settled under
+//! the lock as before (its stored content still saves the reads, see
+//! `scan::Prehashed`).
+//!
+//! Invariants: a plan is used only if no change reached its subtree from
+//! the moment its freeze was registered (under the shared namespace lock,
+//! so no namespace change is in flight) to the moment it is used. Every
+//! change of the tree goes through the core (no writeback cache: a write
+//! reaches the daemon before the call returns), so a file's content read
+//! after the freeze is what it holds unless the freeze is marked; its
+//! times are checked across the read all the same.
+//! Locks: `plan_unpark` takes `namespace` shared only to resolve the
+//! source and register the freeze; `freezes` is a leaf, taken after each
+//! change; `unpark` runs under the caller's exclusive `namespace` and
+//! holds `ledger` for the records.
 
 use super::*;
+use std::sync::atomic::AtomicBool;
+
+/// A subtree an unpark is planned over, and whether a change reached it.
+pub(super) struct Freeze {
+    dirfd: RawFd,
+    phys: Vec<u8>,
+    dirty: AtomicBool,
+}
+
+/// The subtrees being planned over.
+#[derive(Default)]
+pub(super) struct Freezes {
+    list: Mutex<Vec<Arc<Freeze>>>,
+    /// How many are in `list`: a change reads this, not the lock, when
+    /// none is (nearly always).
+    count: AtomicUsize,
+}
+
+impl Freezes {
+    /// A change was made at `phys` under `dirfd`: marks every freeze of a
+    /// subtree at, inside or above it. Called after the change, so that a
+    /// freeze registered after this check walks a tree that has it.
+    pub(super) fn touched(&self, dirfd: RawFd, phys: &[u8]) {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        for f in self.list.lock().iter() {
+            if f.dirfd == dirfd && (within(phys, &f.phys) || within(&f.phys, phys)) {
+                f.dirty.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    pub(super) fn any(&self) -> bool {
+        self.count.load(Ordering::SeqCst) > 0
+    }
+
+    fn register(self: &Arc<Self>, dirfd: RawFd, phys: Vec<u8>) -> FreezeGuard {
+        let freeze = Arc::new(Freeze {
+            dirfd,
+            phys,
+            dirty: AtomicBool::new(false),
+        });
+        self.list.lock().push(Arc::clone(&freeze));
+        self.count.fetch_add(1, Ordering::SeqCst);
+        FreezeGuard {
+            freezes: Arc::clone(self),
+            freeze,
+        }
+    }
+}
+
+/// Whether `a` is `b` or inside it (paths of one area).
+fn within(a: &[u8], b: &[u8]) -> bool {
+    b.is_empty() || (a.starts_with(b) && matches!(a.get(b.len()), None | Some(b'/')))
+}
+
+/// A registered freeze; dropping it ends the freeze.
+pub(super) struct FreezeGuard {
+    freezes: Arc<Freezes>,
+    freeze: Arc<Freeze>,
+}
+
+impl Drop for FreezeGuard {
+    fn drop(&mut self) {
+        let mut list = self.freezes.list.lock();
+        list.retain(|f| !Arc::ptr_eq(f, &self.freeze));
+        self.freezes.count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One step of a planned settle, in the settle's order.
+enum Step {
+    Record(RelPath, EntryState),
+    /// Move `dir/name` to the park of `dir` (the rules hide it).
+    Hide(RelPath, Vec<u8>),
+}
+
+/// An unpark worked out before its rename took the namespace lock.
+pub(super) struct UnparkPlan {
+    guard: FreezeGuard,
+    /// The visible path it was planned for.
+    to: RelPath,
+    steps: Vec<Step>,
+    /// The content stored, for a settle if the plan cannot be used.
+    prehashed: Prehashed,
+}
+
+impl UnparkPlan {
+    fn usable(&self, from: &Location, to: &RelPath) -> bool {
+        let f = &self.guard.freeze;
+        !f.dirty.load(Ordering::SeqCst)
+            && f.dirfd == from.dirfd
+            && f.phys == from.phys
+            && &self.to == to
+    }
+}
 
 impl SkillFs {
     /// Before a rename takes the namespace lock: if it is about to make a
-    /// hidden directory visible (an unpark), the content of the files in
-    /// it is stored now, with no lock held, so that the settle under the
-    /// lock (`unpark`) reads only their metadata. A file changed since is
-    /// read again there (see `scan::Prehashed`); a name the rules hide in
-    /// it is left out (it stays hidden).
-    pub(super) fn prehash(
+    /// hidden directory visible, the plan of its unpark (see the module
+    /// doc), made with no lock held. `None` when it is no unpark of a
+    /// directory, or the source cannot be read.
+    pub(super) fn plan_unpark(
         &self,
         parent: Ino,
         name: &[u8],
         newparent: Ino,
         newname: &[u8],
-    ) -> Prehashed {
-        let mut prehashed = Prehashed::new();
-        let dir = {
+    ) -> Option<UnparkPlan> {
+        let (dir, guard, to, in_pkg) = {
             let _ns = self.namespace.read();
-            let (Ok(ploc), Ok(nploc)) = (self.loc(parent), self.loc(newparent)) else {
-                return prehashed;
-            };
-            let Ok(src) = self.find(parent, &ploc, name) else {
-                return prehashed;
-            };
-            let Some(to_dir) = nploc.visible.clone() else {
-                return prehashed;
-            };
+            let (ploc, nploc) = (self.loc(parent).ok()?, self.loc(newparent).ok()?);
+            let src = self.find(parent, &ploc, name).ok()?;
+            let to_dir = nploc.visible.clone()?;
+            let to = to_dir.join(newname);
             if kind_of(&src.st) != Some(Kind::Dir)
                 || self.versioned(&src.loc).is_some()
-                || self.rules.is_untracked(&to_dir.join(newname))
+                || self.rules.is_untracked(&to)
             {
-                return prehashed;
+                return None;
             }
-            let mut in_pkg = || self.inside_skill(Some(to_dir.clone()));
+            let in_pkg = self.inside_skill(Some(to_dir.clone()));
             if self
                 .rules
-                .is_hidden(newname, Kind::Dir, to_dir.is_root(), &mut in_pkg)
+                .is_hidden(newname, Kind::Dir, to_dir.is_root(), &mut || in_pkg)
             {
-                return prehashed;
+                return None;
             }
             // Walked through its descriptor: no name of it needs the lock.
-            match sys::open_dir(src.loc.dirfd, &src.loc.phys) {
-                Ok(fd) => fd,
-                Err(_) => return prehashed,
-            }
+            let dir = sys::open_dir(src.loc.dirfd, &src.loc.phys).ok()?;
+            // Registered under the lock: no namespace change is in flight.
+            let guard = self.freezes.register(src.loc.dirfd, src.loc.phys.clone());
+            (dir, guard, to, in_pkg)
         };
-        let dir_fd = dir.as_raw_fd();
-        // A write within the clock's tick of the read keeps the times.
-        const TICK_NS: i128 = 20_000_000;
-        let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
-        while let Some(rel) = stack.pop() {
-            let Ok(names) = sys::read_dir_at(dir_fd, if rel.is_empty() { b"." } else { &rel })
-            else {
-                continue;
-            };
+        let mut plan = UnparkPlan {
+            guard,
+            to: to.clone(),
+            steps: Vec::new(),
+            prehashed: Prehashed::new(),
+        };
+        if let Err(e) = self.walk_for_plan(dir.as_raw_fd(), &to, in_pkg, &mut plan) {
+            tracing::debug!("unpark of {to} planned under the lock instead: {e}");
+            plan.guard.freeze.dirty.store(true, Ordering::SeqCst);
+        }
+        Some(plan)
+    }
+
+    /// The settle of `scan::Settler::settle`, worked out from the source
+    /// directory `fd` for the visible path `to`, in its order: the top, then
+    /// depth-first in name order; a hidden entry is moved, not entered; an
+    /// untracked one is left out.
+    fn walk_for_plan(
+        &self,
+        fd: RawFd,
+        to: &RelPath,
+        in_pkg: bool,
+        plan: &mut UnparkPlan,
+    ) -> std::io::Result<()> {
+        let top = sys::fstat(&fd)?;
+        plan.steps
+            .push(Step::Record(to.clone(), state_from_stat(&top, Kind::Dir)));
+        let mut stack: Vec<(Vec<u8>, RelPath, bool)> = vec![(Vec::new(), to.clone(), in_pkg)];
+        while let Some((rel, dir, above_pkg)) = stack.pop() {
+            let at: &[u8] = if rel.is_empty() { b"." } else { &rel };
+            let mut names = sys::read_dir_at(fd, at)?;
+            names.sort_by(|a, b| a.name.cmp(&b.name));
+            let in_pkg = above_pkg || names.iter().any(|n| n.name == b"SKILL.md");
+            let mut subdirs = Vec::new();
             for n in names {
                 let mut child = rel.clone();
                 if !child.is_empty() {
                     child.push(b'/');
                 }
                 child.extend_from_slice(&n.name);
-                let Ok(st) = sys::lstatat(dir_fd, &child) else {
-                    continue;
+                let path = dir.join(&n.name);
+                let st = sys::lstatat(fd, &child)?;
+                let Some(kind) = kind_of(&st) else {
+                    continue; // not versioned (the settle says so)
                 };
-                let Some(kind) = kind_of(&st) else { continue };
-                // Left hidden by the settle: not stored (it is no version).
-                if self.rules.is_hidden(&n.name, kind, false, &mut || false)
-                    || self.rules.is_hidden(&n.name, kind, false, &mut || true)
+                if self
+                    .rules
+                    .is_hidden(&n.name, kind, dir.is_root(), &mut || in_pkg)
                 {
+                    plan.steps.push(Step::Hide(dir.clone(), n.name));
                     continue;
                 }
+                if self.rules.is_untracked(&path) {
+                    continue;
+                }
+                let mut state = state_from_stat(&st, kind);
                 match kind {
-                    Kind::Dir => stack.push(child),
                     Kind::File => {
                         let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-                        if let Ok(f) = sys::openat(dir_fd, &child, flags, 0)
-                            && let Err(e) = prehashed.add(&f, &self.blobs, TICK_NS)
-                        {
-                            tracing::debug!("prehash: {e}");
-                        }
+                        let f = sys::openat(fd, &child, flags, 0)?;
+                        // No tick to wait out: a write through the mount
+                        // after the freeze marks it (see the module doc).
+                        let blob = plan.prehashed.add(&f, &self.blobs, None)?;
+                        let blob = blob.filter(|_| {
+                            sys::fstat(&f).is_ok_and(|now| {
+                                now.st_ino == st.st_ino
+                                    && now.st_size == st.st_size
+                                    && sys::mtime_ns(&now) == sys::mtime_ns(&st)
+                            })
+                        });
+                        let Some(blob) = blob else {
+                            return Err(std::io::Error::other(format!(
+                                "{path} changed as it was read"
+                            )));
+                        };
+                        state.blob = Some(blob);
                     }
-                    Kind::Symlink => {}
+                    Kind::Symlink => {
+                        state.target = Some(ByteString(sys::readlinkat(fd, &child)?));
+                    }
+                    Kind::Dir => subdirs.push((child, path.clone(), in_pkg)),
                 }
+                plan.steps.push(Step::Record(path, state));
             }
+            // Depth-first in name order: push in reverse so the first pops first.
+            stack.extend(subdirs.into_iter().rev());
         }
-        prehashed
+        Ok(())
     }
 
-    /// A hidden (or untracked) entry became versioned at `path`: settle its
-    /// subtree (hide what the rules hide inside it, record the rest).
+    /// A hidden (or untracked) entry at `from` became versioned at `path`:
+    /// its subtree is settled, from `plan` if it was made for this move
+    /// and nothing changed it since, else by a walk under the lock.
     pub(super) fn unpark(
         &self,
         path: &RelPath,
-        hidden: &RelPath,
-        prehashed: Prehashed,
+        from: &Location,
+        plan: Option<UnparkPlan>,
         caller: &Caller,
     ) -> FsResult<()> {
         let in_pkg = self.inside_skill(path.parent());
@@ -117,8 +273,32 @@ impl SkillFs {
             &self.blobs,
             caller.actor(),
         );
-        settler.prehashed = prehashed;
-        let result = settler.settle(path, Op::Unpark, true, in_pkg, Some(hidden.clone()));
+        let result = match plan {
+            Some(plan) if plan.usable(from, path) => {
+                let hidden = from.logical.clone();
+                (|| {
+                    for step in plan.steps {
+                        match step {
+                            Step::Hide(dir, name) => settler.hide(&dir, &name)?,
+                            Step::Record(p, state) => {
+                                if settler.differs(&p, &state, true) {
+                                    let mut c = Change::new(Op::Unpark, p.clone(), Some(state));
+                                    if &p == path {
+                                        c.hidden = Some(hidden.clone());
+                                    }
+                                    settler.record(c)?;
+                                }
+                            }
+                        }
+                    }
+                    Ok::<(), std::io::Error>(())
+                })()
+            }
+            plan => {
+                settler.prehashed = plan.map(|p| p.prehashed).unwrap_or_default();
+                settler.settle(path, Op::Unpark, true, in_pkg, Some(from.logical.clone()))
+            }
+        };
         self.parks.lock().clear(); // the settler may have made or removed parks
         let moved = std::mem::take(&mut settler.moved_to_hidden);
         drop(ledger);
