@@ -168,13 +168,16 @@ fn the_tree_goes_on_while_a_file_is_flushed() {
     );
 }
 
-/// A hidden directory renamed into view is an unpark: every file in it is
-/// stored and recorded. Their content is read before the rename takes the
-/// namespace lock, so the rest of the tree does not wait on it.
-#[test]
-fn the_tree_goes_on_while_a_big_park_is_unparked() {
-    const BIG: usize = 512 << 20;
-    let m = slow_mount("slowunpark", |root| {
+/// One big park at a time: two at once would not fit the 2 GiB image the
+/// test command also runs this binary on.
+static BIG_PARKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const BIG: usize = 512 << 20;
+
+/// A mount with the park `cat/foo.bak` holding `big.bin` (BIG bytes) and
+/// `SKILL.md`.
+fn big_park_mount(tag: &str) -> Mount {
+    slow_mount(tag, |root| {
         // `*.bak` directories outside a skill are parks (moved out at mount).
         fs::create_dir_all(root.join("cat/foo.bak")).unwrap();
         let mut data = vec![0u8; BIG];
@@ -183,7 +186,16 @@ fn the_tree_goes_on_while_a_big_park_is_unparked() {
         }
         fs::write(root.join("cat/foo.bak/big.bin"), &data).unwrap();
         fs::write(root.join("cat/foo.bak/SKILL.md"), "parked\n").unwrap();
-    });
+    })
+}
+
+/// A hidden directory renamed into view is an unpark: every file in it is
+/// stored and recorded. Their content is read before the rename takes the
+/// namespace lock, so the rest of the tree does not wait on it.
+#[test]
+fn the_tree_goes_on_while_a_big_park_is_unparked() {
+    let _one = BIG_PARKS.lock().unwrap_or_else(|e| e.into_inner());
+    let m = big_park_mount("slowunpark");
     assert!(!fs::read_dir(m.path("cat")).unwrap().any(|_| true));
     let (from, to) = (m.path("cat/foo.bak"), m.path("cat/restored"));
     let renaming = thread::spawn(move || {
@@ -218,5 +230,46 @@ fn the_tree_goes_on_while_a_big_park_is_unparked() {
             .unwrap()
             .len(),
         BIG as u64
+    );
+}
+
+/// An unpark is planned before its rename takes the lock, and a change to
+/// the subtree meanwhile must not be lost to the plan: a write into a file
+/// of the park while the plan reads the big file is in the unpark's
+/// record, not the content the plan would have read.
+#[test]
+fn a_park_written_while_its_unpark_is_planned_is_recorded_as_written() {
+    let _one = BIG_PARKS.lock().unwrap_or_else(|e| e.into_inner());
+    let m = big_park_mount("unparkrace");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(m.path("cat/foo.bak/SKILL.md"))
+        .unwrap();
+    let (from, to) = (m.path("cat/foo.bak"), m.path("cat/restored"));
+    let renaming = thread::spawn(move || fs::rename(from, to).unwrap());
+    thread::sleep(Duration::from_millis(100));
+    f.write_all(b"written while planned\n").unwrap();
+    drop(f);
+    // Else the write came after the rename and this test proved nothing.
+    assert!(
+        !renaming.is_finished(),
+        "the unpark was over before the write"
+    );
+    renaming.join().unwrap();
+    let log = m.log();
+    let rec = log
+        .iter()
+        .rev()
+        .find(|r| r["path"] == "cat/restored/SKILL.md")
+        .expect("the unparked file is recorded");
+    assert_eq!(rec["op"], "unpark");
+    assert_eq!(
+        m.blob(rec["state"]["blob"].as_str().unwrap()),
+        b"written while planned\n"
+    );
+    assert_eq!(
+        fs::read(m.path(".history/latest/cat/restored/SKILL.md")).unwrap(),
+        b"written while planned\n"
     );
 }
