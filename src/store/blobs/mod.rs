@@ -6,9 +6,8 @@
 //! Invariants: a blob file is complete before it has its final name (it is
 //! written aside and renamed into `blobs/ab/<hex>`); a blob is never
 //! modified or replaced by different bytes; blobs written without `durable`
-//! are remembered until [`BlobStore::sync_pending`] makes them durable, which
-//! must happen before any journal record naming them is made durable (the
-//! durability order of DESIGN.md: blob, then journal record, then live file).
+//! stay pending until they are made durable, before any journal record
+//! naming them is (the durability order; see `pending`).
 //! Blob files are taken ready-made from the daemon's [`Spares`] where it has
 //! them (an inode allocation off the request path). A loose blob this
 //! process did not write is checked against its hash once before it is
@@ -21,9 +20,9 @@
 //! through [`StoreIo`] (see `store::durable`).
 //!
 //! Locks (all leaves below the core's `ledger` and open-file locks):
-//! `sync_lock` (one sync or write-out of the pending blobs at a time) is
-//! taken before `unsynced`; `fans` and `known` are held only for a lookup
-//! or an insert; the packs' `writer` is taken before their `index`.
+//! `sync_lock` before `unsynced` (see `pending`); `fans` and `known` are
+//! held only for a lookup or an insert; the packs' `writer` is taken before
+//! their `index`.
 //! File helpers shared with `packs` are in `store::fsutil`.
 
 use std::collections::HashSet;
@@ -46,6 +45,8 @@ use super::spares::Spares;
 use crate::relpath::hex;
 use crate::sys;
 
+mod pending;
+
 /// Hex SHA-256 of a blob's bytes.
 pub type BlobId = String;
 
@@ -54,8 +55,6 @@ const CHUNK: usize = 256 * 1024;
 /// fsynced before the mtime was set: the mark can only become durable
 /// after the content has.
 pub const DURABLE_MTIME: (i64, i64) = (1, 0x5eed);
-/// Past this many pending blobs one `syncfs` beats one `fsync` each.
-const MANY: usize = 64;
 
 pub struct BlobStore {
     dir: PathBuf,
@@ -309,18 +308,6 @@ impl BlobStore {
         Ok((id, size))
     }
 
-    /// Makes `id` part of the next durability point, even though it was
-    /// found already stored (deduplicated).
-    pub fn mark_pending(&self, id: &str) {
-        let p = raw_id(id)
-            .and_then(|raw| self.packs.pack_of(&raw))
-            .unwrap_or_else(|| self.path(id));
-        let mut pending = self.unsynced.lock();
-        if !pending.contains(&p) {
-            pending.push(p);
-        }
-    }
-
     /// Stores `data` (hash computed here).
     pub fn put_bytes(&self, data: &[u8], durable: bool) -> io::Result<BlobId> {
         let id = hash_bytes(data);
@@ -472,102 +459,6 @@ impl BlobStore {
             }
         }
         Ok(())
-    }
-
-    /// Makes every blob stored without `durable` durable (file data, then the
-    /// directory entries naming it).
-    pub fn sync_pending(&self) -> io::Result<()> {
-        // One sync at a time: a second caller must not return while the
-        // first is still flushing blobs the second depends on.
-        let _one = self.sync_lock.lock();
-        self.io.check()?;
-        let pending = std::mem::take(&mut *self.unsynced.lock());
-        if pending.is_empty() {
-            return Ok(());
-        }
-        if pending.len() > MANY {
-            return self.sync_all(pending);
-        }
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        let result = (|| {
-            for p in &pending {
-                let f = File::open(p)?;
-                self.io.sync_all(&f, p)?;
-                if self.is_loose(p) {
-                    mark_durable(&f);
-                }
-                // A pack's own directory entry is synced once, when it is
-                // new (then the directory itself is pending).
-                if let Some(parent) = p.parent()
-                    && parent != self.packs.dir()
-                    && !dirs.iter().any(|d| d == parent)
-                {
-                    dirs.push(parent.to_path_buf());
-                }
-            }
-            for d in &dirs {
-                self.io.sync_dir(d)?;
-            }
-            Ok(())
-        })();
-        if result.is_err() {
-            // Keep them pending so a later sync retries.
-            self.unsynced.lock().extend(pending);
-        } else if pending.iter().any(|p| p == self.packs.dir()) {
-            // A new pack's directory entry is durable now: not again.
-            self.packs.mark_dir_synced(&pending);
-        }
-        result
-    }
-}
-
-impl BlobStore {
-    fn sync_all(&self, pending: Vec<PathBuf>) -> io::Result<()> {
-        let r = File::open(&self.dir).and_then(|d| self.io.syncfs(&d, &self.dir));
-        if r.is_err() {
-            self.unsynced.lock().extend(pending);
-        } else {
-            for p in pending.iter().filter(|p| self.is_loose(p)) {
-                if let Ok(f) = File::open(p) {
-                    mark_durable(&f);
-                }
-            }
-        }
-        r
-    }
-
-    /// `blobs/ab/<hex>` (not a pack, not a directory).
-    fn is_loose(&self, p: &Path) -> bool {
-        p.parent().and_then(Path::parent) == Some(&self.dir) && p.parent() != Some(self.packs.dir())
-    }
-
-    /// Writes out the data of every pending blob and waits for it, without
-    /// the commit: the caller's one `fsync` afterwards makes them durable
-    /// (on a filesystem with an ordered commit, see `sys::has_ordered_commit`).
-    /// Until that succeeds they stay pending.
-    pub fn write_out_pending(&self) -> io::Result<Vec<PathBuf>> {
-        let _one = self.sync_lock.lock();
-        self.io.check()?;
-        let pending = std::mem::take(&mut *self.unsynced.lock());
-        if pending.len() > MANY {
-            self.sync_all(pending)?;
-            return Ok(Vec::new());
-        }
-        for p in &pending {
-            if p.is_dir() {
-                continue; // a fan-out directory: metadata, in the commit
-            }
-            if let Err(e) = File::open(p).and_then(|f| self.io.write_out(&f, p)) {
-                self.unsynced.lock().extend(pending.iter().cloned());
-                return Err(e);
-            }
-        }
-        Ok(pending)
-    }
-
-    /// Puts back blobs whose commit failed.
-    pub fn restore_pending(&self, pending: Vec<PathBuf>) {
-        self.unsynced.lock().extend(pending);
     }
 }
 

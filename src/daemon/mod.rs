@@ -1,0 +1,38 @@
+//! Mounting and unmounting: the checks before a mount, the background
+//! daemon, its readiness report and its clean shutdown.
+//!
+//! One question a file:
+//! - `mountinfo`: which mounts there are (`/proc/self/mountinfo`) and which
+//!   of them are skillfs's;
+//! - `checks`: where ROOT and its store are, and whether they may be
+//!   mounted;
+//! - `prepare`: a core ready to serve, its store locked, built by the same
+//!   steps for a mount and for `open::open_core`;
+//! - `spawn`: `mount` in the background, and the daemon's readiness report
+//!   to it;
+//! - `run`: the daemon's life: the mount, the signal and sweep threads, the
+//!   shutdown;
+//! - `unmount`: `skillfs umount` and detaching a mount.
+//!
+//! Store errors become exit codes through `error::Failure`.
+//!
+//! Locks: the store's flock (`StoreLock`), held for the daemon's life; the
+//! signal and sweep threads reach the core's locks only through `SkillFs`.
+
+// A daemon that panics on a failed call takes the mount down with it: it
+// answers the error instead (tests may unwrap; see clippy.toml).
+#![deny(clippy::unwrap_used)]
+
+mod checks;
+mod mountinfo;
+mod prepare;
+mod run;
+mod spawn;
+mod unmount;
+
+pub use checks::{absolute_root, store_dir};
+pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mounts};
+pub use prepare::MountArgs;
+pub(crate) use prepare::{Prepared, prepare};
+pub use run::mount;
+pub use unmount::{lazy_unmount, umount};

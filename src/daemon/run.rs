@@ -1,0 +1,184 @@
+//! The daemon's life: the mount itself, the threads beside the FUSE
+//! session (signals, the park sweeper), and the shutdown.
+//!
+//! Invariants: the daemon never touches the mount point by path once
+//! mounted (only the root fd opened before); the shutdown signals are
+//! blocked before any thread starts, so only the signal thread takes them,
+//! and it answers them by detaching the mount; the core is shut down
+//! (published and synced) when the session ends, even where the kernel
+//! never sent DESTROY.
+//!
+//! Locks: the store's flock (`StoreLock`), held for the daemon's life (by
+//! `Prepared`); the signal and sweep threads reach the core's locks only
+//! through `SkillFs`.
+
+// The daemon answers errors, never unwraps them (see `daemon`'s mod.rs).
+#![deny(clippy::unwrap_used)]
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::mountinfo::SOURCE_PREFIX;
+use super::prepare::{MountArgs, prepare};
+use super::spawn::{ready_pipe, report_ready, spawn_daemon};
+use super::unmount::lazy_unmount;
+use crate::error::{Exit, Failure};
+use crate::fs::SkillFs;
+use crate::store::fsutil;
+
+/// Runs `skillfs mount`.
+pub fn mount(args: MountArgs) -> Result<(), Failure> {
+    if args.foreground {
+        return run_daemon(args, ready_pipe());
+    }
+    spawn_daemon(&args)
+}
+
+fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
+    // Modes arrive from the kernel with the caller's umask applied already.
+    crate::sys::umask(0);
+    // Every file the agent holds open is a descriptor here too (and the
+    // janitor holds some briefly): take what the hard limit allows.
+    // SAFETY: `rlimit` is plain integers (all zeros is valid), and `lim` is a valid one to read
+    // and write.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+    // Before any thread starts: only the signal thread may take them.
+    block_signals();
+    let background = ready.is_some();
+    let prepared = match prepare(&args) {
+        Ok(p) => p,
+        Err(f) => {
+            report_ready(
+                &mut ready,
+                &format!("err {} {}\n", f.exit as i32, f.message),
+            );
+            return Err(f);
+        }
+    };
+    if background {
+        redirect_stderr(&prepared.layout.log());
+    }
+    for r in &prepared.repaired {
+        tracing::warn!("{r}");
+    }
+
+    let fsname = format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display());
+    let session = crate::fuse::mount(
+        Arc::clone(&prepared.fs),
+        &prepared.root,
+        &fsname,
+        args.threads,
+        args.allow_other,
+    );
+    let session = match session {
+        Ok(s) => s,
+        Err(e) => {
+            let f = Failure::new(
+                Exit::MountRefused,
+                format!("could not mount on '{}': {e}", prepared.root.display()),
+            );
+            report_ready(
+                &mut ready,
+                &format!("err {} {}\n", f.exit as i32, f.message),
+            );
+            return Err(f);
+        }
+    };
+    let root = prepared.root.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || wait_for_signal_and_unmount(&root))
+        .map_err(|e| {
+            Failure::new(
+                Exit::Internal,
+                format!("could not start the signal thread: {e}"),
+            )
+        })?;
+    tracing::info!(
+        "mounted {} (store {})",
+        prepared.root.display(),
+        prepared.layout.dir.display()
+    );
+    start_sweeper(Arc::clone(&prepared.fs));
+    // What the start-up logged (repairs, the scan) is in the log before
+    // `mount` returns.
+    crate::logging::flush();
+    report_ready(&mut ready, "ok\n");
+    let result = session.run();
+    // `destroy` has published and synced; make sure of it for the paths
+    // where the kernel never sent DESTROY (connection aborted).
+    prepared.fs.shutdown();
+    tracing::info!("unmounted {}", prepared.root.display());
+    result.map_err(|e| Failure::new(Exit::Internal, format!("session ended with an error: {e}")))
+}
+
+/// Sweeps old parks while mounted, every quarter of the park age (at least
+/// every second, at most every hour), so a long-lived mount keeps no park
+/// longer than a remount would.
+fn start_sweeper(fs: Arc<SkillFs>) {
+    let age = Duration::from_nanos(fs.rules().park_max_age_ns.max(0) as u64);
+    let every = (age / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    let spawned = std::thread::Builder::new()
+        .name("sweep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                match fs.sweep() {
+                    Ok(r) if r.swept > 0 || r.recorded > 0 => tracing::info!("sweep: {r:?}"),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!("sweep: {e:?}"),
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("could not start the sweep thread: {e}");
+    }
+}
+
+fn redirect_stderr(log: &Path) {
+    if let Ok(f) = fsutil::open_append(log) {
+        // SAFETY: both fds are open (`f` lives across the call); dup2 replaces fd 2 atomically.
+        unsafe { libc::dup2(f.as_raw_fd(), 2) };
+    }
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: `sigset_t` is plain data, for which all zeros is a valid value, and `set` is
+    // initialised by sigemptyset before it is added to.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        set
+    }
+}
+
+/// Blocks the shutdown signals in this thread and every thread started
+/// after it, so only the signal thread receives them.
+fn block_signals() {
+    let set = signal_set();
+    // SAFETY: `set` is an initialised signal set; the old mask is not asked for (null).
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+fn wait_for_signal_and_unmount(root: &Path) {
+    let set = signal_set();
+    let mut sig = 0;
+    // SAFETY: `set` is an initialised signal set and `sig` a valid int to write.
+    unsafe { libc::sigwait(&set, &mut sig) };
+    tracing::info!("signal {sig}: unmounting {}", root.display());
+    if let Err(e) = lazy_unmount(root) {
+        tracing::error!("could not unmount {}: {e}", root.display());
+    }
+}

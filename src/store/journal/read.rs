@@ -1,0 +1,349 @@
+//! Reading a journal directory at mount: its segments in order, every line
+//! checked, and the first bad line judged torn tail or damage.
+//!
+//! Invariants:
+//! - reading changes nothing: a torn tail is only measured here, and set
+//!   aside and cut off by `Journal::open`;
+//! - the first bad line (incomplete, failing its checksum, or out of
+//!   sequence) decides: if a later intact record says it was durable
+//!   (`acked_through` at or past it, or a record without the watermark), it
+//!   is damage, reported with its file and line number, and nothing is
+//!   changed; otherwise everything from it on was never made durable, only
+//!   partly written when the machine died: it is a torn tail, set aside in
+//!   `journal/torn-<seq>-<ns>` and cut off. A bad record that was made
+//!   durable and then damaged, with no later record to vouch for it, cannot
+//!   be told from a torn one: it is set aside (never deleted) with a warning.
+//! - the journal is read once per mount ([`read_dir`], before anything is
+//!   created); the read is used after the store's lock is taken only if
+//!   [`Contents::is_current`] says no segment changed in between.
+//!
+//! Locks: none; it reads files only.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::encoding::decode;
+use super::record::Record;
+use crate::store::error::{ErrorKind, StoreError, StoreResult};
+
+/// Everything read from a journal directory.
+pub struct Contents {
+    pub records: Vec<Record>,
+    /// The segment appended to, and the length of its valid prefix.
+    pub segment: PathBuf,
+    pub valid_len: u64,
+    /// Bytes after `valid_len` that are a torn tail (to be set aside).
+    pub torn_bytes: u64,
+    /// Complete lines (ending in a newline) in the torn tail: a complete
+    /// bad line may have been a durable record damaged later.
+    pub torn_lines: usize,
+    /// The segments as they were just before they were read.
+    seen: Seen,
+}
+
+/// Each segment's name, inode, size and modification and change times:
+/// any append, cut or replacement changes at least one of them.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen(Vec<(PathBuf, u64, u64, i64, i64, i64, i64)>);
+
+impl Seen {
+    fn of(segs: &[PathBuf]) -> io::Result<Seen> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = Vec::with_capacity(segs.len());
+        for s in segs {
+            let m = fs::symlink_metadata(s)?;
+            out.push((
+                s.clone(),
+                m.ino(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec(),
+            ));
+        }
+        Ok(Seen(out))
+    }
+}
+
+impl Contents {
+    /// Whether the journal is still as it was read (nothing appended, cut
+    /// or replaced since), so that what was read before the store's lock
+    /// was taken can be used once it is held. Changed (a daemon came and
+    /// went in between) or unsure: read again.
+    pub fn is_current(&self) -> bool {
+        let dir = self.segment.parent().unwrap_or(Path::new("."));
+        list_segments(dir)
+            .and_then(|segs| Seen::of(&segs))
+            .is_ok_and(|now| now == self.seen)
+    }
+}
+
+pub(super) fn segment_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.jsonl")
+}
+
+fn list_segments(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut segs: Vec<PathBuf> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    segs.sort();
+    Ok(segs)
+}
+
+/// One line of a segment: its byte range (newline excluded) and what it
+/// decodes to.
+struct Line {
+    start: usize,
+    next: usize,
+    complete: bool,
+    parsed: Result<Record, String>,
+}
+
+fn split_lines(data: &[u8]) -> Vec<Line> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while pos < data.len() {
+        let end = data[pos..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|i| pos + i);
+        let bytes = &data[pos..end.unwrap_or(data.len())];
+        let next = end.map_or(data.len(), |e| e + 1);
+        let parsed = if end.is_none() {
+            Err("the line is incomplete".to_string())
+        } else {
+            decode(bytes)
+        };
+        out.push(Line {
+            start: pos,
+            next,
+            complete: end.is_some(),
+            parsed,
+        });
+        pos = next;
+    }
+    out
+}
+
+/// Reads and checks every record under `dir` (read-only).
+pub fn read_dir(dir: &Path) -> StoreResult<Contents> {
+    let segs = list_segments(dir)
+        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
+    // Taken before the reads: a change made while reading shows as one.
+    let seen = Seen::of(&segs)
+        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
+    let mut records: Vec<Record> = Vec::new();
+    let mut last = (dir.join(segment_name(1)), 0u64, 0u64, 0usize);
+    let nsegs = segs.len();
+    for (si, seg) in segs.iter().enumerate() {
+        let data = fs::read(seg)
+            .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "read journal", seg, e))?;
+        let is_last_seg = si + 1 == nsegs;
+        let mut lines = split_lines(&data);
+        let mut valid_len = 0usize;
+        let mut torn_lines = 0usize;
+        for i in 0..lines.len() {
+            let expect = records.last().map_or(1, |r| r.seq + 1);
+            if lines[i].parsed.as_ref().is_ok_and(|r| r.seq == expect) {
+                let taken = std::mem::replace(&mut lines[i].parsed, Err(String::new()));
+                records.extend(taken.ok());
+                valid_len = lines[i].next;
+                continue;
+            }
+            let line = &lines[i];
+            let why = match &line.parsed {
+                Ok(rec) => format!("sequence number {} where {expect} was expected", rec.seq),
+                Err(why) => why.clone(),
+            };
+            // The first bad line: a torn tail unless a record from here on
+            // says record `expect` had been made durable.
+            let vouched = lines[i..].iter().position(|l| {
+                l.parsed
+                    .as_ref()
+                    .is_ok_and(|r| r.acked_through.is_none_or(|a| a >= expect))
+            });
+            if !is_last_seg || vouched.is_some() {
+                let why = match vouched {
+                    Some(k) => format!(
+                        "{why} (line {} says record {expect} was already durable)",
+                        i + k + 1
+                    ),
+                    None => why,
+                };
+                return Err(damaged(seg, i + 1, &why));
+            }
+            torn_lines = lines[i..].iter().filter(|l| l.complete).count();
+            debug_assert_eq!(line.start, valid_len);
+            break;
+        }
+        last = (
+            seg.clone(),
+            valid_len as u64,
+            (data.len() - valid_len) as u64,
+            torn_lines,
+        );
+    }
+    Ok(Contents {
+        records,
+        segment: last.0,
+        valid_len: last.1,
+        torn_bytes: last.2,
+        torn_lines: last.3,
+        seen,
+    })
+}
+
+fn damaged(seg: &Path, lineno: usize, why: &str) -> StoreError {
+    StoreError::refused(
+        ErrorKind::DamagedJournal,
+        seg,
+        format!(
+            "journal '{}' is damaged at line {lineno}: {why}; refusing to continue \
+             (nothing was changed)",
+            seg.display()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relpath::RelPath;
+    use crate::store::journal::Journal;
+    use crate::store::journal::encoding::encode;
+    use crate::store::journal::fixtures::{dir, rec, watermarked};
+    use crate::store::journal::record::{Change, Op};
+
+    #[test]
+    fn contents_read_before_the_lock_are_used_only_while_current() {
+        let d = dir("current");
+        let empty = read_dir(&d).unwrap();
+        assert!(empty.is_current());
+        let mut j = Journal::open(&empty).unwrap();
+        // The segment was made: what was read of the empty journal is not
+        // the journal any more.
+        assert!(!empty.is_current());
+        j.append(
+            Change::new(Op::Unlink, RelPath::parse(b"x").unwrap(), None),
+            rec(0).actor,
+            1,
+        )
+        .unwrap();
+        let c = read_dir(&d).unwrap();
+        assert!(c.is_current());
+        j.append(
+            Change::new(Op::Unlink, RelPath::parse(b"y").unwrap(), None),
+            rec(0).actor,
+            1,
+        )
+        .unwrap();
+        assert!(!c.is_current(), "an append is a change");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The recovery rule at every byte: a cut anywhere never refuses;
+    /// zeroed or flipped bytes refuse exactly when a later intact record
+    /// says the damaged one was durable, and otherwise keep every record
+    /// before the damage.
+    #[test]
+    fn torn_tail_or_damage_at_every_byte() {
+        let d = dir("every-byte");
+        let seg = d.join(segment_name(1));
+        let (good, lines) = watermarked();
+        let acked = [0u64, 0, 2, 2, 4, 4];
+        let line_of = |b: usize| lines.iter().position(|&(s, e)| s <= b && b < e).unwrap();
+        let check = |data: &[u8], what: &str, lo: usize, hi: usize| {
+            fs::write(&seg, data).unwrap();
+            let got = read_dir(&d);
+            assert_eq!(fs::read(&seg).unwrap(), data, "read_dir changed the file");
+            if what == "cut" {
+                let whole = lines.iter().filter(|&&(_, e)| e <= lo).count();
+                let c = got.unwrap_or_else(|e| panic!("cut at {lo} refused: {e}"));
+                assert_eq!(c.records.len(), whole, "cut at {lo}");
+                assert_eq!(
+                    c.valid_len as usize,
+                    lines.get(whole).map_or(good.len(), |l| l.0)
+                );
+                return;
+            }
+            let f = line_of(lo);
+            // A record is intact if neither it nor the newline before it
+            // was touched.
+            let intact = |k: usize| {
+                let from = lines[k].0.saturating_sub(1);
+                hi <= from || lo >= lines[k].1
+            };
+            let vouched = (f + 1..lines.len()).any(|k| intact(k) && acked[k] > f as u64);
+            match got {
+                Err(e) => {
+                    assert!(
+                        vouched,
+                        "{what} at {lo}: refused an unacknowledged tail: {e}"
+                    );
+                    assert_eq!(e.kind(), ErrorKind::DamagedJournal);
+                    assert!(e.to_string().contains(&format!("line {}", f + 1)), "{e}");
+                }
+                Ok(c) => {
+                    assert!(
+                        !vouched,
+                        "{what} at {lo}: damage to a durable record passed"
+                    );
+                    assert!(f >= 4, "{what} at {lo}: record {} was acknowledged", f + 1);
+                    assert_eq!(c.records.len(), f, "{what} at {lo}");
+                    assert_eq!(
+                        c.records,
+                        (1..=f as u64)
+                            .map(|s| {
+                                let mut r = rec(s);
+                                r.acked_through = Some(acked[s as usize - 1]);
+                                r
+                            })
+                            .collect::<Vec<_>>()
+                    );
+                    assert_eq!(c.valid_len as usize + c.torn_bytes as usize, data.len());
+                }
+            }
+        };
+        for off in 0..good.len() {
+            check(&good[..off], "cut", off, good.len());
+            let mut flipped = good.clone();
+            flipped[off] ^= 0x20;
+            check(&flipped, "flip", off, off + 1);
+            let mut zeroed = good.clone();
+            let hi = (off + 16).min(good.len());
+            zeroed[off..hi].fill(0);
+            check(&zeroed, "zero-fill", off, hi);
+        }
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn records_without_a_watermark_vouch_for_everything_before() {
+        // Written before `acked_through` existed: a bad line followed by
+        // one of them is damage, as it always was; a bad last line is torn.
+        let d = dir("old");
+        let seg = d.join(segment_name(1));
+        let old = |s| {
+            let mut r = rec(s);
+            r.acked_through = None;
+            encode(&r)
+        };
+        let line = old(1);
+        assert!(!String::from_utf8_lossy(&line).contains("acked_through"));
+        let mut data = [old(1), old(2), old(3)].concat();
+        fs::write(&seg, &data).unwrap();
+        assert_eq!(read_dir(&d).unwrap().records.len(), 3);
+        data[line.len() + 5] ^= 1;
+        fs::write(&seg, &data).unwrap();
+        assert!(read_dir(&d).is_err());
+        let mut data = [old(1), old(2), old(3)].concat();
+        let n = data.len();
+        data[n - 5] ^= 1;
+        fs::write(&seg, &data).unwrap();
+        assert_eq!(read_dir(&d).unwrap().records.len(), 2);
+        fs::remove_dir_all(&d).unwrap();
+    }
+}
