@@ -137,6 +137,36 @@ fn a_hard_linked_pair_inside_the_root_splits_on_write() {
     assert_no_shared_inodes(&[&m.root()], &[]);
 }
 
+/// A rename from one name of a file to another name of the same file (two
+/// links made while unmounted): the kernel, which sees two inodes, moves
+/// its entry, so the source name goes, and a write through the new name
+/// reaches the new name, never the old one's file (a review reproduced
+/// writes to `b` landing in `a` when the rename was answered as a no-op).
+#[test]
+fn a_rename_between_two_links_of_one_file_moves_the_name() {
+    let m = Mount::with_tree("hlren", |root| {
+        fs::write(root.join("a.md"), "old").unwrap();
+        fs::hard_link(root.join("a.md"), root.join("b.md")).unwrap();
+    });
+    // Both names known to the kernel first, as a loader's walk would.
+    assert_eq!(fs::read_to_string(m.path("a.md")).unwrap(), "old");
+    assert_eq!(fs::read_to_string(m.path("b.md")).unwrap(), "old");
+    fs::rename(m.path("a.md"), m.path("b.md")).unwrap();
+    assert!(!m.path("a.md").exists());
+    fs::write(m.path("b.md"), "new").unwrap();
+    assert_eq!(fs::read_to_string(m.path("b.md")).unwrap(), "new");
+    assert!(!m.path("a.md").exists());
+    let last = m.log().last().unwrap().clone();
+    assert_eq!(
+        (last["op"].as_str(), last["path"].as_str()),
+        (Some("write"), Some("b.md"))
+    );
+    let mut m = m;
+    m.umount();
+    assert!(!m.root().join("a.md").exists());
+    assert_eq!(fs::read_to_string(m.root().join("b.md")).unwrap(), "new");
+}
+
 /// No two live regular files under `dirs` share an inode, except the
 /// `allowed` pairs of names.
 fn assert_no_shared_inodes(dirs: &[&Path], allowed: &[(&str, &str)]) {

@@ -42,7 +42,7 @@ pub struct MountArgs {
     pub rules: RuleArgs,
 }
 
-/// A core ready to serve, its store locked (see `crate::core`).
+/// A core ready to serve, its store locked (see `crate::open`).
 pub(crate) struct Prepared {
     pub(super) root: PathBuf,
     pub(super) layout: Layout,

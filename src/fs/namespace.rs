@@ -217,17 +217,15 @@ impl SkillFs {
             (d, att)
         };
         // Two names of one file (hard links made while unmounted, which the
-        // kernel sees as two inodes): rename(2) then does nothing, as ext4
-        // would (and no journal record says a name went).
+        // kernel sees as two inodes): renameat2 would leave both, as rename(2)
+        // says; the kernel takes the rename as made and moves its entry, so
+        // the source name goes (below), as it believes. A record says so.
         let dst_st = dst.lstat().ok();
-        let same_file = |st: &libc::stat| st.st_dev == src.st.st_dev && st.st_ino == src.st.st_ino;
-        if dst_st.as_ref().is_some_and(same_file)
-            || replaced_other.as_ref().is_some_and(|o| same_file(&o.st))
-        {
-            if flags & libc::RENAME_NOREPLACE != 0 {
-                return Err(FsError::EEXIST);
-            }
-            return Ok(());
+        let same_file = dst_st
+            .as_ref()
+            .is_some_and(|st| st.st_dev == src.st.st_dev && st.st_ino == src.st.st_ino);
+        if same_file && flags & libc::RENAME_NOREPLACE != 0 {
+            return Err(FsError::EEXIST);
         }
         // Staged bytes of what is replaced, or leaves the versioned tree,
         // are published first.
@@ -248,7 +246,11 @@ impl SkillFs {
         let last_ref = (!exchange && dst_st.is_some() && !dst_is_dir)
             .then(|| self.hold_name(newparent, newname, &dst))
             .flatten();
-        sys::renameat2(src.loc.dirfd, &src.loc.phys, dst.dirfd, &dst.phys, flags)?;
+        if !same_file {
+            sys::renameat2(src.loc.dirfd, &src.loc.phys, dst.dirfd, &dst.phys, flags)?;
+        } else if !exchange {
+            sys::unlinkat(src.loc.dirfd, &src.loc.phys, false)?;
+        }
         self.keep_stale(newparent, newname, last_ref);
         if let Some(other) = &replaced_other {
             self.remove_other(other, caller);
