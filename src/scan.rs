@@ -576,7 +576,12 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
                     && sys::newest_mtime_at(areas.parked_fd, &hp)?
                         < now_ns as i128 - max_age as i128
                 {
-                    sys::remove_tree_at(areas.parked_fd, &hp)?;
+                    // One that cannot be deleted is kept (and logged): a
+                    // sweep never refuses the mount.
+                    if let Err(e) = sys::remove_tree_at(areas.parked_fd, &hp) {
+                        tracing::warn!("could not sweep the park of {logical}: {e}");
+                        continue;
+                    }
                     settler.swept_entries.push((dir.clone(), c.name.clone()));
                     let mut ch = Change::new(Op::Sweep, logical.clone(), None);
                     ch.hidden = Some(logical);
@@ -593,7 +598,10 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
         }
     }
     for (name, sweep) in old_orphans(areas.orphans_fd, now_ns, max_age)? {
-        sys::remove_tree_at(areas.orphans_fd, &name)?;
+        if let Err(e) = sys::remove_tree_at(areas.orphans_fd, &name) {
+            tracing::warn!("could not sweep an orphan: {e}");
+            continue;
+        }
         settler.record(sweep)?;
         settler.report.swept += 1;
     }

@@ -503,10 +503,16 @@ pub fn dir_key(dir: RawFd, rel: &[u8]) -> io::Result<String> {
     }
 }
 
-/// Removes `rel` under `dir` and everything below it.
+/// Removes `rel` under `dir` and everything below it, read-only
+/// directories included.
 pub fn remove_tree_at(dir: RawFd, rel: &[u8]) -> io::Result<()> {
     let st = lstatat(dir, rel)?;
     if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        // A read-only directory (a module cache, `chmod -R a-w`) is made
+        // writable first, as `rm -rf` does: its owner may.
+        if st.st_mode & 0o700 != 0o700 {
+            let _ = fchmodat(dir, rel, (st.st_mode & 0o7777) | 0o700);
+        }
         for e in read_dir_at(dir, rel)? {
             let mut child = rel.to_vec();
             child.push(b'/');

@@ -301,8 +301,6 @@ pub struct SkillFs {
     /// Syncs the journal outside `ledger`'s lock (see `ledger::GroupCommit`).
     commit: GroupCommit,
     namespace: RwLock<()>,
-    /// Bumped by every holder of `namespace` for writing (see `ns_write`).
-    ns_changes: AtomicU64,
     /// The subtrees unparks are being planned over (see `unpark`).
     freezes: Arc<Freezes>,
     tree: Mutex<Tree>,
@@ -469,7 +467,6 @@ impl SkillFs {
             commit: GroupCommit::new(ledger.durable_through()),
             ledger: Mutex::new(ledger),
             namespace: RwLock::new(()),
-            ns_changes: AtomicU64::new(0),
             freezes: Arc::default(),
             tree: Mutex::new(Tree::new(root_key)),
             open_files: Mutex::new(HashMap::new()),
@@ -537,12 +534,10 @@ impl SkillFs {
         }
     }
 
-    /// The namespace lock for a change of the tree, counted (the sweep
-    /// checks whether one came while it held no lock).
+    /// The namespace lock for a change of the tree (a change made under it
+    /// also marks the unparks and sweeps planned over it: `touched`).
     fn ns_write(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
-        let guard = self.namespace.write();
-        self.ns_changes.fetch_add(1, Ordering::SeqCst);
-        guard
+        self.namespace.write()
     }
 
     /// A change was made at `loc`: an unpark planned over a subtree at,

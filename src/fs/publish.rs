@@ -78,9 +78,20 @@ impl SkillFs {
     /// tries it holds the locks throughout, as a file written without pause
     /// would otherwise starve it.
     pub(super) fn publish_durable(&self, ino: Ino, caller: &Caller) -> FsResult<()> {
+        // Whether a try recorded a version that no try swapped in yet.
+        let mut owed = false;
+        let result = self.publish_durable_tries(ino, caller, &mut owed);
+        if result.is_err() && owed {
+            self.record_live_now(ino, caller);
+        }
+        result
+    }
+
+    /// The tries of `publish_durable`, then the fallback.
+    fn publish_durable_tries(&self, ino: Ino, caller: &Caller, owed: &mut bool) -> FsResult<()> {
         const TRIES: usize = 3;
         for _ in 0..TRIES {
-            if self.publish_durable_once(ino, caller)? {
+            if self.publish_durable_once(ino, caller, owed)? {
                 return Ok(());
             }
         }
@@ -102,7 +113,12 @@ impl SkillFs {
     }
 
     /// One try of `publish_durable`: whether it is done.
-    pub(super) fn publish_durable_once(&self, ino: Ino, caller: &Caller) -> FsResult<bool> {
+    pub(super) fn publish_durable_once(
+        &self,
+        ino: Ino,
+        caller: &Caller,
+        owed: &mut bool,
+    ) -> FsResult<bool> {
         let ns = self.namespace.read();
         let Some(of) = self.open_file(ino) else {
             return Ok(true);
@@ -139,12 +155,13 @@ impl SkillFs {
             return Ok(true);
         }
         let edits = stg.edits;
-        let (recorded, want) = match &path {
+        let want = match &path {
             Some(p) => {
                 let (made, want) = self.store_and_record(&stg_file, p, Op::Write, true, caller)?;
-                (made.then(|| p.clone()), Some(want))
+                *owed |= made;
+                Some(want)
             }
-            None => (None, None),
+            None => None,
         };
         drop((s, ns));
 
@@ -154,7 +171,7 @@ impl SkillFs {
                 // One fsync (of the staging file, swapped in or not)
                 // commits the blob, the journal and the swap together.
                 let commit = || {
-                    sys::write_out(&*stg_file)?;
+                    live_write_out(&stg_file, &loc)?;
                     let done = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, false)?;
                     swapped.set(done.is_some());
                     match done {
@@ -184,23 +201,30 @@ impl SkillFs {
             }
         };
         let result = steps();
-        if result.is_err()
-            && !swapped.get()
-            && let Some(path) = recorded
-        {
-            // Recorded, never swapped in: unless another publish swapped
-            // these bytes in meanwhile, the journal names a version the
-            // live file never held. Record the live content again.
-            let s = of.state.lock();
-            if s.staging
-                .as_ref()
-                .is_some_and(|stg| Arc::ptr_eq(&stg.file, &stg_file))
-            {
-                self.record_live(&s, &path, caller);
-            }
+        if swapped.get() {
+            *owed = false;
         }
         result?;
         Ok(swapped.get())
+    }
+
+    /// After a durable publish failed with a version recorded that it
+    /// never swapped in: unless that was published meanwhile (the file
+    /// holds no staged bytes any more), the journal names a version the
+    /// live file never held. The live content is recorded again, at the
+    /// file's path now (it may have moved between the tries).
+    fn record_live_now(&self, ino: Ino, caller: &Caller) {
+        let _ns = self.namespace.read();
+        let Some(of) = self.open_file(ino) else {
+            return;
+        };
+        let Some(path) = self.loc(ino).ok().and_then(|l| self.versioned(&l)) else {
+            return;
+        };
+        let s = of.state.lock();
+        if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+            self.record_live(&s, &path, caller);
+        }
     }
 
     /// Step 3 of `publish_durable`, under the locks: swaps `stg_file` in at
@@ -228,12 +252,15 @@ impl SkillFs {
         if !(here && same) {
             return Ok(None);
         }
+        // Opened first: a swap whose commit cannot be made (no descriptor
+        // left) must not be answered as durable.
+        let dir = if parent {
+            Some(open_parent_of(loc)?)
+        } else {
+            None
+        };
         self.swap_in(&mut s, loc)?;
-        if !parent {
-            return Ok(Some(None));
-        }
-        // Swapped: an error from here on is the commit's, not the swap's.
-        Ok(Some(open_parent_of(loc).ok()))
+        Ok(Some(dir))
     }
 
     /// Where each step is fsynced in order: the directory of `loc`, whose
@@ -267,7 +294,7 @@ impl SkillFs {
     ) -> FsResult<()> {
         if self.ordered_commit {
             self.commit.write_out_then(&self.ledger, &self.blobs, || {
-                sys::write_out(live)?;
+                live_write_out(live, loc)?;
                 self.commit_all()
             })?;
         } else {
@@ -305,7 +332,7 @@ impl SkillFs {
         let fast = durable && self.ordered_commit;
         let stg_file = Arc::clone(&stg.file);
         let one_commit = |s: &mut OpenState| -> std::io::Result<()> {
-            sys::write_out(&*stg_file)?;
+            live_write_out(&stg_file, loc)?;
             self.swap_in(s, loc)?;
             live_fsync(&stg_file, loc)
         };
@@ -368,8 +395,7 @@ impl SkillFs {
     /// If even that fails, the next mount's scan records what the file holds.
     pub(super) fn record_live(&self, s: &OpenState, path: &RelPath, caller: &Caller) {
         let done = self.stored_state(&s.live, false).and_then(|state| {
-            let change = Change::new(Op::Write, path.clone(), Some(state));
-            Ok(self.ledger.lock().record(change, caller.actor())?)
+            record_unless_same(&mut self.ledger.lock(), path, state, Op::Write, caller)
         });
         if let Err(e) = done {
             tracing::error!(
@@ -469,6 +495,15 @@ impl SkillFs {
         }
         Ok(())
     }
+}
+
+/// A write-out (see `sys::write_out`) of a file of the live tree, under
+/// the store's poison rule like `live_fsync`: `sync_file_range` reports a
+/// failed write-back once, and a later fsync could then succeed over the
+/// lost pages.
+pub(super) fn live_write_out(f: &File, loc: &Location) -> std::io::Result<()> {
+    let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(loc.logical.as_bytes()));
+    StoreIo::real().write_out(f, &path)
 }
 
 /// An fsync of the live tree (a file or directory at `loc`), under the

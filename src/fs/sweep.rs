@@ -13,22 +13,26 @@
 //!   the age, the orphans past it, and, only when a park is due, the
 //!   visible directories its keys belong to (a walk of the tree, stopped
 //!   once every key is found).
-//! - Each due park then goes under the namespace lock in constant time: it
-//!   is taken only if its directory still has that key at that path, no
-//!   file inside it is open, and (when any namespace change came since the
-//!   candidates were found) it is still old; it is renamed into the store's
-//!   `tmp/` and its sweep recorded (a sweep that cannot be journaled is
-//!   renamed back, not done), and its files are deleted after the lock is
-//!   released. `.history` keeps its versions either way.
+//! - Each due park is frozen (see `unpark`: every change the core makes at,
+//!   inside or above it marks it) and its age checked again; under the
+//!   namespace lock it then goes in constant time: only if its freeze is
+//!   unmarked, its directory still has that key at that path, a rule still
+//!   hides it there and no file inside it is open. It is renamed into the
+//!   store's `tmp/` and its sweep recorded (a sweep that cannot be
+//!   journaled is renamed back, not done), and its files are deleted after
+//!   the lock is released (read-only directories included; what cannot be
+//!   deleted stays in `tmp/` until the next mount clears it). `.history`
+//!   keeps its versions either way.
 //! - Orphans (the parks of removed directories) are out of the mount's
-//!   reach: removed and recorded with no namespace lock.
+//!   reach: moved into `tmp/`, recorded and deleted with no namespace lock.
 //! - A `keep` rule's parks, and a park no rule hides any more (given back
 //!   at the next mount), are never swept.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::unpark::FreezeGuard;
 use super::{FsResult, Ino, SkillFs};
 use crate::relpath::RelPath;
 use crate::scan::{ScanReport, kind_of};
@@ -47,24 +51,46 @@ impl SkillFs {
         let mut report = ScanReport::default();
         let now = crate::time::now_ns();
         let cutoff = now as i128 - self.rules.park_max_age_ns as i128;
-        let changes = self.ns_changes.load(Ordering::SeqCst);
+        if let Err(e) = self.sweep_orphans(now, &mut report) {
+            tracing::warn!("sweep of the orphans: {e}");
+        }
         let due = self.due_parks(cutoff)?;
-        self.sweep_orphans(now, &mut report)?;
         if due.is_empty() {
             return Ok(report);
         }
-        let keys: HashSet<&str> = due.iter().map(|d| d.key.as_str()).collect();
+        let parked = self.parked_raw();
+        // Frozen under the shared lock (no namespace change in flight), then
+        // checked again with none: a change after the freeze marks it, one
+        // before it is seen by the second look.
+        let frozen: Vec<(Due, FreezeGuard)> = {
+            let _ns = self.namespace.read();
+            due.into_iter()
+                .map(|d| {
+                    let guard = self.freezes.register(parked, park_path(&d.key, &d.name));
+                    (d, guard)
+                })
+                .collect()
+        };
+        let frozen: Vec<(Due, FreezeGuard)> = frozen
+            .into_iter()
+            .filter(|(d, _)| {
+                sys::newest_mtime_at(parked, &park_path(&d.key, &d.name)).is_ok_and(|t| t < cutoff)
+            })
+            .collect();
+        let keys: HashSet<&str> = frozen.iter().map(|(d, _)| d.key.as_str()).collect();
         let dirs = self.dirs_with_keys(&keys);
         let mut trash = Vec::new();
         let mut gone: Vec<(Ino, Vec<u8>)> = Vec::new();
         {
-            let _ns = self.namespace.write();
-            let changed = self.ns_changes.load(Ordering::SeqCst) != changes;
-            for d in &due {
-                let Some((dir, in_pkg)) = dirs.get(&d.key) else {
+            let _ns = self.ns_write();
+            for (d, guard) in &frozen {
+                let Some((dir, _)) = dirs.get(&d.key) else {
                     continue;
                 };
-                match self.take_park(d, dir, *in_pkg, changed, cutoff, trash.len()) {
+                if guard.dirty() {
+                    continue; // changed since it was found old: not old
+                }
+                match self.take_park(d, dir) {
                     Ok(Some(t)) => {
                         trash.push(t);
                         report.swept += 1;
@@ -82,11 +108,13 @@ impl SkillFs {
             }
             self.parks.lock().clear();
         }
+        drop(frozen);
         for (p, name) in gone {
             self.invalidate_entry(p, name);
         }
         for t in trash {
             if let Err(e) = sys::remove_tree_at(libc::AT_FDCWD, t.as_os_str().as_encoded_bytes()) {
+                // Left in tmp/, cleared at the next mount.
                 tracing::warn!("could not delete the swept {}: {e}", t.display());
             }
         }
@@ -157,17 +185,9 @@ impl SkillFs {
     }
 
     /// Under the namespace lock: moves one due park into `tmp/` and
-    /// records its sweep, if it may still go. Its path in `tmp/`, or `None`
-    /// if it stays.
-    fn take_park(
-        &self,
-        d: &Due,
-        dir: &RelPath,
-        in_pkg: bool,
-        changed: bool,
-        cutoff: i128,
-        n: usize,
-    ) -> std::io::Result<Option<std::path::PathBuf>> {
+    /// records its sweep, if it may still go (its freeze unmarked, checked
+    /// by the caller). Its path in `tmp/`, or `None` if it stays.
+    fn take_park(&self, d: &Due, dir: &RelPath) -> std::io::Result<Option<std::path::PathBuf>> {
         let parked = self.parked_raw();
         if sys::dir_key(self.root_raw(), dir.as_bytes()).ok().as_ref() != Some(&d.key) {
             return Ok(None); // moved or removed since: the next sweep sees it
@@ -179,23 +199,24 @@ impl SkillFs {
         let Some(kind) = kind_of(&st) else {
             return Ok(None);
         };
+        // Whether it is inside a skill now (a SKILL.md may have come since
+        // the walk): a park no rule hides any more is given back at the
+        // next mount, never swept.
+        let in_pkg = self.inside_skill(Some(dir.clone()));
         let rules = &self.rules;
         if !rules.is_hidden(&d.name, kind, dir.is_root(), &mut || in_pkg)
             || !rules.sweepable(&d.name, kind, dir.is_root())
         {
             return Ok(None);
         }
-        // A namespace change since may have made something inside it new.
-        if changed && sys::newest_mtime_at(parked, &hp)? >= cutoff {
-            return Ok(None);
-        }
         if self.open_inside(&hp) {
             return Ok(None);
         }
-        let to = self
-            .dirs
-            .tmp
-            .join(format!("swept.{}.{n}", std::process::id()));
+        let to = self.dirs.tmp.join(format!(
+            "swept.{}.{}",
+            std::process::id(),
+            SWEPT.fetch_add(1, Ordering::Relaxed)
+        ));
         let to_bytes = to.as_os_str().as_encoded_bytes();
         sys::renameat2(
             parked,
@@ -234,19 +255,47 @@ impl SkillFs {
         })
     }
 
-    /// Orphans past the park age: out of the mount's reach, so removed with
-    /// no namespace lock, each recorded first.
+    /// Orphans past the park age: out of the mount's reach, so swept with
+    /// no namespace lock: each is moved into `tmp/`, recorded (moved back
+    /// if the record cannot be written), and deleted.
     fn sweep_orphans(&self, now: i64, report: &mut ScanReport) -> FsResult<()> {
         let orphans = self.dirs.orphans_fd.as_raw_fd();
         let max_age = self.rules.park_max_age_ns;
         for (name, sweep) in crate::scan::old_orphans(orphans, now, max_age)? {
-            self.ledger.lock().record(sweep, Actor::daemon())?;
-            sys::remove_tree_at(orphans, &name)?;
+            let to = self.dirs.tmp.join(format!(
+                "swept.{}.{}",
+                std::process::id(),
+                SWEPT.fetch_add(1, Ordering::Relaxed)
+            ));
+            let to_bytes = to.as_os_str().as_encoded_bytes();
+            sys::renameat2(
+                orphans,
+                &name,
+                libc::AT_FDCWD,
+                to_bytes,
+                libc::RENAME_NOREPLACE,
+            )?;
+            if let Err(e) = self.ledger.lock().record(sweep, Actor::daemon()) {
+                sys::renameat2(
+                    libc::AT_FDCWD,
+                    to_bytes,
+                    orphans,
+                    &name,
+                    libc::RENAME_NOREPLACE,
+                )?;
+                return Err(e.into());
+            }
             report.swept += 1;
+            if let Err(e) = sys::remove_tree_at(libc::AT_FDCWD, to_bytes) {
+                tracing::warn!("could not delete the swept {}: {e}", to.display());
+            }
         }
         Ok(())
     }
 }
+
+/// Numbers the swept entries moved into `tmp/`, so no two meet there.
+static SWEPT: AtomicU64 = AtomicU64::new(0);
 
 fn park_path(key: &str, name: &[u8]) -> Vec<u8> {
     let mut p = key.as_bytes().to_vec();

@@ -66,7 +66,7 @@ impl Freezes {
         self.count.load(Ordering::SeqCst) > 0
     }
 
-    fn register(self: &Arc<Self>, dirfd: RawFd, phys: Vec<u8>) -> FreezeGuard {
+    pub(super) fn register(self: &Arc<Self>, dirfd: RawFd, phys: Vec<u8>) -> FreezeGuard {
         let freeze = Arc::new(Freeze {
             dirfd,
             phys,
@@ -90,6 +90,13 @@ fn within(a: &[u8], b: &[u8]) -> bool {
 pub(super) struct FreezeGuard {
     freezes: Arc<Freezes>,
     freeze: Arc<Freeze>,
+}
+
+impl FreezeGuard {
+    /// Whether a change reached the frozen subtree.
+    pub(super) fn dirty(&self) -> bool {
+        self.freeze.dirty.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for FreezeGuard {

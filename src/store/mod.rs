@@ -142,9 +142,10 @@ impl Layout {
                 fs::read_dir(&d).map_err(|e| StoreError::io(ErrorKind::Store, "list", &d, e))?;
             for ent in entries.flatten() {
                 let p = ent.path();
-                // Spare directories are empty: a plain rmdir suffices.
+                // Spare directories are empty; a swept park left in `tmp/`
+                // (its removal failed) is not.
                 if fs::remove_file(&p).is_err() {
-                    let _ = fs::remove_dir(&p);
+                    let _ = sys::remove_tree_at(libc::AT_FDCWD, p.as_os_str().as_encoded_bytes());
                 }
             }
         }
