@@ -177,7 +177,7 @@ impl SkillFs {
             steps: Vec::new(),
             prehashed: Prehashed::new(),
         };
-        if let Err(e) = self.walk_for_plan(dir.as_raw_fd(), &to, in_pkg, &mut plan) {
+        if let Err(e) = self.walk_for_plan(dir, &to, in_pkg, &mut plan) {
             tracing::debug!("unpark of {to} planned under the lock instead: {e}");
             plan.guard.freeze.dirty.store(true, Ordering::SeqCst);
         }
@@ -190,29 +190,47 @@ impl SkillFs {
     /// untracked one is left out.
     fn walk_for_plan(
         &self,
-        fd: RawFd,
+        top: OwnedFd,
         to: &RelPath,
         in_pkg: bool,
         plan: &mut UnparkPlan,
     ) -> std::io::Result<()> {
-        let top = sys::fstat(&fd)?;
-        plan.steps
-            .push(Step::Record(to.clone(), state_from_stat(&top, Kind::Dir)));
-        let mut stack: Vec<(Vec<u8>, RelPath, bool)> = vec![(Vec::new(), to.clone(), in_pkg)];
-        while let Some((rel, dir, above_pkg)) = stack.pop() {
-            let at: &[u8] = if rel.is_empty() { b"." } else { &rel };
-            let mut names = sys::read_dir_at(fd, at)?;
+        let top_st = sys::fstat(&top)?;
+        plan.steps.push(Step::Record(
+            to.clone(),
+            state_from_stat(&top_st, Kind::Dir),
+        ));
+        // Each directory is opened from its parent's descriptor by one name,
+        // never followed through a symlink: nothing outside the subtree is
+        // read, whatever is renamed in it meanwhile (a change marks the
+        // plan). Opened when its turn comes, so a wide tree holds few.
+        enum Dir {
+            Open(OwnedFd),
+            In(Arc<OwnedFd>, Vec<u8>, u64),
+        }
+        let mut stack: Vec<(Dir, RelPath, bool)> = vec![(Dir::Open(top), to.clone(), in_pkg)];
+        while let Some((d, dir, above_pkg)) = stack.pop() {
+            let fd = match d {
+                Dir::Open(fd) => fd,
+                Dir::In(parent, name, ino) => {
+                    let flags =
+                        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+                    let f = OwnedFd::from(sys::openat(parent.as_raw_fd(), &name, flags, 0)?);
+                    if sys::fstat(&f)?.st_ino != ino {
+                        return Err(std::io::Error::other(format!("{dir} was replaced")));
+                    }
+                    f
+                }
+            };
+            let fd = Arc::new(fd);
+            let raw = fd.as_raw_fd();
+            let mut names = sys::read_dir_at(raw, b".")?;
             names.sort_by(|a, b| a.name.cmp(&b.name));
             let in_pkg = above_pkg || names.iter().any(|n| n.name == b"SKILL.md");
             let mut subdirs = Vec::new();
             for n in names {
-                let mut child = rel.clone();
-                if !child.is_empty() {
-                    child.push(b'/');
-                }
-                child.extend_from_slice(&n.name);
                 let path = dir.join(&n.name);
-                let st = sys::lstatat(fd, &child)?;
+                let st = sys::lstatat(raw, &n.name)?;
                 let Some(kind) = kind_of(&st) else {
                     continue; // not versioned (the settle says so)
                 };
@@ -229,18 +247,23 @@ impl SkillFs {
                 let mut state = state_from_stat(&st, kind);
                 match kind {
                     Kind::File => {
-                        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-                        let f = sys::openat(fd, &child, flags, 0)?;
+                        // Never blocks on a FIFO put in its place.
+                        let flags =
+                            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+                        let f = sys::openat(raw, &n.name, flags, 0)?;
+                        let same = |now: &libc::stat| {
+                            now.st_mode & libc::S_IFMT == libc::S_IFREG
+                                && now.st_ino == st.st_ino
+                                && now.st_size == st.st_size
+                                && sys::mtime_ns(now) == sys::mtime_ns(&st)
+                        };
+                        if !sys::fstat(&f).is_ok_and(|now| same(&now)) {
+                            return Err(std::io::Error::other(format!("{path} was replaced")));
+                        }
                         // No tick to wait out: a write through the mount
                         // after the freeze marks it (see the module doc).
                         let blob = plan.prehashed.add(&f, &self.blobs, None)?;
-                        let blob = blob.filter(|_| {
-                            sys::fstat(&f).is_ok_and(|now| {
-                                now.st_ino == st.st_ino
-                                    && now.st_size == st.st_size
-                                    && sys::mtime_ns(&now) == sys::mtime_ns(&st)
-                            })
-                        });
+                        let blob = blob.filter(|_| sys::fstat(&f).is_ok_and(|now| same(&now)));
                         let Some(blob) = blob else {
                             return Err(std::io::Error::other(format!(
                                 "{path} changed as it was read"
@@ -249,9 +272,13 @@ impl SkillFs {
                         state.blob = Some(blob);
                     }
                     Kind::Symlink => {
-                        state.target = Some(ByteString(sys::readlinkat(fd, &child)?));
+                        state.target = Some(ByteString(sys::readlinkat(raw, &n.name)?));
                     }
-                    Kind::Dir => subdirs.push((child, path.clone(), in_pkg)),
+                    Kind::Dir => subdirs.push((
+                        Dir::In(Arc::clone(&fd), n.name.clone(), st.st_ino),
+                        path.clone(),
+                        in_pkg,
+                    )),
                 }
                 plan.steps.push(Step::Record(path, state));
             }
