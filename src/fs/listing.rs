@@ -1,10 +1,11 @@
 //! Directory listings and `fsyncdir`.
 //!
 //! Owns: a visible directory's listing (its physical entries: it never
-//! shows a hidden one) and a hidden directory's (whole), snapshots of a
-//! listing between `readdir` calls (`listings`) and the offsets that name
-//! them, the lookup references `readdirplus` hands the kernel, and
-//! `fsyncdir`. The adapter only copies entries into the kernel's buffer
+//! shows a hidden one) and a hidden directory's (whole), the listing kept
+//! for a directory between `readdir` calls (`listings`), the offsets (a
+//! cookie per name, stable across listings: a read resumes after the last
+//! name it returned), the lookup references `readdirplus` hands the
+//! kernel, and `fsyncdir`. The adapter only copies entries into the kernel's buffer
 //! (`DirectoryReplier`).
 //! Locks: `namespace` shared while a listing is read or a directory opened
 //! for its fsync, never across the flush; `listings` is a leaf.
@@ -80,35 +81,37 @@ impl SkillFs {
         Ok(entries)
     }
 
-    /// The listing of `ino` for a read at `offset` with no open handle, and
-    /// the index to continue at. Offsets name a snapshot and an index
-    /// (`snapshot << 32 | index + 1`): a listing is taken at offset 0 and
-    /// kept until read to its end, so each pass reads one consistent listing
-    /// even while another pass of the same directory starts.
-    pub(super) fn readdir_at(
-        &self,
-        ino: Ino,
-        offset: u64,
-    ) -> FsResult<(u64, Arc<Vec<DirEntry>>, usize)> {
-        let (snap, index) = (offset >> 32, (offset & 0xffff_ffff) as usize);
-        if offset > 0
-            && let Some(e) = self.listings.lock().get(&snap)
-        {
-            return Ok((snap, Arc::clone(e), index));
-        }
-        let entries = Arc::new(self.listing(ino)?);
-        let snap = self.next_fh.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
-        let mut listings = self.listings.lock();
-        if listings.len() > 1024 {
-            listings.clear(); // abandoned passes; a later read takes a new listing
-        }
-        listings.insert(snap, Arc::clone(&entries));
-        Ok((snap, entries, index))
+    /// The listing of `ino` for a read from `offset` on, and the index to
+    /// continue at. An offset is the cookie of the last entry read (see
+    /// `cookie`): stable for a name, so a read resumes after it whatever
+    /// changed in the directory since, or was taken from another listing
+    /// (as ext4's hash cookies do; an entry added or removed meanwhile may
+    /// or may not be seen, as POSIX allows). A listing is taken at offset 0
+    /// and kept for the directory until read to its end, so a pass need not
+    /// list the directory again for each call.
+    pub(super) fn readdir_at(&self, ino: Ino, offset: u64) -> FsResult<(Listing, usize)> {
+        let kept = (offset > 0)
+            .then(|| self.listings.lock().get(&ino).cloned())
+            .flatten();
+        let entries = match kept {
+            Some(e) => e,
+            None => {
+                let e = Arc::new(by_cookie(self.listing(ino)?));
+                let mut listings = self.listings.lock();
+                if listings.len() > 1024 {
+                    listings.clear(); // abandoned passes; a later read lists again
+                }
+                listings.insert(ino, Arc::clone(&e));
+                e
+            }
+        };
+        let start = entries.partition_point(|(c, _)| *c <= offset);
+        Ok((entries, start))
     }
 
-    /// A handle-less listing was read to its end.
-    pub(super) fn readdir_done(&self, snap: u64) {
-        self.listings.lock().remove(&snap);
+    /// A listing of `ino` was read to its end.
+    pub(super) fn readdir_done(&self, ino: Ino) {
+        self.listings.lock().remove(&ino);
     }
 
     /// `readdir`: the entries of `ino` from `offset` on, into `reply` until
@@ -119,14 +122,14 @@ impl SkillFs {
         offset: u64,
         reply: &mut impl DirectoryReplier,
     ) -> FsResult<()> {
-        let (snap, entries, start) = self.readdir_at(ino, offset)?;
+        let (entries, start) = self.readdir_at(ino, offset)?;
         if start >= entries.len() {
-            self.readdir_done(snap);
+            self.readdir_done(ino);
         }
-        for (i, e) in entries.iter().enumerate().skip(start) {
+        for (cookie, e) in entries.iter().skip(start) {
             let full = reply.add(DirectoryEntry {
                 ino: e.ino,
-                offset: snap << 32 | (i as u64 + 1),
+                offset: *cookie,
                 name: &e.name,
                 mode_type: mode_type(e),
                 entry: None,
@@ -149,11 +152,11 @@ impl SkillFs {
         offset: u64,
         reply: &mut impl DirectoryReplier,
     ) -> FsResult<()> {
-        let (snap, entries, start) = self.readdir_at(ino, offset)?;
+        let (entries, start) = self.readdir_at(ino, offset)?;
         if start >= entries.len() {
-            self.readdir_done(snap);
+            self.readdir_done(ino);
         }
-        for (i, e) in entries.iter().enumerate().skip(start) {
+        for (cookie, e) in entries.iter().skip(start) {
             let dot = e.name == b"." || e.name == b"..";
             let found = if dot {
                 self.getattr(e.ino)
@@ -165,7 +168,7 @@ impl SkillFs {
             };
             let full = reply.add(DirectoryEntry {
                 ino: entry.ino,
-                offset: snap << 32 | (i as u64 + 1),
+                offset: *cookie,
                 name: &e.name,
                 mode_type: entry.stat.st_mode & libc::S_IFMT,
                 entry: Some(&entry),
@@ -230,4 +233,37 @@ fn mode_type(e: &DirEntry) -> u32 {
         (0, Kind::Symlink) => libc::S_IFLNK,
         (t, _) => t,
     }
+}
+
+/// A listing ordered by cookie.
+pub(super) type Listing = Arc<Vec<(u64, DirEntry)>>;
+
+/// The readdir offset that follows `name`: 1 and 2 for `.` and `..`, for
+/// any other name a hash of it in 3..2^62, the same in every listing of
+/// the daemon's life.
+fn cookie(name: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    match name {
+        b"." => 1,
+        b".." => 2,
+        _ => {
+            // SipHash with fixed keys: the same for a name every time.
+            let mut h = std::hash::DefaultHasher::new();
+            name.hash(&mut h);
+            3 + h.finish() % ((1 << 62) - 3)
+        }
+    }
+}
+
+/// `entries` ordered by cookie; two names with one hash (never seen in
+/// practice) are told apart by the next free cookie, in name order.
+fn by_cookie(entries: Vec<DirEntry>) -> Vec<(u64, DirEntry)> {
+    let mut v: Vec<(u64, DirEntry)> = entries.into_iter().map(|e| (cookie(&e.name), e)).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    for i in 1..v.len() {
+        if v[i].0 <= v[i - 1].0 {
+            v[i].0 = v[i - 1].0 + 1;
+        }
+    }
+    v
 }

@@ -309,8 +309,8 @@ pub struct SkillFs {
     next_fh: AtomicU64,
     /// The daemon runs as root: new entries are given to their caller.
     chown_new: bool,
-    /// Listings being read without a handle, by snapshot number.
-    listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    /// The listing kept for each directory being read (see `readdir_at`).
+    listings: Mutex<HashMap<Ino, listing::Listing>>,
     /// Tells the kernel to drop what it cached of an inode or a name.
     invalidator: std::sync::OnceLock<Box<dyn Fn(Invalidation) + Send + Sync>>,
     /// One `fsync` commits all earlier metadata here (ext4, XFS).
