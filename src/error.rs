@@ -167,14 +167,48 @@ impl std::error::Error for FsError {
 }
 
 impl From<io::Error> for FsError {
-    /// An I/O error without an errno (it should not happen on the paths we
-    /// use) is answered as `EIO`, the one answer every caller understands.
+    /// The system's errno where it gave one; else the errno of its kind
+    /// (an error our code made or wrapped with a message, see `errno_of`).
     fn from(e: io::Error) -> FsError {
         FsError {
-            errno: e.raw_os_error().unwrap_or(libc::EIO),
+            errno: e.raw_os_error().unwrap_or_else(|| errno_of(e.kind())),
             context: None,
             source: Some(e),
         }
+    }
+}
+
+/// The one table of what an error without an errno answers the kernel, by
+/// its kind: the errno a system call failing that way gives. Such errors
+/// are made by our code (a message wrapped around a failed call keeps only
+/// its kind); anything not named here is answered `EIO`, the one answer
+/// every caller understands.
+fn errno_of(kind: io::ErrorKind) -> i32 {
+    use io::ErrorKind as K;
+    match kind {
+        K::NotFound => libc::ENOENT,
+        K::PermissionDenied => libc::EACCES,
+        K::AlreadyExists => libc::EEXIST,
+        K::InvalidInput => libc::EINVAL,
+        K::NotADirectory => libc::ENOTDIR,
+        K::IsADirectory => libc::EISDIR,
+        K::DirectoryNotEmpty => libc::ENOTEMPTY,
+        K::ReadOnlyFilesystem => libc::EROFS,
+        K::StorageFull => libc::ENOSPC,
+        K::QuotaExceeded => libc::EDQUOT,
+        K::FileTooLarge => libc::EFBIG,
+        K::InvalidFilename => libc::ENAMETOOLONG,
+        K::TooManyLinks => libc::EMLINK,
+        K::CrossesDevices => libc::EXDEV,
+        K::StaleNetworkFileHandle => libc::ESTALE,
+        K::Unsupported => libc::ENOTSUP,
+        K::OutOfMemory => libc::ENOMEM,
+        K::Interrupted => libc::EINTR,
+        K::WouldBlock => libc::EAGAIN,
+        K::Deadlock => libc::EDEADLK,
+        K::ResourceBusy => libc::EBUSY,
+        K::ExecutableFileBusy => libc::ETXTBSY,
+        _ => libc::EIO,
     }
 }
 
@@ -292,8 +326,21 @@ mod tests {
             FsError::ENOENT.to_string(),
             io::Error::from_raw_os_error(libc::ENOENT).to_string()
         );
-        // An io::Error without an errno answers EIO.
+        // An io::Error without an errno answers by its kind, else EIO: a
+        // full disk wrapped in a message is still ENOSPC.
         assert_eq!(FsError::from(io::Error::other("x")).errno(), libc::EIO);
+        let wrapped = io::Error::new(io::ErrorKind::StorageFull, "could not store 'a': full");
+        assert_eq!(FsError::from(wrapped).errno(), libc::ENOSPC);
+        for errno in [
+            libc::ENOENT,
+            libc::EEXIST,
+            libc::ENOSPC,
+            libc::ENOTEMPTY,
+            libc::EROFS,
+        ] {
+            let kind = io::Error::from_raw_os_error(errno).kind();
+            assert_eq!(errno_of(kind), errno, "the table and std agree on {errno}");
+        }
     }
 
     #[test]
