@@ -1,5 +1,9 @@
 //! The command line. Errors end as one line on stderr and the exit code of
 //! [`crate::error::Exit`].
+//!
+//! Owns: the arguments and help of every command, and the exit code each
+//! failure ends with. Locks: none (it parses, then calls `commands` or
+//! `daemon`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

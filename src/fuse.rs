@@ -9,6 +9,9 @@
 //! listings are cached (`FOPEN_CACHE_DIR`), read-only opens skip the
 //! flush on close (`FOPEN_NOFLUSH`), and the pages of a file just written
 //! are handed to the kernel (`FUSE_NOTIFY_STORE`, see `fs::pages`).
+//!
+//! Locks: none of its own; each handler calls the core, which locks (see
+//! `fs`). Replies are sent with no core lock held.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

@@ -5,6 +5,8 @@
 //! `fusermount3` could mount. So for an unprivileged daemon we always ask
 //! `fusermount3`, which opens the device, mounts, and passes the fd back over
 //! a socket (`_FUSE_COMMFD`, SCM_RIGHTS), as libfuse does.
+//!
+//! Locks: none; it runs once, before the session serves.
 
 // The daemon answers errors, never unwraps them (tests may; see clippy.toml).
 #![deny(clippy::unwrap_used)]

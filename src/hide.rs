@@ -18,6 +18,8 @@
 //!
 //! Invariants: no rule may hide `SKILL.md`, a name the agent's snapshot
 //! code needs listed (`MUST_STAY_VISIBLE`), or every name.
+//!
+//! Locks: none; the rules are built once at mount and read-only after.
 
 use serde::{Deserialize, Serialize};
 

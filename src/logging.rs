@@ -8,6 +8,8 @@
 //! - The queue is bounded: when the writer falls behind (or the disk is
 //!   full), lines are dropped and counted, and the count is written with
 //!   the next line that gets through.
+//!
+//! Locks: the queue's (a leaf), never held across a write of the log.
 
 use std::io::Write;
 use std::sync::OnceLock;

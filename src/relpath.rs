@@ -4,6 +4,8 @@
 //! the empty path is the root itself. Names that are not UTF-8 round-trip
 //! losslessly: in JSON a path is a string when it is valid UTF-8 and
 //! `{"hex": "..."}` otherwise.
+//!
+//! Locks: none; these are values.
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;

@@ -15,6 +15,10 @@
 //!   `orphans/<key>.<time>` and swept, like parks, after the park age.
 //!
 //! The mount-time scan runs before the mount, through the root fd.
+//!
+//! Locks: the caller's: the mount-time scan runs before any request; an
+//! unpark's settle runs under the rename's exclusive namespace lock with
+//! `ledger` held (see `fs::unpark`).
 
 use std::collections::{HashMap, HashSet};
 use std::io;

@@ -1,4 +1,6 @@
 //! UTC time as nanoseconds since the Unix epoch, and its RFC 3339 text.
+//!
+//! Locks: none.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

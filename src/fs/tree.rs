@@ -10,6 +10,9 @@
 //!   an entry is hidden when it or any ancestor is attached. The key of a
 //!   directory (inode number + birth time) survives renames, so renaming a
 //!   visible directory carries its hidden children with it atomically.
+//!
+//! Locks: the table is behind `SkillFs::tree` (taken after `namespace`,
+//! before `open_files`); nothing here locks on its own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::RawFd;
