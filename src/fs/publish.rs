@@ -74,9 +74,9 @@ impl SkillFs {
     ///
     /// If a write, a rename or another publish came between 1 and 3, the
     /// record of step 1 stands (the content it names was the file's, in
-    /// the order the journal says) and the publish starts over; after a few
-    /// tries it holds the locks throughout, as a file written without pause
-    /// would otherwise starve it.
+    /// the order the journal says) and the publish starts over; after
+    /// seconds of that it holds the locks throughout, as a file moved
+    /// without pause would otherwise starve it.
     pub(super) fn publish_durable(&self, ino: Ino, caller: &Caller) -> FsResult<()> {
         // Whether a try recorded a version that no try swapped in yet.
         let mut owed = false;
@@ -89,10 +89,18 @@ impl SkillFs {
 
     /// The tries of `publish_durable`, then the fallback.
     fn publish_durable_tries(&self, ino: Ino, caller: &Caller, owed: &mut bool) -> FsResult<()> {
-        const TRIES: usize = 3;
-        for _ in 0..TRIES {
+        // A try is undone only by a rename of the file's directory or a close
+        // of another handle of it (the kernel holds the file's inode lock
+        // across an fsync): three at once, then with growing pauses, so a
+        // burst of renames passes; only a file moved without pause for
+        // seconds gets the last try, which holds the locks throughout.
+        const TRIES: u32 = 24;
+        for i in 0..TRIES {
             if self.publish_durable_once(ino, caller, owed)? {
                 return Ok(());
+            }
+            if i >= 2 {
+                std::thread::sleep(std::time::Duration::from_millis(1 << (i - 2).min(7)));
             }
         }
         let ns = self.namespace.read();
