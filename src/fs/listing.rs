@@ -96,7 +96,10 @@ impl SkillFs {
         let entries = match kept {
             Some(e) => e,
             None => {
-                let e = Arc::new(by_cookie(self.listing(ino)?));
+                // A `.history` listing keeps its ids in order: their cookie
+                // is the id itself.
+                let ids = matches!(decode(ino), Some(VNode::Listing(_)));
+                let e = Arc::new(by_cookie(self.listing(ino)?, ids));
                 let mut listings = self.listings.lock();
                 if listings.len() > 1024 {
                     listings.clear(); // abandoned passes; a later read lists again
@@ -238,15 +241,23 @@ fn mode_type(e: &DirEntry) -> u32 {
 /// A listing ordered by cookie.
 pub(super) type Listing = Arc<Vec<(u64, DirEntry)>>;
 
-/// The readdir offset that follows `name`: 1 and 2 for `.` and `..`, for
-/// any other name a hash of it in 3..2^62, the same in every listing of
-/// the daemon's life.
-fn cookie(name: &[u8]) -> u64 {
+/// The readdir offset that follows `name`: 1 and 2 for `.` and `..`; for
+/// an id of a `.history` listing (`ids`), 2 past the id, so they stay in
+/// order; for any other name a hash of it in 3..2^62, the same in every
+/// listing of the daemon's life.
+fn cookie(name: &[u8], ids: bool) -> u64 {
     use std::hash::{Hash, Hasher};
     match name {
         b"." => 1,
         b".." => 2,
         _ => {
+            if ids
+                && let Some(id) = std::str::from_utf8(name)
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok())
+            {
+                return id + 2;
+            }
             // SipHash with fixed keys: the same for a name every time.
             let mut h = std::hash::DefaultHasher::new();
             name.hash(&mut h);
@@ -257,8 +268,11 @@ fn cookie(name: &[u8]) -> u64 {
 
 /// `entries` ordered by cookie; two names with one hash (never seen in
 /// practice) are told apart by the next free cookie, in name order.
-fn by_cookie(entries: Vec<DirEntry>) -> Vec<(u64, DirEntry)> {
-    let mut v: Vec<(u64, DirEntry)> = entries.into_iter().map(|e| (cookie(&e.name), e)).collect();
+fn by_cookie(entries: Vec<DirEntry>, ids: bool) -> Vec<(u64, DirEntry)> {
+    let mut v: Vec<(u64, DirEntry)> = entries
+        .into_iter()
+        .map(|e| (cookie(&e.name, ids), e))
+        .collect();
     v.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
     for i in 1..v.len() {
         if v[i].0 <= v[i - 1].0 {
