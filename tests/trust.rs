@@ -137,6 +137,40 @@ fn a_hard_linked_pair_inside_the_root_splits_on_write() {
     assert_no_shared_inodes(&[&m.root()], &[]);
 }
 
+/// A hidden directory renamed into view on a full disk: its content
+/// cannot be stored, so the rename is refused (ENOSPC) before anything
+/// moves, instead of making visible what no version holds.
+#[test]
+fn an_unpark_on_a_full_disk_is_refused_before_anything_moves() {
+    let Some(disk) = SmallDisk::new("unparkfull", 24) else {
+        return;
+    };
+    let scratch = Scratch::at(&disk.mnt, "unparkfull");
+    let m = Mount::over(scratch, Vec::new());
+    fs::create_dir_all(m.path("cat/foo.bak")).unwrap();
+    // Written in place (hidden: scratch, no version): it takes room once.
+    fs::write(m.path("cat/foo.bak/big.bin"), vec![7u8; 6 << 20]).unwrap();
+    fs::write(m.path("cat/foo.bak/SKILL.md"), "parked").unwrap();
+    disk.fill("filler");
+    let err = fs::rename(m.path("cat/foo.bak"), m.path("cat/foo")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    assert!(!m.path("cat/foo").exists());
+    assert_eq!(fs::read(m.path("cat/foo.bak/SKILL.md")).unwrap(), b"parked");
+    assert!(
+        !m.log().iter().any(|r| r["op"] == "unpark"),
+        "an unpark was journaled for a rename that was refused"
+    );
+    // Room again: the same rename goes through and is recorded whole.
+    disk.free("filler");
+    fs::rename(m.path("cat/foo.bak"), m.path("cat/foo")).unwrap();
+    assert_eq!(
+        fs::read(m.path(".history/latest/cat/foo/big.bin"))
+            .unwrap()
+            .len(),
+        6 << 20
+    );
+}
+
 /// A rename from one name of a file to another name of the same file (two
 /// links made while unmounted): the kernel, which sees two inodes, moves
 /// its entry, so the source name goes, and a write through the new name
@@ -425,6 +459,11 @@ impl SmallDisk {
             let buf = vec![0u8; bs];
             while f.write_all(&buf).is_ok() {}
         }
+    }
+
+    /// Gives back the room `fill` took.
+    fn free(&self, name: &str) {
+        fs::remove_file(self.mnt.join(name)).unwrap();
     }
 }
 

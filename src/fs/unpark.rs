@@ -138,38 +138,19 @@ impl SkillFs {
     /// Before a rename takes the namespace lock: if it is about to make a
     /// hidden directory visible, the plan of its unpark (see the module
     /// doc), made with no lock held. `None` when it is no unpark of a
-    /// directory, or the source cannot be read.
+    /// directory, or the source cannot be read. A full disk fails it
+    /// (`ENOSPC`, `EDQUOT`): the rename is refused before anything moves,
+    /// as it could not record what it makes visible.
     pub(super) fn plan_unpark(
         &self,
         parent: Ino,
         name: &[u8],
         newparent: Ino,
         newname: &[u8],
-    ) -> Option<UnparkPlan> {
-        let (dir, guard, to, in_pkg) = {
-            let _ns = self.namespace.read();
-            let (ploc, nploc) = (self.loc(parent).ok()?, self.loc(newparent).ok()?);
-            let src = self.find(parent, &ploc, name).ok()?;
-            let to_dir = nploc.visible.clone()?;
-            let to = to_dir.join(newname);
-            if kind_of(&src.st) != Some(Kind::Dir)
-                || self.versioned(&src.loc).is_some()
-                || self.rules.is_untracked(&to)
-            {
-                return None;
-            }
-            let in_pkg = self.inside_skill(Some(to_dir.clone()));
-            if self
-                .rules
-                .is_hidden(newname, Kind::Dir, to_dir.is_root(), &mut || in_pkg)
-            {
-                return None;
-            }
-            // Walked through its descriptor: no name of it needs the lock.
-            let dir = sys::open_dir(src.loc.dirfd, &src.loc.phys).ok()?;
-            // Registered under the lock: no namespace change is in flight.
-            let guard = self.freezes.register(src.loc.dirfd, src.loc.phys.clone());
-            (dir, guard, to, in_pkg)
+    ) -> FsResult<Option<UnparkPlan>> {
+        let Some((dir, guard, to, in_pkg)) = self.unpark_source(parent, name, newparent, newname)
+        else {
+            return Ok(None);
         };
         let mut plan = UnparkPlan {
             guard,
@@ -177,11 +158,57 @@ impl SkillFs {
             steps: Vec::new(),
             prehashed: Prehashed::new(),
         };
-        if let Err(e) = self.walk_for_plan(dir, &to, in_pkg, &mut plan) {
-            tracing::debug!("unpark of {to} planned under the lock instead: {e}");
-            plan.guard.freeze.dirty.store(true, Ordering::SeqCst);
+        match self.walk_for_plan(dir, &to, in_pkg, &mut plan) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                ) =>
+            {
+                Err(FsError::from(e).context(format_args!("store the content of {to}")))
+            }
+            Err(e) => {
+                tracing::debug!("unpark of {to} planned under the lock instead: {e}");
+                plan.guard.freeze.dirty.store(true, Ordering::SeqCst);
+                Ok(Some(plan))
+            }
+            Ok(()) => Ok(Some(plan)),
         }
-        Some(plan)
+    }
+
+    /// What `plan_unpark` walks, if the rename is an unpark of a
+    /// directory: the source, its freeze (registered under the shared
+    /// namespace lock, so no namespace change is in flight), the visible
+    /// path and whether that is inside a skill.
+    fn unpark_source(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+    ) -> Option<(OwnedFd, FreezeGuard, RelPath, bool)> {
+        let _ns = self.namespace.read();
+        let (ploc, nploc) = (self.loc(parent).ok()?, self.loc(newparent).ok()?);
+        let src = self.find(parent, &ploc, name).ok()?;
+        let to_dir = nploc.visible.clone()?;
+        let to = to_dir.join(newname);
+        if kind_of(&src.st) != Some(Kind::Dir)
+            || self.versioned(&src.loc).is_some()
+            || self.rules.is_untracked(&to)
+        {
+            return None;
+        }
+        let in_pkg = self.inside_skill(Some(to_dir.clone()));
+        if self
+            .rules
+            .is_hidden(newname, Kind::Dir, to_dir.is_root(), &mut || in_pkg)
+        {
+            return None;
+        }
+        // Walked through its descriptor: no name of it needs the lock.
+        let dir = sys::open_dir(src.loc.dirfd, &src.loc.phys).ok()?;
+        let guard = self.freezes.register(src.loc.dirfd, src.loc.phys.clone());
+        Some((dir, guard, to, in_pkg))
     }
 
     /// The settle of `scan::Settler::settle`, worked out from the source
