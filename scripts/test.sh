@@ -53,7 +53,8 @@ if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null 2>&1; then
     img=$(mktemp /tmp/skillfs-ext4.XXXXXX)
     mnt=$(mktemp -d /tmp/skillfs-ext4-mnt.XXXXXX)
     trap 'umount -l "$mnt" 2>/dev/null; rm -rf "$img" "$mnt"' EXIT
-    truncate -s 1G "$img"
+    # Room for the concurrency tests' 512 MiB park and its blob, one at a time.
+    truncate -s 3G "$img"
     mkfs.ext4 -q -F "$img"
     mount -o loop "$img" "$mnt"
     TMPDIR="$mnt" SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash --test history --test trust --test concurrency
