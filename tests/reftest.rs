@@ -1551,6 +1551,35 @@ fn corner_cases_match_a_plain_directory() {
             Rmdir("b"),
             Remount,
         ],
+        // Unparks from a plan: a nested tree with a symlink, a hidden file
+        // and a hidden directory (the model knows no skills: no SKILL.md)...
+        &[
+            Mkdir("x.bak"),
+            Mkdir("x.bak/sub"),
+            Write("x.bak/sub/a", Data(5, 1)),
+            Write("x.bak/.t.tmp", Data(4, 2)),
+            Mkdir("x.bak/inner.bak"),
+            Write("x.bak/inner.bak/z", Data(6, 3)),
+            Symlink("sub/a", "x.bak/l"),
+            Write("x.bak/s.md", Data(7, 4)),
+            Rename("x.bak", "x", 0),
+            List("x"),
+            Read("x/l"),
+            Remount,
+        ],
+        // ...and parked and unparked again, across remounts.
+        &[
+            Mkdir("x.bak"),
+            Mkdir("x.bak/y.bak"),
+            Write("x.bak/y.bak/q", Data(3, 5)),
+            Write("x.bak/k", Data(2, 6)),
+            Rename("x.bak", "x", 0),
+            List("x"),
+            Remount,
+            Rename("x", "x2.bak", 0),
+            Rename("x2.bak", "x3", 0),
+            Remount,
+        ],
     ] {
         if let Err(f) = check(ops) {
             panic!("{ops:?} failed at step {}: {}", f.step, f.what);
