@@ -27,7 +27,7 @@ if [ "$(id -u)" != 0 ] && ! command -v fusermount3 >/dev/null 2>&1; then
     fi
 fi
 
-if [ "$(id -u)" != 0 ] && [ ! -r /dev/fuse -o ! -w /dev/fuse ]; then
+if [ "$(id -u)" != 0 ] && { [ ! -r /dev/fuse ] || [ ! -w /dev/fuse ]; }; then
     echo "setup: /dev/fuse is not usable by users here (mode $(stat -c %a /dev/fuse)); setting 0666 as distributions do" >&2
     sudo chmod 0666 /dev/fuse
 fi
@@ -36,5 +36,11 @@ cargo build --release --locked
 mkdir -p "$PREFIX/bin"
 install -m 0755 target/release/skillfs "$PREFIX/bin/skillfs"
 echo "setup: installed $PREFIX/bin/skillfs"
+# The systemd user unit, with this binary's real path (not enabled here).
+unit_dir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
+mkdir -p "$unit_dir"
+bin_path="$(cd "$PREFIX/bin" && pwd -P)/skillfs"
+sed "s|@SKILLFS_BIN@|$bin_path|" mount-scripts/skillfs.service >"$unit_dir/skillfs.service"
+echo "setup: wrote $unit_dir/skillfs.service (enable: systemctl --user daemon-reload && systemctl --user enable --now skillfs; to stay mounted after logout: loginctl enable-linger)"
 
 SKILLFS_BIN="$PREFIX/bin/skillfs" exec ./mount-scripts/skillfs-mount "$@"

@@ -53,3 +53,138 @@ fn mount_scripts_are_idempotent_and_respect_hermes_home() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("not mounted"));
     assert_eq!(std::fs::read(root.join("x.md")).unwrap(), b"x");
 }
+
+/// Waits until nothing holds the store's lock (the killed daemon's files
+/// are closed, so its mount answers ENOTCONN).
+fn wait_unlocked(store: &Path) {
+    let lock = std::fs::File::open(store.join("LOCK")).unwrap();
+    let t = std::time::Instant::now();
+    // SAFETY: flock takes a descriptor we own and plain flags.
+    while unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&lock),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } != 0
+    {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the daemon did not die"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The daemon killed: the mount script (run again, as a login or a unit
+/// would) detaches the dead mount and mounts again, without a person; so
+/// does the systemd unit's ExecStartPre line, run here by `sh` as systemd
+/// would (this machine runs no systemd).
+#[test]
+fn a_dead_mount_is_detached_and_mounted_again() {
+    let s = Scratch::new("deadmount");
+    let home = s.dir.join("hermes");
+    let root = home.join("skills");
+    let store = home.join(".skillfs/skills");
+    let _guard = Detach(root.clone());
+    let out = script("skillfs-mount", &home);
+    assert!(out.status.success(), "{}", describe(&out));
+    std::fs::write(root.join("kept.md"), "kept").unwrap();
+    for round in 0..2 {
+        let pid = common::daemon_pid(&store).expect("the daemon's pid in LOCK");
+        // SAFETY: kill takes plain integers; `pid` is the daemon this test started.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        wait_unlocked(&store);
+        // (A name never looked up: the kernel must ask the daemon.)
+        let probe = root.join(format!("probe{round}"));
+        assert_eq!(
+            std::fs::write(&probe, "p").unwrap_err().raw_os_error(),
+            Some(libc::ENOTCONN),
+            "round {round}: the mount is dead"
+        );
+        if round == 0 {
+            let out = script("skillfs-mount", &home);
+            assert!(out.status.success(), "round 0: {}", describe(&out));
+            assert!(String::from_utf8_lossy(&out.stderr).contains("dead mount"));
+        } else {
+            let unit = std::fs::read_to_string(format!(
+                "{}/mount-scripts/skillfs.service",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            let pre = unit
+                .lines()
+                .find_map(|l| l.strip_prefix("ExecStartPre=/bin/sh -c '"))
+                .and_then(|l| l.strip_suffix('\''))
+                .expect("the unit's ExecStartPre line");
+            let out = Command::new("sh")
+                .args(["-c", pre])
+                .env("HERMES_HOME", &home)
+                .env("SKILLFS_BIN", common::BIN)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "round 1, ExecStartPre: {}",
+                describe(&out)
+            );
+            assert!(!is_mounted(&root), "ExecStartPre left the dead mount");
+            let out = Command::new(common::BIN)
+                .arg("mount")
+                .arg(&root)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "round 1, ExecStart: {}",
+                describe(&out)
+            );
+        }
+        assert!(is_mounted(&root));
+        assert_eq!(
+            std::fs::read(root.join("kept.md")).unwrap(),
+            b"kept",
+            "round {round}"
+        );
+    }
+    let out = script("skillfs-umount", &home);
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
+/// Under `Type=notify` the daemon says READY=1 once mounted (and its pid),
+/// and STOPPING=1 when it unmounts, on `$NOTIFY_SOCKET`.
+#[test]
+fn the_daemon_tells_the_service_manager_when_it_is_ready() {
+    let s = Scratch::new("notify");
+    let root = s.root();
+    let _guard = Detach(root.clone());
+    let sock_path = s.dir.join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut child = Command::new(common::BIN)
+        .arg("mount")
+        .arg(&root)
+        .arg("--foreground")
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = sock.recv(&mut buf).expect("READY=1 within 30 s");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(msg.contains("READY=1"), "{msg:?}");
+    assert!(msg.contains(&format!("MAINPID={}", child.id())), "{msg:?}");
+    // Ready means mounted: the mount answers.
+    assert!(is_mounted(&root));
+    std::fs::write(root.join("a.md"), "a").unwrap();
+    let out = Command::new(common::BIN)
+        .arg("umount")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let n = sock.recv(&mut buf).expect("STOPPING=1 within 30 s");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    assert!(child.wait().unwrap().success());
+}

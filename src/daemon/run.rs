@@ -113,12 +113,39 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // `mount` returns.
     crate::logging::flush();
     report_ready(&mut ready, "ok\n");
+    // Requests sent from here on wait for `run` (a few microseconds).
+    sd_notify(&format!("READY=1\nMAINPID={}\n", std::process::id()));
     let result = session.run();
+    sd_notify("STOPPING=1\n");
     // `destroy` has published and synced; make sure of it for the paths
     // where the kernel never sent DESTROY (connection aborted).
     prepared.fs.shutdown();
     tracing::info!("unmounted {}", prepared.root.display());
     result.map_err(|e| Failure::new(Exit::Internal, format!("session ended with an error: {e}")))
+}
+
+/// Tells the service manager how the daemon is (`Type=notify` in a systemd
+/// unit): one datagram to `$NOTIFY_SOCKET`, a path or, with a leading `@`,
+/// an abstract name. Nothing when the variable is unset; a failure is only
+/// logged (the mount works either way).
+fn sd_notify(state: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let bytes = target.as_bytes();
+    let sent = UnixDatagram::unbound().and_then(|sock| match bytes.strip_prefix(b"@") {
+        Some(name) => {
+            let addr = SocketAddr::from_abstract_name(name)?;
+            sock.send_to_addr(state.as_bytes(), &addr)
+        }
+        None => sock.send_to(state.as_bytes(), Path::new(&target)),
+    });
+    if let Err(e) = sent {
+        tracing::warn!("could not notify the service manager ({state:?}): {e}");
+    }
 }
 
 /// Sweeps old parks while mounted, every quarter of the park age (at least

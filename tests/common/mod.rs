@@ -102,7 +102,7 @@ pub fn is_mounted(root: &Path) -> bool {
         .any(|l| l.contains(&needle) && l.contains("skillfs:"))
 }
 
-fn daemon_pid(store: &Path) -> Option<u32> {
+pub fn daemon_pid(store: &Path) -> Option<u32> {
     fs::read_to_string(store.join("LOCK"))
         .ok()?
         .trim()
