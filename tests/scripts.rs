@@ -54,27 +54,6 @@ fn mount_scripts_are_idempotent_and_respect_hermes_home() {
     assert_eq!(std::fs::read(root.join("x.md")).unwrap(), b"x");
 }
 
-/// Waits until nothing holds the store's lock (the killed daemon's files
-/// are closed, so its mount answers ENOTCONN).
-fn wait_unlocked(store: &Path) {
-    let lock = std::fs::File::open(store.join("LOCK")).unwrap();
-    let t = std::time::Instant::now();
-    // SAFETY: flock takes a descriptor we own and plain flags.
-    while unsafe {
-        libc::flock(
-            std::os::fd::AsRawFd::as_raw_fd(&lock),
-            libc::LOCK_EX | libc::LOCK_NB,
-        )
-    } != 0
-    {
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(10),
-            "the daemon did not die"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
 /// The daemon killed: the mount script (run again, as a login or a unit
 /// would) detaches the dead mount and mounts again, without a person; so
 /// does the systemd unit's ExecStartPre line, run here by `sh` as systemd
@@ -93,7 +72,7 @@ fn a_dead_mount_is_detached_and_mounted_again() {
         let pid = common::daemon_pid(&store).expect("the daemon's pid in LOCK");
         // SAFETY: kill takes plain integers; `pid` is the daemon this test started.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        wait_unlocked(&store);
+        common::wait_unlocked(&store);
         // (A name never looked up: the kernel must ask the daemon.)
         let probe = root.join(format!("probe{round}"));
         assert_eq!(

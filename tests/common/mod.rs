@@ -110,6 +110,28 @@ pub fn daemon_pid(store: &Path) -> Option<u32> {
         .ok()
 }
 
+/// Waits until nothing holds the store's lock: the flock on LOCK is
+/// released when a dying daemon's files are (so the kernel has aborted its
+/// connection: every access to its mount fails with ENOTCONN).
+pub fn wait_unlocked(store: &Path) {
+    let lock = fs::File::open(store.join("LOCK")).unwrap();
+    let t = Instant::now();
+    while unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&lock),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } != 0
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the daemon of {} did not die",
+            store.display()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Running, not a zombie (our daemons are reparented to a PID 1 that may
 /// reap them late).
 pub fn pid_alive(pid: u32) -> bool {
@@ -256,23 +278,7 @@ impl Mount {
     /// fails with ENOTCONN). The dead mount stays attached.
     pub fn kill_daemon(&mut self) {
         unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
-        let lock = fs::File::open(self.store().join("LOCK")).unwrap();
-        let t = Instant::now();
-        // The flock on LOCK is released when the dying daemon's files are.
-        while unsafe {
-            libc::flock(
-                std::os::fd::AsRawFd::as_raw_fd(&lock),
-                libc::LOCK_EX | libc::LOCK_NB,
-            )
-        } != 0
-        {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "daemon {} did not die",
-                self.pid
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        wait_unlocked(&self.store());
     }
 
     /// Lazily detach the (dead) mount.
