@@ -474,31 +474,34 @@ impl Prehashed {
         self.0.is_empty()
     }
 
-    /// Stores the content of `f`, read now, if its times are older than
-    /// `tick_ns` (none: any) and unchanged across the read: its blob then.
+    /// Stores the content of `f`, read now: its blob, if its times did not
+    /// move across the read. It is kept for a later settle (`blob_of`) only
+    /// if its times were also older than `tick_ns` when it was read: a
+    /// write within the same clock tick keeps them, so a settle could not
+    /// tell it from what was read.
     pub fn add(
         &mut self,
         f: &std::fs::File,
         blobs: &BlobStore,
-        tick_ns: Option<i128>,
+        tick_ns: i128,
     ) -> io::Result<Option<String>> {
         let before = sys::fstat(f)?;
         let times = |st: &libc::stat| (st.st_size, sys::mtime_ns(st), ctime_ns(st));
         let now = crate::time::now_ns() as i128;
         let (_, mtime, ctime) = times(&before);
-        if tick_ns.is_some_and(|tick| mtime.max(ctime) > now - tick) {
-            return Ok(None); // changed just now: the settle reads it
-        }
+        let racy = mtime.max(ctime) > now - tick_ns;
         let (id, _) = blobs.put_reader(f)?;
         let after = sys::fstat(f)?;
         if times(&after) != times(&before) {
             return Ok(None);
         }
-        let (size, mtime, ctime) = times(&after);
-        self.0.insert(
-            (after.st_dev, after.st_ino),
-            (size, mtime, ctime, id.clone()),
-        );
+        if !racy {
+            let (size, mtime, ctime) = times(&after);
+            self.0.insert(
+                (after.st_dev, after.st_ino),
+                (size, mtime, ctime, id.clone()),
+            );
+        }
         Ok(Some(id))
     }
 

@@ -147,10 +147,17 @@ fn an_unpark_on_a_full_disk_is_refused_before_anything_moves() {
     };
     let scratch = Scratch::at(&disk.mnt, "unparkfull");
     let m = Mount::over(scratch, Vec::new());
+    let (seen, unseen) = (vec![7u8; 3 << 20], vec![8u8; 3 << 20]);
+    // A content the store has (a version of a visible file)...
+    fs::create_dir(m.path("cat")).unwrap();
+    fs::write(m.path("cat/seen.bin"), &seen).unwrap();
+    // ...and two parks, written in place (hidden: scratch, no version):
+    // one of a content the store lacks, one of that content.
     fs::create_dir_all(m.path("cat/foo.bak")).unwrap();
-    // Written in place (hidden: scratch, no version): it takes room once.
-    fs::write(m.path("cat/foo.bak/big.bin"), vec![7u8; 6 << 20]).unwrap();
+    fs::write(m.path("cat/foo.bak/big.bin"), &unseen).unwrap();
     fs::write(m.path("cat/foo.bak/SKILL.md"), "parked").unwrap();
+    fs::create_dir_all(m.path("cat/bar.bak")).unwrap();
+    fs::write(m.path("cat/bar.bak/big.bin"), &seen).unwrap();
     disk.fill("filler");
     let err = fs::rename(m.path("cat/foo.bak"), m.path("cat/foo")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
@@ -160,14 +167,18 @@ fn an_unpark_on_a_full_disk_is_refused_before_anything_moves() {
         !m.log().iter().any(|r| r["op"] == "unpark"),
         "an unpark was journaled for a rename that was refused"
     );
-    // Room again: the same rename goes through and is recorded whole.
+    // A park whose content is stored already needs no room.
+    fs::rename(m.path("cat/bar.bak"), m.path("cat/bar")).unwrap();
+    assert_eq!(
+        fs::read(m.path(".history/latest/cat/bar/big.bin")).unwrap(),
+        seen
+    );
+    // Room again: the refused rename goes through and is recorded whole.
     disk.free("filler");
     fs::rename(m.path("cat/foo.bak"), m.path("cat/foo")).unwrap();
     assert_eq!(
-        fs::read(m.path(".history/latest/cat/foo/big.bin"))
-            .unwrap()
-            .len(),
-        6 << 20
+        fs::read(m.path(".history/latest/cat/foo/big.bin")).unwrap(),
+        unseen
     );
 }
 

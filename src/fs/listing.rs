@@ -246,7 +246,6 @@ pub(super) type Listing = Arc<Vec<(u64, DirEntry)>>;
 /// order; for any other name a hash of it in 3..2^62, the same in every
 /// listing of the daemon's life.
 fn cookie(name: &[u8], ids: bool) -> u64 {
-    use std::hash::{Hash, Hasher};
     match name {
         b"." => 1,
         b".." => 2,
@@ -258,10 +257,14 @@ fn cookie(name: &[u8], ids: bool) -> u64 {
             {
                 return id + 2;
             }
-            // SipHash with fixed keys: the same for a name every time.
-            let mut h = std::hash::DefaultHasher::new();
-            name.hash(&mut h);
-            3 + h.finish() % ((1 << 62) - 3)
+            // SipHash with keys drawn once per daemon: the same for a
+            // name all its life, and no name chosen to collide with
+            // another (a collision is told apart in `by_cookie`, but not
+            // the same way in every listing).
+            use std::hash::BuildHasher;
+            static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+                std::sync::OnceLock::new();
+            3 + KEYS.get_or_init(Default::default).hash_one(name) % ((1 << 62) - 3)
         }
     }
 }

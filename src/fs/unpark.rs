@@ -31,6 +31,10 @@
 use super::*;
 use std::sync::atomic::AtomicBool;
 
+/// A write within the clock's tick of a read can keep the file's times
+/// (kernels before multigrain timestamps tick every few milliseconds).
+const TICK_NS: i128 = 20_000_000;
+
 /// A subtree an unpark is planned over, and whether a change reached it.
 pub(super) struct Freeze {
     dirfd: RawFd,
@@ -119,18 +123,22 @@ pub(super) struct UnparkPlan {
     guard: FreezeGuard,
     /// The visible path it was planned for.
     to: RelPath,
+    /// Whether that was inside a skill then (a `SKILL.md` above it comes
+    /// and goes with no change to the subtree itself).
+    in_pkg: bool,
     steps: Vec<Step>,
     /// The content stored, for a settle if the plan cannot be used.
     prehashed: Prehashed,
 }
 
 impl UnparkPlan {
-    fn usable(&self, from: &Location, to: &RelPath) -> bool {
+    fn usable(&self, from: &Location, to: &RelPath, in_pkg: bool) -> bool {
         let f = &self.guard.freeze;
         !f.dirty.load(Ordering::SeqCst)
             && f.dirfd == from.dirfd
             && f.phys == from.phys
             && &self.to == to
+            && self.in_pkg == in_pkg
     }
 }
 
@@ -155,6 +163,7 @@ impl SkillFs {
         let mut plan = UnparkPlan {
             guard,
             to: to.clone(),
+            in_pkg,
             steps: Vec::new(),
             prehashed: Prehashed::new(),
         };
@@ -287,9 +296,11 @@ impl SkillFs {
                         if !sys::fstat(&f).is_ok_and(|now| same(&now)) {
                             return Err(std::io::Error::other(format!("{path} was replaced")));
                         }
-                        // No tick to wait out: a write through the mount
-                        // after the freeze marks it (see the module doc).
-                        let blob = plan.prehashed.add(&f, &self.blobs, None)?;
+                        // Used by the plan whatever its times (a write
+                        // through the mount after the freeze marks it, see
+                        // the module doc); kept for a settle only if older
+                        // than the clock's tick.
+                        let blob = plan.prehashed.add(&f, &self.blobs, TICK_NS)?;
                         let blob = blob.filter(|_| sys::fstat(&f).is_ok_and(|now| same(&now)));
                         let Some(blob) = blob else {
                             return Err(std::io::Error::other(format!(
@@ -335,7 +346,7 @@ impl SkillFs {
             caller.actor(),
         );
         let result = match plan {
-            Some(plan) if plan.usable(from, path) => {
+            Some(plan) if plan.usable(from, path, in_pkg) => {
                 let hidden = from.logical.clone();
                 (|| {
                     for step in plan.steps {

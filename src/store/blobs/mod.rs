@@ -346,8 +346,25 @@ impl BlobStore {
         let mut installed = false;
         let result = (|| {
             let mut hasher = Sha256::new();
+            // A full disk stops the copy, not the hash: a content stored
+            // already needs no room (a park unparked on a full disk).
+            let mut full: Option<io::Error> = None;
+            let mut copy = |data: &[u8], off: u64| -> io::Result<()> {
+                if full.is_none()
+                    && let Err(e) = tmp.write_all_at(data, off)
+                {
+                    if !matches!(
+                        e.kind(),
+                        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+                    ) {
+                        return Err(e);
+                    }
+                    full = Some(e);
+                }
+                Ok(())
+            };
             hasher.update(&head[..got]);
-            tmp.write_all_at(&head[..got], 0)?;
+            copy(&head[..got], 0)?;
             let mut off = got as u64;
             let mut buf = vec![0u8; CHUNK];
             loop {
@@ -356,11 +373,14 @@ impl BlobStore {
                     break;
                 }
                 hasher.update(&buf[..n]);
-                tmp.write_all_at(&buf[..n], off)?;
+                copy(&buf[..n], off)?;
                 off += n as u64;
             }
             let id = hex(hasher.finalize().as_slice());
             if !self.has_intact(&id, off) {
+                if let Some(e) = full {
+                    return Err(e);
+                }
                 self.install(&tmp_path, &id, false)?;
                 installed = true;
             }
