@@ -522,8 +522,13 @@ fn ctime_ns(st: &libc::stat) -> i128 {
 
 /// Mount-time housekeeping of `parked/` and `orphans/` after the visible
 /// tree was settled: orphan attached areas whose directory is gone, give
-/// back entries no rule hides any more, sweep old parks and orphans.
-pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
+/// back entries no rule hides any more, sweep old parks and orphans (each
+/// moved whole into the store's `tmp` directory, recorded, then deleted).
+pub fn tend_parked(
+    settler: &mut Settler<'_>,
+    now_ns: i64,
+    tmp: &std::path::Path,
+) -> io::Result<()> {
     let areas = settler.areas;
     // Keys of hidden directories: their attached areas are alive too.
     let mut hidden_keys: HashSet<String> = HashSet::new();
@@ -583,17 +588,24 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
                     && sys::newest_mtime_at(areas.parked_fd, &hp)?
                         < now_ns as i128 - max_age as i128
                 {
-                    // One that cannot be deleted is kept (and logged): a
-                    // sweep never refuses the mount.
-                    if let Err(e) = sys::remove_tree_at(areas.parked_fd, &hp) {
-                        tracing::warn!("could not sweep the park of {logical}: {e}");
-                        continue;
-                    }
+                    // Moved out whole first (a deletion that fails half-way
+                    // must not leave a partial park to unpark as if whole),
+                    // recorded, then deleted; what cannot be deleted stays
+                    // in tmp/ for the next mount. A sweep never refuses the
+                    // mount.
+                    let trash = match move_to_trash(areas.parked_fd, &hp, tmp) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            tracing::warn!("could not sweep the park of {logical}: {e}");
+                            continue;
+                        }
+                    };
                     settler.swept_entries.push((dir.clone(), c.name.clone()));
                     let mut ch = Change::new(Op::Sweep, logical.clone(), None);
                     ch.hidden = Some(logical);
                     settler.record(ch)?;
                     settler.report.swept += 1;
+                    delete_trash(&trash);
                 }
             }
         } else if !hidden_keys.contains(&key) {
@@ -605,14 +617,48 @@ pub fn tend_parked(settler: &mut Settler<'_>, now_ns: i64) -> io::Result<()> {
         }
     }
     for (name, sweep) in old_orphans(areas.orphans_fd, now_ns, max_age)? {
-        if let Err(e) = sys::remove_tree_at(areas.orphans_fd, &name) {
-            tracing::warn!("could not sweep an orphan: {e}");
-            continue;
-        }
+        // As a park: moved out whole, recorded, then deleted.
+        let trash = match move_to_trash(areas.orphans_fd, &name, tmp) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("could not sweep an orphan: {e}");
+                continue;
+            }
+        };
         settler.record(sweep)?;
         settler.report.swept += 1;
+        delete_trash(&trash);
     }
     Ok(())
+}
+
+/// Moves `rel` under `dir` whole into the store's `tmp` directory, under a
+/// name no other sweep uses: a sweep takes a park or an orphan out of
+/// reach at once, records it, and only then deletes it (`delete_trash`).
+pub fn move_to_trash(
+    dir: RawFd,
+    rel: &[u8],
+    tmp: &std::path::Path,
+) -> io::Result<std::path::PathBuf> {
+    static SWEPT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SWEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let trash = tmp.join(format!("swept.{}.{n}", std::process::id()));
+    sys::renameat2(
+        dir,
+        rel,
+        libc::AT_FDCWD,
+        trash.as_os_str().as_encoded_bytes(),
+        libc::RENAME_NOREPLACE,
+    )?;
+    Ok(trash)
+}
+
+/// Deletes what `move_to_trash` moved (read-only directories included);
+/// what cannot be deleted stays in `tmp`, which the next mount clears.
+pub fn delete_trash(trash: &std::path::Path) {
+    if let Err(e) = sys::remove_tree_at(libc::AT_FDCWD, trash.as_os_str().as_encoded_bytes()) {
+        tracing::warn!("could not delete the swept {}: {e}", trash.display());
+    }
 }
 
 /// The orphans (`orphans/<key>.<time>`) past `max_age` at `now_ns`, each

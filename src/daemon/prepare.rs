@@ -140,7 +140,7 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         let scanned = settler
             .settle(&RelPath::root(), Op::Scan, false, false, None)
             .and_then(|()| settler.record_removals())
-            .and_then(|()| tend_parked(&mut settler, crate::time::now_ns()));
+            .and_then(|()| tend_parked(&mut settler, crate::time::now_ns(), &layout.tmp()));
         scanned.map_err(|e| Failure::new(Exit::BadRoot, format!("scan of ROOT failed: {e}")))?;
         settler.report
     };

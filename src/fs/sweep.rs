@@ -30,7 +30,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::unpark::FreezeGuard;
 use super::{FsResult, Ino, SkillFs};
@@ -113,10 +112,7 @@ impl SkillFs {
             self.invalidate_entry(p, name);
         }
         for t in trash {
-            if let Err(e) = sys::remove_tree_at(libc::AT_FDCWD, t.as_os_str().as_encoded_bytes()) {
-                // Left in tmp/, cleared at the next mount.
-                tracing::warn!("could not delete the swept {}: {e}", t.display());
-            }
+            crate::scan::delete_trash(&t);
         }
         Ok(report)
     }
@@ -212,19 +208,8 @@ impl SkillFs {
         if self.open_inside(&hp) {
             return Ok(None);
         }
-        let to = self.dirs.tmp.join(format!(
-            "swept.{}.{}",
-            std::process::id(),
-            SWEPT.fetch_add(1, Ordering::Relaxed)
-        ));
+        let to = crate::scan::move_to_trash(parked, &hp, &self.dirs.tmp)?;
         let to_bytes = to.as_os_str().as_encoded_bytes();
-        sys::renameat2(
-            parked,
-            &hp,
-            libc::AT_FDCWD,
-            to_bytes,
-            libc::RENAME_NOREPLACE,
-        )?;
         self.freezes.touched(parked, &hp);
         let logical = dir.join(&d.name);
         let mut c = Change::new(Op::Sweep, logical.clone(), None);
@@ -262,19 +247,8 @@ impl SkillFs {
         let orphans = self.dirs.orphans_fd.as_raw_fd();
         let max_age = self.rules.park_max_age_ns;
         for (name, sweep) in crate::scan::old_orphans(orphans, now, max_age)? {
-            let to = self.dirs.tmp.join(format!(
-                "swept.{}.{}",
-                std::process::id(),
-                SWEPT.fetch_add(1, Ordering::Relaxed)
-            ));
+            let to = crate::scan::move_to_trash(orphans, &name, &self.dirs.tmp)?;
             let to_bytes = to.as_os_str().as_encoded_bytes();
-            sys::renameat2(
-                orphans,
-                &name,
-                libc::AT_FDCWD,
-                to_bytes,
-                libc::RENAME_NOREPLACE,
-            )?;
             if let Err(e) = self.ledger.lock().record(sweep, Actor::daemon()) {
                 sys::renameat2(
                     libc::AT_FDCWD,
@@ -286,16 +260,11 @@ impl SkillFs {
                 return Err(e.into());
             }
             report.swept += 1;
-            if let Err(e) = sys::remove_tree_at(libc::AT_FDCWD, to_bytes) {
-                tracing::warn!("could not delete the swept {}: {e}", to.display());
-            }
+            crate::scan::delete_trash(&to);
         }
         Ok(())
     }
 }
-
-/// Numbers the swept entries moved into `tmp/`, so no two meet there.
-static SWEPT: AtomicU64 = AtomicU64::new(0);
 
 fn park_path(key: &str, name: &[u8]) -> Vec<u8> {
     let mut p = key.as_bytes().to_vec();
