@@ -158,6 +158,8 @@ fn an_unpark_on_a_full_disk_is_refused_before_anything_moves() {
     fs::write(m.path("cat/foo.bak/SKILL.md"), "parked").unwrap();
     fs::create_dir_all(m.path("cat/bar.bak")).unwrap();
     fs::write(m.path("cat/bar.bak/big.bin"), &seen).unwrap();
+    fs::create_dir(m.path("cat/taken")).unwrap();
+    fs::write(m.path("cat/taken/x"), "x").unwrap();
     disk.fill("filler");
     let err = fs::rename(m.path("cat/foo.bak"), m.path("cat/foo")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
@@ -167,6 +169,9 @@ fn an_unpark_on_a_full_disk_is_refused_before_anything_moves() {
         !m.log().iter().any(|r| r["op"] == "unpark"),
         "an unpark was journaled for a rename that was refused"
     );
+    // A rename that fails anyway answers its own errno, not the full disk's.
+    let err = fs::rename(m.path("cat/foo.bak"), m.path("cat/taken")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY), "{err}");
     // A park whose content is stored already needs no room.
     fs::rename(m.path("cat/bar.bak"), m.path("cat/bar")).unwrap();
     assert_eq!(

@@ -174,7 +174,7 @@ impl SkillFs {
         let mut plan = if exchange {
             None
         } else {
-            self.plan_unpark(parent, name, newparent, newname)?
+            self.plan_unpark(parent, name, newparent, newname, flags)?
         };
         let _ns = self.ns_write();
         let ploc = self.loc(parent)?;

@@ -155,8 +155,10 @@ impl SkillFs {
         name: &[u8],
         newparent: Ino,
         newname: &[u8],
+        flags: u32,
     ) -> FsResult<Option<UnparkPlan>> {
-        let Some((dir, guard, to, in_pkg)) = self.unpark_source(parent, name, newparent, newname)
+        let Some((dir, guard, to, in_pkg)) =
+            self.unpark_source(parent, name, newparent, newname, flags)
         else {
             return Ok(None);
         };
@@ -186,7 +188,7 @@ impl SkillFs {
     }
 
     /// What `plan_unpark` walks, if the rename is an unpark of a
-    /// directory: the source, its freeze (registered under the shared
+    /// directory that can be made: the source, its freeze (registered under the shared
     /// namespace lock, so no namespace change is in flight), the visible
     /// path and whether that is inside a skill.
     fn unpark_source(
@@ -195,10 +197,21 @@ impl SkillFs {
         name: &[u8],
         newparent: Ino,
         newname: &[u8],
+        flags: u32,
     ) -> Option<(OwnedFd, FreezeGuard, RelPath, bool)> {
         let _ns = self.namespace.read();
         let (ploc, nploc) = (self.loc(parent).ok()?, self.loc(newparent).ok()?);
         let src = self.find(parent, &ploc, name).ok()?;
+        // A rename that will fail (onto a name taken with NOREPLACE, a
+        // non-directory or a directory that is not empty) is not planned:
+        // it answers its own errno, and nothing is read or stored for it.
+        if let Ok(dst) = self.find(newparent, &nploc, newname) {
+            let empty_dir = kind_of(&dst.st) == Some(Kind::Dir)
+                && sys::read_dir_at(dst.loc.dirfd, &dst.loc.phys).is_ok_and(|e| e.is_empty());
+            if flags & libc::RENAME_NOREPLACE != 0 || !empty_dir {
+                return None;
+            }
+        }
         let to_dir = nploc.visible.clone()?;
         let to = to_dir.join(newname);
         if kind_of(&src.st) != Some(Kind::Dir)
