@@ -204,7 +204,23 @@ impl SkillFs {
                 match (kind == Kind::Dir, other_dir) {
                     (true, false) => return Err(FsError::ENOTDIR),
                     (false, true) => return Err(FsError::EISDIR),
-                    (true, true) => return Err(FsError::EEXIST),
+                    // A directory replaces an empty directory, as ext4
+                    // would (an exchange can leave a directory's attached
+                    // child in the other place once it is hidden); one with
+                    // entries, in either of its places, is ENOTEMPTY.
+                    (true, true) => {
+                        let key = sys::dir_key(other.loc.dirfd, &other.loc.phys)?;
+                        let empty = |fd, rel: &[u8]| match sys::read_dir_at(fd, rel) {
+                            Ok(e) => e.is_empty(),
+                            Err(e) => enoent(&e),
+                        };
+                        if !empty(other.loc.dirfd, &other.loc.phys)
+                            || !empty(self.parked_raw(), key.as_bytes())
+                        {
+                            return Err(FsError::of(libc::ENOTEMPTY));
+                        }
+                        replaced_other = Some(other);
+                    }
                     // A non-directory replaces a non-directory, as ext4
                     // would: removed once the rename is made (two steps,
                     // not one; a failed rename leaves it as it was).
@@ -216,24 +232,28 @@ impl SkillFs {
             }
             (d, att)
         };
-        // Two names of one file (hard links made while unmounted, which the
-        // kernel sees as two inodes): renameat2 would leave both, as rename(2)
-        // says; the kernel takes the rename as made and moves its entry, so
-        // the source name goes (below), as it believes. A record says so.
-        let dst_st = dst.lstat().ok();
-        let same_file = dst_st
-            .as_ref()
-            .is_some_and(|st| st.st_dev == src.st.st_dev && st.st_ino == src.st.st_ino);
-        if same_file && flags & libc::RENAME_NOREPLACE != 0 {
-            return Err(FsError::EEXIST);
-        }
         // Staged bytes of what is replaced, or leaves the versioned tree,
         // are published first.
+        let dst_st = dst.lstat().ok();
         if dst_st.is_some() {
             self.publish_dirty_under(&dst, caller)?;
         }
         if exchange || dst.is_hidden() {
             self.publish_dirty_under(&src.loc, caller)?;
+        }
+        // Two names of one file (hard links made while unmounted, which the
+        // kernel sees as two inodes): renameat2 would leave both, as rename(2)
+        // says; the kernel takes the rename as made and moves its entry, so
+        // the source name goes (below), as it believes. A record says so.
+        // Judged on the files as they are now: a publish above swaps a new
+        // inode in (a name written since stopped being the other's file).
+        let dst_st = dst.lstat().ok();
+        let same_file = match (&dst_st, src.loc.lstat()) {
+            (Some(d), Ok(s)) => d.st_dev == s.st_dev && d.st_ino == s.st_ino,
+            _ => false,
+        };
+        if same_file && flags & libc::RENAME_NOREPLACE != 0 {
+            return Err(FsError::EEXIST);
         }
         // A directory replaced by this rename takes its hidden children's
         // attachment with it: they become orphans.
@@ -276,6 +296,12 @@ impl SkillFs {
             } else {
                 if let Some(st) = dst_st.filter(|_| dst_is_dir) {
                     tree.keep_gone(newparent, newname, st);
+                }
+                if let Some(other) = replaced_other
+                    .as_ref()
+                    .filter(|o| kind_of(&o.st) == Some(Kind::Dir))
+                {
+                    tree.keep_gone(newparent, newname, other.st);
                 }
                 tree.move_entry(parent, name, newparent, newname, dst_att);
             }
@@ -365,13 +391,14 @@ impl SkillFs {
         Ok(())
     }
 
-    /// Removes `other`, a non-directory in the other place that a rename
+    /// Removes `other`, a non-directory (or an empty directory) in the other place that a rename
     /// just made replaced (see `rename`), as an unlink would, journaled
     /// before the rename's own record. A failure is logged: the rename is
     /// made, and the next mount settles the name.
     pub(super) fn remove_other(&self, other: &Found, caller: &Caller) {
-        let last_ref = self.hold(&other.loc);
-        if let Err(e) = sys::unlinkat(other.loc.dirfd, &other.loc.phys, false) {
+        let dir = kind_of(&other.st) == Some(Kind::Dir);
+        let last_ref = (!dir).then(|| self.hold(&other.loc)).flatten();
+        if let Err(e) = sys::unlinkat(other.loc.dirfd, &other.loc.phys, dir) {
             tracing::error!(
                 "could not remove {} replaced by a rename: {e}",
                 other.loc.logical
@@ -380,7 +407,8 @@ impl SkillFs {
         }
         self.free_later(last_ref);
         if let Some(p) = self.versioned(&other.loc) {
-            self.record(Change::new(Op::Unlink, p, None), caller);
+            let op = if dir { Op::Rmdir } else { Op::Unlink };
+            self.record(Change::new(op, p, None), caller);
         }
     }
 
