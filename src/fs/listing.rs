@@ -87,7 +87,7 @@ impl SkillFs {
     /// changed in the directory since, or was taken from another listing
     /// (as ext4's hash cookies do; an entry added or removed meanwhile may
     /// or may not be seen, as POSIX allows). A listing is taken at offset 0
-    /// and kept for the directory until read to its end, so a pass need not
+    /// and kept for the directory until read to its end (then dropped here), so a pass need not
     /// list the directory again for each call.
     pub(super) fn readdir_at(&self, ino: Ino, offset: u64) -> FsResult<(Listing, usize)> {
         let kept = (offset > 0)
@@ -109,12 +109,11 @@ impl SkillFs {
             }
         };
         let start = entries.partition_point(|(c, _)| *c <= offset);
+        if start >= entries.len() {
+            // Read to its end: the next pass lists again.
+            self.listings.lock().remove(&ino);
+        }
         Ok((entries, start))
-    }
-
-    /// A listing of `ino` was read to its end.
-    pub(super) fn readdir_done(&self, ino: Ino) {
-        self.listings.lock().remove(&ino);
     }
 
     /// `readdir`: the entries of `ino` from `offset` on, into `reply` until
@@ -126,9 +125,6 @@ impl SkillFs {
         reply: &mut impl DirectoryReplier,
     ) -> FsResult<()> {
         let (entries, start) = self.readdir_at(ino, offset)?;
-        if start >= entries.len() {
-            self.readdir_done(ino);
-        }
         for (cookie, e) in entries.iter().skip(start) {
             let full = reply.add(DirectoryEntry {
                 ino: e.ino,
@@ -156,9 +152,6 @@ impl SkillFs {
         reply: &mut impl DirectoryReplier,
     ) -> FsResult<()> {
         let (entries, start) = self.readdir_at(ino, offset)?;
-        if start >= entries.len() {
-            self.readdir_done(ino);
-        }
         for (cookie, e) in entries.iter().skip(start) {
             let dot = e.name == b"." || e.name == b"..";
             let found = if dot {
