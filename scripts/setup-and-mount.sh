@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Sets skillfs up on this machine and mounts it over the skills directory.
+# Sets skillfs up on this machine and mounts it over the agent's home,
+# versioning its skills directory.
 #
-#   ./scripts/setup-and-mount.sh [ROOT]
+#   ./scripts/setup-and-mount.sh [HOME]                 HOME: $HERMES_HOME,
+#                                                       else ~/.hermes
+#   ./scripts/setup-and-mount.sh --skills-only [ROOT]   a skills directory
+#                                                       alone
 #
-# ROOT defaults to $HERMES_HOME/skills, else ~/.hermes/skills (created if
-# missing). Builds the release binary, installs it as $PREFIX/bin/skillfs
-# (PREFIX defaults to ~/.local), installs fuse3 (fusermount3) when an
-# unprivileged user needs it, then mounts. Safe to run again.
+# Directories are created if missing. Builds the release binary, installs
+# it as $PREFIX/bin/skillfs (PREFIX defaults to ~/.local), installs fuse3
+# (fusermount3) when an unprivileged user needs it, then mounts (see
+# mount-scripts/skillfs-mount). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

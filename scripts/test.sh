@@ -29,6 +29,18 @@ elif ! command -v fusermount3 >/dev/null 2>&1; then
 fi
 command -v python3 >/dev/null || { echo "test: python3 is required" >&2; exit 1; }
 
+# The real agent (hermes-agent from PyPI, Python >= 3.11) in a venv of its
+# own, for the tests that drive its own code through a mount.
+venv=target/hermes-venv
+if ! "$venv/bin/python" -c "import hermes_state, tools.skills_sync" >/dev/null 2>&1; then
+    echo "test: installing hermes-agent 0.19.0 into $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check hermes-agent==0.19.0
+fi
+SKILLFS_HERMES_PYTHON="$PWD/$venv/bin/python"
+export SKILLFS_HERMES_PYTHON
+
 set -x
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings

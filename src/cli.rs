@@ -30,9 +30,19 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Mount skillfs over ROOT itself; the files stay plain files underneath.
+    ///
+    /// Over an agent's home (`skillfs mount ~/.hermes --versioned skills`)
+    /// only ROOT/skills is versioned; the rest of the home is plain, written
+    /// in place, and an entry can be renamed between the two (the agent's
+    /// batch rollback parks a skill in ~/.hermes/.skill-rollback-asides).
     Mount {
-        /// The directory to version (it must exist).
+        /// The directory to mount over (it must exist): the versioned
+        /// directory itself, or with --versioned the home around it.
         root: PathBuf,
+        /// Version only this directory of ROOT (made if missing); the rest
+        /// of ROOT is a plain pass-through with no hide rules and no history.
+        #[arg(long, value_name = "NAME")]
+        versioned: Option<PathBuf>,
         /// Store directory [default: <parent of ROOT>/.skillfs/<name of ROOT>].
         #[arg(long)]
         store: Option<PathBuf>,
@@ -160,6 +170,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
     match cmd {
         Cmd::Mount {
             root,
+            versioned,
             store,
             foreground,
             threads,
@@ -172,6 +183,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             tracked,
         } => daemon::mount(MountArgs {
             root,
+            versioned,
             store,
             foreground,
             threads,
@@ -253,10 +265,10 @@ fn resolve_store(root: &Path, store: Option<PathBuf>) -> Result<Layout, Failure>
     if let Some(s) = store {
         return Ok(Layout::new(daemon::store_dir(root, Some(&s))?));
     }
-    if let Some(store) = daemon::mount_at(root).and_then(|m| m.skillfs_store()) {
+    if let Some(store) = daemon::mount_serving(root).and_then(|m| m.skillfs_store()) {
         return Ok(Layout::new(store));
     }
-    Ok(Layout::new(daemon::store_dir(root, None)?))
+    Ok(Layout::new(daemon::default_store_of(root)?))
 }
 
 /// ROOT (default if not given), its store, and the store's records.
@@ -278,7 +290,7 @@ fn restore(id: &str, path: &Path, root: Option<PathBuf>) -> Result<(), Failure> 
         Some(r) => r,
         None => default_root()?,
     })?;
-    let Some(store_dir) = daemon::mount_at(&root).and_then(|m| m.skillfs_store()) else {
+    let Some(store_dir) = daemon::mount_serving(&root).and_then(|m| m.skillfs_store()) else {
         return Err(Failure::new(
             Exit::BadRoot,
             format!(
@@ -333,9 +345,16 @@ fn relative_to_root(root: &Path, p: &Path) -> Result<RelPath, Failure> {
 
 fn status(root: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), Failure> {
     let (root, layout, records) = open_history(root, store)?;
-    let mounted = daemon::mount_at(&root).filter(|m| m.skillfs_store().is_some());
+    let mounted = daemon::mount_serving(&root);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "root:     {}", root.display());
+    if let Some(m) = mounted.as_ref().filter(|m| m.mount_point != root) {
+        let _ = writeln!(
+            out,
+            "mount:    {} (the rest of it is plain, unversioned)",
+            m.mount_point.display()
+        );
+    }
     let state = match (&mounted, StoreLock::holder(&layout)) {
         (Some(_), Some(pid)) => format!("mounted (daemon pid {pid})"),
         (Some(_), None) => {

@@ -26,6 +26,7 @@ pub struct Core {
 pub fn open_core(root: &Path, store: &Path, rules: RuleArgs) -> Result<Core, Failure> {
     let args = MountArgs {
         root: root.to_path_buf(),
+        versioned: None,
         store: Some(store.to_path_buf()),
         foreground: true,
         threads: 1,

@@ -27,3 +27,76 @@ fn agent_file_calls_through_the_mount() {
     let skill = std::fs::read_to_string(m.path("cat/alpha/SKILL.md")).unwrap();
     assert!(skill.contains("patched"), "{skill}");
 }
+
+/// The interpreter of a venv holding the real agent (`hermes-agent` from
+/// PyPI), as `scripts/test.sh` makes it. Required under CI; elsewhere a
+/// run without it says so and does not pretend to pass.
+fn agent_python() -> Option<String> {
+    match std::env::var("SKILLFS_HERMES_PYTHON") {
+        Ok(p) => Some(p),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("SKILLFS_HERMES_PYTHON is not set: scripts/test.sh installs the agent for CI")
+        }
+        Err(_) => {
+            eprintln!("SKIPPED: SKILLFS_HERMES_PYTHON not set (scripts/test.sh sets it)");
+            None
+        }
+    }
+}
+
+/// The real agent's own code through a mount over its home: the bundled
+/// skill sync (and an update of one), skill_manage, a curator snapshot and
+/// rollback, its loader, and its session database in the home.
+#[test]
+fn the_real_agent_through_a_home_mount() {
+    let Some(py) = agent_python() else { return };
+    let s = common::Scratch::home("real-agent");
+    let bundled = s.dir.join("bundled");
+    for (dir, name) in [("research/arxiv", "arxiv"), ("productivity/todo", "todo")] {
+        std::fs::create_dir_all(bundled.join(dir)).unwrap();
+        std::fs::write(
+            bundled.join(dir).join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: {name} skill\n---\n# {name}\n"),
+        )
+        .unwrap();
+    }
+    let mut m = Mount::over(s, Vec::new());
+    let home = m.mount_point();
+    let out = Command::new(&py)
+        .arg(format!(
+            "{}/tests/python/real_agent.py",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .current_dir(&m.scratch.dir)
+        .env("HERMES_HOME", &home)
+        .env("HERMES_BUNDLED_SKILLS", &bundled)
+        .output()
+        .expect("the agent's python runs");
+    assert!(
+        out.status.success(),
+        "real_agent.py failed:\n{}",
+        describe(&out)
+    );
+    // Its skills were versioned; its sessions and logs were not.
+    let log = m.log();
+    assert!(
+        log.iter()
+            .any(|r| r["path"] == "custom/my-notes/SKILL.md" && r["op"] != "scan")
+    );
+    assert!(
+        log.iter()
+            .all(|r| !r["path"].as_str().unwrap().contains("state.db"))
+    );
+    let history = std::fs::read_dir(m.path(".history")).unwrap().count();
+    assert!(history > 10, "{history} entries in .history");
+    m.umount();
+    assert!(
+        home.join("state.db").is_file(),
+        "the sessions live in the home"
+    );
+    assert!(home.join("skills/research/arxiv/SKILL.md").is_file());
+    assert!(
+        !home.join("skills/custom/my-notes").exists(),
+        "deleted by the agent"
+    );
+}

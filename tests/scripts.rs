@@ -1,4 +1,5 @@
-//! The mount scripts: idempotent mount and unmount over $HERMES_HOME/skills.
+//! The mount scripts: idempotent mount and unmount over $HERMES_HOME
+//! (versioning its skills/, the default) or over a skills directory alone.
 
 mod common;
 
@@ -17,10 +18,15 @@ impl Drop for Detach {
 }
 
 fn script(name: &str, hermes_home: &Path) -> Output {
+    script_args(name, hermes_home, &[])
+}
+
+fn script_args(name: &str, hermes_home: &Path, args: &[&str]) -> Output {
     Command::new(format!(
         "{}/mount-scripts/{name}",
         env!("CARGO_MANIFEST_DIR")
     ))
+    .args(args)
     .env("HERMES_HOME", hermes_home)
     .env("SKILLFS_BIN", common::BIN)
     .output()
@@ -32,26 +38,62 @@ fn mount_scripts_are_idempotent_and_respect_hermes_home() {
     let s = Scratch::new("scripts");
     let home = s.dir.join("hermes");
     let root = home.join("skills");
-    let _guard = Detach(root.clone());
-    // The skills directory is created when missing.
+    let _guard = Detach(home.clone());
+    // The home and its skills directory are created when missing.
     let out = script("skillfs-mount", &home);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(is_mounted(&root));
+    assert!(is_mounted(&home), "the home is the mount point by default");
     let out = script("skillfs-mount", &home);
     assert!(out.status.success(), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("already mounted"));
     std::fs::write(root.join("x.md"), "x").unwrap();
+    std::fs::write(home.join("config.yaml"), "c").unwrap();
     assert!(
-        home.join(".skillfs/skills/journal").is_dir(),
-        "default store beside the root"
+        s.dir.join(".skillfs/hermes/journal").is_dir(),
+        "default store beside the home, outside the mount"
     );
     let out = script("skillfs-umount", &home);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(!is_mounted(&root));
+    assert!(!is_mounted(&home));
     let out = script("skillfs-umount", &home);
     assert!(out.status.success(), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("not mounted"));
     assert_eq!(std::fs::read(root.join("x.md")).unwrap(), b"x");
+    assert_eq!(std::fs::read(home.join("config.yaml")).unwrap(), b"c");
+}
+
+/// `--skills-only` mounts the skills directory alone (other agents keep
+/// theirs in one directory); the default mount afterwards unmounts it and
+/// mounts the home, the store carried over with every id.
+#[test]
+fn a_skills_only_mount_gives_way_to_the_home() {
+    let s = Scratch::new("skillsonly");
+    let home = s.dir.join("hermes");
+    let root = home.join("skills");
+    let _guard = Detach(root.clone());
+    let _guard2 = Detach(home.clone());
+    let out = script_args("skillfs-mount", &home, &["--skills-only"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(is_mounted(&root) && !is_mounted(&home));
+    assert!(home.join(".skillfs/skills/journal").is_dir());
+    std::fs::write(root.join("kept.md"), "v1").unwrap();
+    std::fs::write(root.join("kept.md"), "v2").unwrap();
+    let out = script("skillfs-mount", &home);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(is_mounted(&home) && !is_mounted(&root));
+    assert!(
+        !home.join(".skillfs").exists(),
+        "the old store moved out of the home"
+    );
+    let v1 = std::fs::read_dir(root.join(".history"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("kept.md"))
+        .filter(|p| std::fs::read(p).is_ok_and(|b| b == b"v1"))
+        .count();
+    assert!(v1 >= 1, "the first version is still in .history");
+    let out = script("skillfs-umount", &home);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(!is_mounted(&home));
 }
 
 /// The daemon killed: the mount script (run again, as a login or a unit
@@ -63,8 +105,8 @@ fn a_dead_mount_is_detached_and_mounted_again() {
     let s = Scratch::new("deadmount");
     let home = s.dir.join("hermes");
     let root = home.join("skills");
-    let store = home.join(".skillfs/skills");
-    let _guard = Detach(root.clone());
+    let store = s.dir.join(".skillfs/hermes");
+    let _guard = Detach(home.clone());
     let out = script("skillfs-mount", &home);
     assert!(out.status.success(), "{}", describe(&out));
     std::fs::write(root.join("kept.md"), "kept").unwrap();
@@ -106,10 +148,17 @@ fn a_dead_mount_is_detached_and_mounted_again() {
                 "round 1, ExecStartPre: {}",
                 describe(&out)
             );
-            assert!(!is_mounted(&root), "ExecStartPre left the dead mount");
-            let out = Command::new(common::BIN)
-                .arg("mount")
-                .arg(&root)
+            assert!(!is_mounted(&home), "ExecStartPre left the dead mount");
+            let start = unit
+                .lines()
+                .find_map(|l| l.strip_prefix("ExecStart=/bin/sh -c '"))
+                .and_then(|l| l.strip_suffix('\''))
+                .expect("the unit's ExecStart line")
+                .replace(" --foreground", "");
+            let out = Command::new("sh")
+                .args(["-c", &start])
+                .env("HERMES_HOME", &home)
+                .env("SKILLFS_BIN", common::BIN)
                 .output()
                 .unwrap();
             assert!(
@@ -118,7 +167,7 @@ fn a_dead_mount_is_detached_and_mounted_again() {
                 describe(&out)
             );
         }
-        assert!(is_mounted(&root));
+        assert!(is_mounted(&home));
         assert_eq!(
             std::fs::read(root.join("kept.md")).unwrap(),
             b"kept",

@@ -67,6 +67,22 @@ pub fn absolute_root(root: &Path) -> Result<PathBuf, Failure> {
     ))
 }
 
+/// The store of the versioned root `root` when nothing is mounted: its
+/// own default one, else that of a mount over its parent (a home) if that
+/// store versions `root`.
+pub fn default_store_of(root: &Path) -> Result<PathBuf, Failure> {
+    let own = store_dir(root, None)?;
+    if crate::store::is_store(&own) {
+        return Ok(own);
+    }
+    if let Some(home) = root.parent().and_then(Layout::default_dir)
+        && crate::store::RootId::read(&Layout::new(home.clone())).is_some_and(|id| id.path == root)
+    {
+        return Ok(home);
+    }
+    Ok(own)
+}
+
 /// The store directory for `root` (not created), made absolute.
 pub fn store_dir(root: &Path, store: Option<&Path>) -> Result<PathBuf, Failure> {
     match store {

@@ -30,8 +30,8 @@ mod run;
 mod spawn;
 mod unmount;
 
-pub use checks::{absolute_root, store_dir};
-pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mounts};
+pub use checks::{absolute_root, default_store_of, store_dir};
+pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mount_serving, mounts};
 pub use prepare::MountArgs;
 pub(crate) use prepare::{Prepared, prepare};
 pub use run::mount;

@@ -89,3 +89,15 @@ impl MountInfo {
             .then(|| PathBuf::from(std::ffi::OsStr::from_bytes(s)))
     }
 }
+
+/// The mount serving the versioned root `root`: a mount over it, or over
+/// its parent (a home) whose store versions it.
+pub fn mount_serving(root: &Path) -> Option<MountInfo> {
+    if let Some(m) = mount_at(root).filter(|m| m.skillfs_store().is_some()) {
+        return Some(m);
+    }
+    let m = mount_at(root.parent()?)?;
+    let store = crate::store::Layout::new(m.skillfs_store()?);
+    let id = crate::store::RootId::read(&store)?;
+    (id.path == root).then_some(m)
+}

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use super::checks::{absolute_root, check_nesting, check_root, existing_ancestor, store_dir};
 use crate::error::{Exit, Failure};
-use crate::fs::{SkillFs, StoreDirs};
+use crate::fs::{Home, SkillFs, StoreDirs};
 use crate::hide::{Config, HideRules, RuleArgs};
 use crate::ledger::Ledger;
 use crate::relpath::RelPath;
@@ -33,7 +33,11 @@ use crate::store::journal::{Actor, Op};
 use crate::store::{self, Layout, StoreLock, fsutil};
 
 pub struct MountArgs {
+    /// The mount point: the versioned root, or the home around it.
     pub root: PathBuf,
+    /// Mount over a home and version only this directory of it (`skills`);
+    /// the rest of the home is plain (see `fs::tree`).
+    pub versioned: Option<PathBuf>,
     pub store: Option<PathBuf>,
     pub foreground: bool,
     pub threads: usize,
@@ -44,6 +48,9 @@ pub struct MountArgs {
 
 /// A core ready to serve, its store locked (see `crate::open`).
 pub(crate) struct Prepared {
+    /// Where the mount goes: `root`, or the home around it.
+    pub(super) mount_point: PathBuf,
+    /// The versioned root.
     pub(super) root: PathBuf,
     pub(super) layout: Layout,
     pub(super) repaired: Vec<fsutil::Repair>,
@@ -52,20 +59,27 @@ pub(crate) struct Prepared {
 }
 
 pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
-    let root = absolute_root(&args.root)?;
-    check_root(&root)?;
-    let root = root
+    let mount_point = absolute_root(&args.root)?;
+    check_root(&mount_point)?;
+    let mount_point = mount_point
         .canonicalize()
-        .map_err(|e| Failure::io(Exit::BadRoot, "resolve ROOT", &root, &e))?;
-    let wanted = store_dir(&root, args.store.as_deref())?;
+        .map_err(|e| Failure::io(Exit::BadRoot, "resolve ROOT", &mount_point, &e))?;
+    let root = match &args.versioned {
+        None => mount_point.clone(),
+        Some(name) => versioned_root(&mount_point, name)?,
+    };
+    let wanted = store_dir(&mount_point, args.store.as_deref())?;
+    if args.versioned.is_some() && args.store.is_none() {
+        carry_over(&root, &wanted)?;
+    }
     let (anc, tail) = existing_ancestor(&wanted);
     let store_path = if tail.as_os_str().is_empty() {
         anc.clone()
     } else {
         anc.join(&tail)
     };
-    check_nesting(&root, &store_path)?;
-    store::check_placement(&root, &store_path, &anc)?;
+    check_nesting(&mount_point, &store_path)?;
+    store::check_placement(&mount_point, &store_path, &anc)?;
     if store_path.as_os_str().as_bytes().contains(&b',') {
         return Err(Failure::new(
             Exit::BadStore,
@@ -99,7 +113,7 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let root_id_stale = root_id.check(&layout)?;
     fsutil::repair(&repairs)?;
     layout.create()?;
-    store::check_placement(&root, &store_path, &store_path)?;
+    store::check_placement(&mount_point, &store_path, &store_path)?;
     let lock = StoreLock::acquire(&layout)?;
     if root_id_stale {
         root_id.write(&layout)?;
@@ -125,7 +139,28 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         .map(OwnedFd::from)
         .map_err(|e| Failure::io(exit, "open", p, &e))
     };
-    let root_fd = open_dir(&root, Exit::BadRoot)?;
+    // Over a home the versioned root is opened from the home's fd, by one
+    // name that is no symlink: both are the directories the mount serves.
+    let (root_fd, home) = match &args.versioned {
+        None => (open_dir(&root, Exit::BadRoot)?, None),
+        Some(name) => {
+            let home_fd = open_dir(&mount_point, Exit::BadRoot)?;
+            let name = name.as_os_str().as_bytes().to_vec();
+            let root_fd = crate::sys::openat(
+                home_fd.as_raw_fd(),
+                &name,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                0,
+            )
+            .map(OwnedFd::from)
+            .map_err(|e| Failure::io(Exit::BadRoot, "open", &root, &e))?;
+            let home = Home {
+                fd: home_fd,
+                versioned: name,
+            };
+            (root_fd, Some(home))
+        }
+    };
     let parked_fd = open_dir(&layout.parked(), Exit::BadStore)?;
     let orphans_fd = open_dir(&layout.orphans(), Exit::BadStore)?;
 
@@ -165,13 +200,126 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         parked_fd,
         orphans_fd,
     };
-    let fs = SkillFs::new(root_fd, dirs, rules, blobs, ledger)
+    let fs = SkillFs::new(root_fd, home, dirs, rules, blobs, ledger)
         .map_err(|e| Failure::new(Exit::BadRoot, format!("could not stat ROOT: {e:?}")))?;
     Ok(Prepared {
+        mount_point,
         root,
         layout,
         repaired: repairs,
         _lock: lock,
         fs: Arc::new(fs),
     })
+}
+
+/// The directory `name` of the home `home` that a mount over the home
+/// versions, made if missing: one plain name, a directory (not a symlink:
+/// the mount serves what is inside the home), on the home's filesystem (an
+/// entry is moved between the two by rename).
+fn versioned_root(home: &Path, name: &Path) -> Result<PathBuf, Failure> {
+    use std::path::Component;
+    let mut parts = name.components();
+    let one = matches!(
+        (parts.next(), parts.next()),
+        (Some(Component::Normal(_)), None)
+    );
+    if !one {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "--versioned '{}': give one directory name inside ROOT (e.g. skills)",
+                name.display()
+            ),
+        ));
+    }
+    let root = home.join(name);
+    match fs::symlink_metadata(&root) {
+        Ok(md) if md.is_dir() => {}
+        Ok(_) => {
+            return Err(Failure::new(
+                Exit::BadRoot,
+                format!(
+                    "'{}' is not a directory: --versioned names a real directory inside ROOT \
+                     (a symlink would lead out of the mount)",
+                    root.display()
+                ),
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::create_dir(&root).map_err(|e| Failure::io(Exit::BadRoot, "create", &root, &e))?;
+        }
+        Err(e) => return Err(Failure::io(Exit::BadRoot, "stat", &root, &e)),
+    }
+    let dev = |p: &Path| {
+        fs::metadata(p)
+            .map(|m| std::os::unix::fs::MetadataExt::dev(&m))
+            .map_err(|e| Failure::io(Exit::BadRoot, "stat", p, &e))
+    };
+    if dev(&root)? != dev(home)? {
+        return Err(Failure::new(
+            Exit::BadRoot,
+            format!(
+                "'{}' is another filesystem than '{}': an entry moves between them by rename, \
+                 which cannot cross filesystems",
+                root.display(),
+                home.display()
+            ),
+        ));
+    }
+    Ok(root)
+}
+
+/// A store kept by a mount over the versioned root alone (its default
+/// place, `<home>/.skillfs/<name>`) is inside a mount over the home: it is
+/// moved, whole and by one rename, to the default place of the home's
+/// store, `wanted`, keeping every id. Only a store of this very root that
+/// no daemon holds, and only when `wanted` does not exist yet; a move that
+/// cannot be one rename (another filesystem) is refused with the command
+/// that makes it.
+fn carry_over(root: &Path, wanted: &Path) -> Result<(), Failure> {
+    let Some(old) = Layout::default_dir(root) else {
+        return Ok(());
+    };
+    if fs::symlink_metadata(wanted).is_ok() || !store::is_store(&old) {
+        return Ok(());
+    }
+    let old_layout = Layout::new(old.clone());
+    StoreLock::refuse_if_held(&old_layout)?;
+    if store::RootId::of(root)?.check(&old_layout).is_err() {
+        return Ok(()); // another root's store: not ours to move
+    }
+    let parent = wanted.parent().unwrap_or(Path::new("/"));
+    fsutil::create_dir_all(parent)
+        .map_err(|e| Failure::io(Exit::BadStore, "create", parent, &e))?;
+    match fs::rename(&old, wanted) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            return Err(Failure::new(
+                Exit::BadStore,
+                format!(
+                    "the store of '{}' is at '{}', inside the mount; it must move to '{}', on \
+                     another filesystem: run `mv '{}' '{}'` (or pass --store) and mount again",
+                    root.display(),
+                    old.display(),
+                    wanted.display(),
+                    old.display(),
+                    wanted.display()
+                ),
+            ));
+        }
+        Err(e) => return Err(Failure::io(Exit::BadStore, "move the store", &old, &e)),
+    }
+    let old_parent = old.parent().unwrap_or(Path::new("/"));
+    for dir in [parent, old_parent] {
+        fsutil::sync_dir(dir).map_err(|e| Failure::io(Exit::BadStore, "sync", dir, &e))?;
+    }
+    // The `.skillfs` directory it leaves, if nothing else is in it.
+    let _ = fs::remove_dir(old_parent);
+    tracing::warn!(
+        "moved the store of {} from {} to {}: a store lives outside the mount",
+        root.display(),
+        old.display(),
+        wanted.display()
+    );
+    Ok(())
 }

@@ -74,7 +74,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     let fsname = format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display());
     let session = crate::fuse::mount(
         Arc::clone(&prepared.fs),
-        &prepared.root,
+        &prepared.mount_point,
         &fsname,
         args.threads,
         args.allow_other,
@@ -84,7 +84,10 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
         Err(e) => {
             let f = Failure::new(
                 Exit::MountRefused,
-                format!("could not mount on '{}': {e}", prepared.root.display()),
+                format!(
+                    "could not mount on '{}': {e}",
+                    prepared.mount_point.display()
+                ),
             );
             report_ready(
                 &mut ready,
@@ -93,7 +96,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
             return Err(f);
         }
     };
-    let root = prepared.root.clone();
+    let root = prepared.mount_point.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || wait_for_signal_and_unmount(&root))
@@ -104,7 +107,8 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
             )
         })?;
     tracing::info!(
-        "mounted {} (store {})",
+        "mounted {} (versioned: {}; store {})",
+        prepared.mount_point.display(),
         prepared.root.display(),
         prepared.layout.dir.display()
     );
@@ -120,7 +124,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // `destroy` has published and synced; make sure of it for the paths
     // where the kernel never sent DESTROY (connection aborted).
     prepared.fs.shutdown();
-    tracing::info!("unmounted {}", prepared.root.display());
+    tracing::info!("unmounted {}", prepared.mount_point.display());
     result.map_err(|e| Failure::new(Exit::Internal, format!("session ended with an error: {e}")))
 }
 

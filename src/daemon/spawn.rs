@@ -71,6 +71,9 @@ pub(super) fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     if let Some(s) = &args.store {
         cmd.arg("--store").arg(s);
     }
+    if let Some(v) = &args.versioned {
+        cmd.arg("--versioned").arg(v);
+    }
     let r = &args.rules;
     for (flag, values) in [
         ("hide", &r.hide),
@@ -118,11 +121,13 @@ pub(super) fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     if let Some(rest) = line.strip_prefix("err ") {
         let (code, text) = rest.split_once(' ').unwrap_or(("1", rest));
         let exit = match code {
+            "2" => Exit::Usage,
             "3" => Exit::BadRoot,
             "4" => Exit::BadStore,
             "5" => Exit::DamagedJournal,
             "6" => Exit::MountRefused,
             "7" => Exit::BadRules,
+            "8" => Exit::NotFound,
             _ => Exit::Internal,
         };
         return Err(Failure::new(exit, text));

@@ -63,7 +63,13 @@ pub fn lazy_unmount(root: &Path) -> io::Result<()> {
 
 /// Runs `skillfs umount ROOT`: asks the daemon to finish and waits for it.
 pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
-    let root = absolute_root(root)?;
+    let mut root = absolute_root(root)?;
+    // The versioned root of a mount over a home: that mount.
+    if mount_at(&root).is_none()
+        && let Some(m) = super::mountinfo::mount_serving(&root)
+    {
+        root = m.mount_point;
+    }
     let Some(m) = mount_at(&root) else {
         return Err(Failure::new(
             Exit::BadRoot,

@@ -22,7 +22,7 @@ impl SkillFs {
         let loc = self.loc(ino)?;
         let mut raw = sys::read_dir_at(loc.dirfd, &loc.phys)?;
         let mut attached_names: Vec<Vec<u8>> = Vec::new();
-        if loc.is_hidden() {
+        if loc.is_hidden() && !self.outside(&loc) {
             // Reached by path inside a hidden tree: the listing is whole,
             // its own hidden children included.
             let key = self.key_of(ino, &loc)?;

@@ -72,6 +72,11 @@ impl SkillFs {
         if let Some(v) = decode(parent) {
             return self.history().lookup(v, name);
         }
+        if self.pinned(parent, name).is_err() {
+            // The versioned root in its home: always that inode, whatever
+            // was done to the name underneath.
+            return self.getattr(self.vroot);
+        }
         let _ns = self.namespace.read();
         if name == HISTORY {
             let path = self.loc(parent)?.visible.ok_or(FsError::ENOENT)?;

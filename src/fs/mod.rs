@@ -292,8 +292,19 @@ enum Handle {
     },
 }
 
+/// A mount over a home (`--versioned NAME`): the home's fd and the name
+/// of the versioned root in it (see `tree`).
+pub struct Home {
+    pub fd: OwnedFd,
+    pub versioned: Vec<u8>,
+}
+
 pub struct SkillFs {
     root_fd: OwnedFd,
+    /// The home around the versioned root, when the mount is over one.
+    home: Option<Home>,
+    /// The versioned root's inode (`tree::Tree::root`).
+    vroot: Ino,
     dirs: StoreDirs,
     rules: HideRules,
     blobs: BlobStore,
@@ -425,12 +436,19 @@ struct Found {
 impl SkillFs {
     pub fn new(
         root_fd: OwnedFd,
+        home: Option<Home>,
         dirs: StoreDirs,
         rules: HideRules,
         blobs: BlobStore,
         ledger: Ledger,
     ) -> FsResult<SkillFs> {
         let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
+        let home_key = match &home {
+            Some(h) => Some((sys::dir_key(h.fd.as_raw_fd(), b"")?, h.versioned.clone())),
+            None => None,
+        };
+        let tree = Tree::new(root_key, home_key);
+        let vroot = tree.root;
         let spares = Arc::new(Spares::new(dirs.staging.clone(), dirs.tmp.clone()));
         let blobs = blobs.with_spares(Arc::clone(&spares));
         let held = Arc::new(AtomicUsize::new(0));
@@ -461,6 +479,8 @@ impl SkillFs {
         );
         Ok(SkillFs {
             root_fd,
+            home,
+            vroot,
             dirs,
             rules,
             blobs,
@@ -468,7 +488,7 @@ impl SkillFs {
             ledger: Mutex::new(ledger),
             namespace: RwLock::new(()),
             freezes: Arc::default(),
-            tree: Mutex::new(Tree::new(root_key)),
+            tree: Mutex::new(tree),
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -567,6 +587,33 @@ impl SkillFs {
 
     fn parked_raw(&self) -> RawFd {
         self.dirs.parked_fd.as_raw_fd()
+    }
+
+    /// The home's fd, or -1 over a skills directory (no location uses it).
+    fn home_raw(&self) -> RawFd {
+        self.home.as_ref().map_or(-1, |h| h.fd.as_raw_fd())
+    }
+
+    /// Whether `loc` is outside the versioned root, in the home around it:
+    /// plain files, written in place, no rule, no history.
+    fn outside(&self, loc: &Location) -> bool {
+        self.home.is_some() && loc.dirfd == self.home_raw()
+    }
+
+    /// The versioned root's own name in the home: it cannot be removed,
+    /// renamed or replaced through the mount (`EBUSY`, as a mount point).
+    fn pinned(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        match &self.home {
+            Some(h) if parent == ROOT_INO && name == h.versioned.as_slice() => {
+                Err(FsError::of(libc::EBUSY))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The versioned root's inode: [`ROOT_INO`], or its child in a home.
+    pub fn versioned_root(&self) -> Ino {
+        self.vroot
     }
 
     fn areas(&self) -> Areas {

@@ -102,6 +102,7 @@ impl SkillFs {
         caller: &Caller,
     ) -> FsResult<()> {
         check_writable(parent, name, false)?;
+        self.pinned(parent, name)?;
         // Not refused for want of journal room: removing files is how a
         // full disk is freed. Its record takes what room is left (the
         // reserve of `ensure_room`), and past that the next mount's scan
@@ -110,7 +111,7 @@ impl SkillFs {
         let ploc = self.loc(parent)?;
         let f = self.find(parent, &ploc, name)?;
         let is_dir = f.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-        if dir && is_dir && f.loc.is_hidden() {
+        if dir && is_dir && f.loc.is_hidden() && !self.outside(&f.loc) {
             // Inside a hidden tree the listing shows attached children too:
             // a directory that lists entries is not empty.
             let key = sys::dir_key(f.loc.dirfd, &f.loc.phys)?;
@@ -165,6 +166,8 @@ impl SkillFs {
     ) -> FsResult<()> {
         check_writable(parent, name, false)?;
         check_writable(newparent, newname, false)?;
+        self.pinned(parent, name)?;
+        self.pinned(newparent, newname)?;
         self.journal_room()?;
         check_name(newname)?;
         if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {

@@ -17,7 +17,7 @@ impl SkillFs {
     pub(super) fn loc(&self, ino: Ino) -> FsResult<Location> {
         self.tree
             .lock()
-            .location(ino, self.root_raw(), self.parked_raw())
+            .location(ino, self.root_raw(), self.parked_raw(), self.home_raw())
     }
 
     pub(super) fn key_of(&self, ino: Ino, loc: &Location) -> FsResult<String> {
@@ -37,6 +37,9 @@ impl SkillFs {
             }
             Err(e) if enoent(&e) => {}
             Err(e) => return Err(e.into()),
+        }
+        if self.outside(ploc) {
+            return Err(FsError::ENOENT); // no rule places anything there
         }
         let key = self.key_of(parent, ploc)?;
         if self.parks.lock().get(&key) == Some(&false) {
@@ -82,7 +85,7 @@ impl SkillFs {
         let mut inside_skill = || self.inside_skill(Some(pvis.clone()));
         if self
             .rules
-            .is_hidden(name, kind, parent == ROOT_INO, &mut inside_skill)
+            .is_hidden(name, kind, parent == self.vroot, &mut inside_skill)
         {
             let key = self.key_of(parent, ploc)?;
             self.ensure_park(&key)?;

@@ -1,7 +1,14 @@
 //! The inode table and where each inode physically lives.
 //!
 //! Invariants:
-//! - inode numbers are never reused (generation 0 suffices); the root is 1;
+//! - inode numbers are never reused (generation 0 suffices); the kernel's
+//!   root is 1 ([`ROOT_INO`]). Over a skills directory that is the versioned
+//!   root too. Over a home (`--versioned skills`) it is the home, a plain
+//!   directory, and the versioned root is its child `skills`, inode 2
+//!   ([`Tree::root`]); an entry of the home outside it is *outside*: its
+//!   location is relative to the home's fd, never visible, never versioned;
+//!   and the name of the versioned root in the home is fixed (see
+//!   `SkillFs::pinned`);
 //! - `by_name` maps a (parent, name) the kernel knows to its inode, and only
 //!   for entries still linked; an unlinked inode lives on while the kernel
 //!   holds lookups on it;
@@ -23,7 +30,10 @@ use crate::store::journal::Kind;
 use crate::sys;
 
 pub type Ino = u64;
+/// The kernel's root: the mount point.
 pub const ROOT_INO: Ino = 1;
+/// The versioned root when the mount is over a home.
+const SKILLS_IN_HOME: Ino = 2;
 
 /// Where an entry physically is, and what the agent calls it.
 #[derive(Clone, Debug)]
@@ -44,6 +54,17 @@ impl Location {
             phys: Vec::new(),
             visible: Some(RelPath::root()),
             logical: RelPath::root(),
+        }
+    }
+
+    /// The home a versioned root sits in: its entries are outside (never
+    /// visible), named `../<path>` from the versioned root.
+    pub fn home(home_fd: RawFd) -> Location {
+        Location {
+            dirfd: home_fd,
+            phys: Vec::new(),
+            visible: None,
+            logical: RelPath::from_bytes_unchecked(b"..".to_vec()),
         }
     }
 
@@ -103,6 +124,8 @@ pub struct Tree {
     /// Ordered so that a directory's children are one range.
     by_name: BTreeMap<(Ino, Vec<u8>), Ino>,
     next_ino: Ino,
+    /// The versioned root: [`ROOT_INO`], or its child in a home.
+    pub root: Ino,
     /// The last attributes of removed directories the kernel still knows,
     /// for what holds one open (`fstat` of a removed directory answers,
     /// with no links). Beside the nodes, not in them: it is rare, and a
@@ -111,24 +134,42 @@ pub struct Tree {
 }
 
 impl Tree {
-    pub fn new(root_key: String) -> Tree {
-        let mut t = Tree {
-            next_ino: ROOT_INO + 1,
-            ..Tree::default()
+    /// The table of a mount over the versioned root itself, or (`home`:
+    /// the home's key and the versioned root's name in it) over a home.
+    pub fn new(root_key: String, home: Option<(String, Vec<u8>)>) -> Tree {
+        let dir = |parent, name, key| Node {
+            parent,
+            name,
+            kind: Kind::Dir,
+            nlookup: 1,
+            unlinked: false,
+            attached: false,
+            key: Some(key),
         };
-        t.nodes.insert(
-            ROOT_INO,
-            Node {
-                parent: ROOT_INO,
-                name: Vec::new(),
-                kind: Kind::Dir,
-                nlookup: 1,
-                unlinked: false,
-                attached: false,
-                key: Some(root_key),
-            },
-        );
+        let mut t = Tree::default();
+        match home {
+            None => {
+                t.root = ROOT_INO;
+                t.nodes
+                    .insert(ROOT_INO, dir(ROOT_INO, Vec::new(), root_key));
+            }
+            Some((home_key, name)) => {
+                t.root = SKILLS_IN_HOME;
+                t.nodes
+                    .insert(ROOT_INO, dir(ROOT_INO, Vec::new(), home_key));
+                t.nodes
+                    .insert(SKILLS_IN_HOME, dir(ROOT_INO, name.clone(), root_key));
+                t.by_name.insert((ROOT_INO, name), SKILLS_IN_HOME);
+            }
+        }
+        t.next_ino = t.root + 1;
         t
+    }
+
+    /// Whether `ino` is the kernel's root or the versioned root: never
+    /// forgotten, never moved.
+    pub fn is_top(&self, ino: Ino) -> bool {
+        ino == ROOT_INO || ino == self.root
     }
 
     /// The location of `ino`, computing (and caching) the keys of the
@@ -142,10 +183,18 @@ impl Tree {
     /// `ENOENT` from that fresh lookup. `ENOENT` for a removed directory or
     /// an entry under one: a walk that starts there (a process's current
     /// directory) would only meet it again.
-    pub fn location(&mut self, ino: Ino, root_fd: RawFd, parked_fd: RawFd) -> FsResult<Location> {
+    ///
+    /// `home_fd` is the home's (unused over a skills directory).
+    pub fn location(
+        &mut self,
+        ino: Ino,
+        root_fd: RawFd,
+        parked_fd: RawFd,
+        home_fd: RawFd,
+    ) -> FsResult<Location> {
         let mut chain: Vec<Ino> = Vec::new();
         let mut cur = ino;
-        while cur != ROOT_INO {
+        while !self.is_top(cur) {
             let n = self.nodes.get(&cur).ok_or(FsError::ESTALE)?;
             if n.unlinked {
                 return Err(if cur == ino && n.kind != Kind::Dir {
@@ -157,8 +206,12 @@ impl Tree {
             chain.push(cur);
             cur = n.parent;
         }
-        let mut loc = Location::root(root_fd);
-        let mut parent = ROOT_INO;
+        let mut loc = if cur == self.root {
+            Location::root(root_fd)
+        } else {
+            Location::home(home_fd)
+        };
+        let mut parent = cur;
         for &n in chain.iter().rev() {
             let (attached, name) = {
                 let node = &self.nodes[&n];
@@ -230,7 +283,7 @@ impl Tree {
 
     /// The node at a visible path, if the kernel knows it.
     pub fn find(&self, path: &RelPath) -> Option<Ino> {
-        let mut cur = ROOT_INO;
+        let mut cur = self.root;
         for c in path.components() {
             cur = self.child(cur, c)?;
         }
@@ -290,7 +343,7 @@ impl Tree {
     }
 
     pub fn forget(&mut self, ino: Ino, n: u64) {
-        if ino == ROOT_INO {
+        if self.is_top(ino) {
             return;
         }
         let Some(node) = self.nodes.get_mut(&ino) else {

@@ -409,6 +409,12 @@ impl RootId {
         ))
     }
 
+    /// The root a store's `ROOT` file names, if it names one.
+    pub fn read(layout: &Layout) -> Option<RootId> {
+        let data = fsutil::read_small(&layout.root_id(), 64 * 1024).ok()??;
+        RootId::decode(&data)
+    }
+
     pub fn write(&self, layout: &Layout) -> StoreResult<()> {
         let path = layout.root_id();
         fsutil::replace_file(&path, &self.encode())

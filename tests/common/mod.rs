@@ -50,9 +50,11 @@ pub fn describe(out: &Output) -> String {
     )
 }
 
-/// A scratch directory `<tmp>/skillfs-<tag>-<pid>-<n>/` with `skills/` in it.
+/// A scratch directory `<tmp>/skillfs-<tag>-<pid>-<n>/` with `skills/` in
+/// it, or (`home`) with `home/skills/`, for a mount over the home.
 pub struct Scratch {
     pub dir: PathBuf,
+    pub home: bool,
 }
 
 impl Scratch {
@@ -62,17 +64,44 @@ impl Scratch {
 
     /// A scratch directory in `parent` (another filesystem, say).
     pub fn at(parent: &Path, tag: &str) -> Scratch {
+        Scratch::make(parent, tag, false)
+    }
+
+    /// A scratch directory with an agent's home, `home/skills/`.
+    pub fn home(tag: &str) -> Scratch {
+        Scratch::make(&std::env::temp_dir(), tag, true)
+    }
+
+    fn make(parent: &Path, tag: &str, home: bool) -> Scratch {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = parent.join(format!("skillfs-{tag}-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(dir.join("skills")).unwrap();
-        Scratch { dir }
+        let s = Scratch { dir, home };
+        fs::create_dir_all(s.root()).unwrap();
+        s
     }
+
+    /// The versioned root.
     pub fn root(&self) -> PathBuf {
-        self.dir.join("skills")
+        if self.home {
+            self.dir.join("home").join("skills")
+        } else {
+            self.dir.join("skills")
+        }
     }
+
+    /// Where the mount goes: the root, or the home around it.
+    pub fn mount_point(&self) -> PathBuf {
+        if self.home {
+            self.dir.join("home")
+        } else {
+            self.dir.join("skills")
+        }
+    }
+
     pub fn store(&self) -> PathBuf {
-        self.dir.join(".skillfs").join("skills")
+        let name = if self.home { "home" } else { "skills" };
+        self.dir.join(".skillfs").join(name)
     }
 }
 
@@ -188,6 +217,11 @@ impl Mount {
         self.scratch.root()
     }
 
+    /// The mount point (the home around the root for a mount over one).
+    pub fn mount_point(&self) -> PathBuf {
+        self.scratch.mount_point()
+    }
+
     /// The store: `--store` of the extra arguments, else the default one.
     pub fn store(&self) -> PathBuf {
         match self.extra_args.iter().position(|a| a == "--store") {
@@ -201,8 +235,11 @@ impl Mount {
     }
 
     fn mount(&mut self) {
-        let root = self.root();
+        let root = self.mount_point();
         let mut args: Vec<String> = vec!["mount".into(), root.display().to_string()];
+        if self.scratch.home {
+            args.extend(["--versioned".into(), "skills".into()]);
+        }
         args.extend(self.extra_args.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = match self.umask {
@@ -225,7 +262,7 @@ impl Mount {
 
     fn start_watchdog(&self, deadline: Duration) {
         let done = Arc::clone(&self.done);
-        let root = self.root();
+        let root = self.mount_point();
         let store = self.store();
         std::thread::spawn(move || {
             let start = Instant::now();
@@ -248,10 +285,10 @@ impl Mount {
 
     /// `skillfs umount`, asserting it succeeds and the daemon is gone.
     pub fn umount(&mut self) {
-        let root = self.root().display().to_string();
+        let root = self.mount_point().display().to_string();
         let out = skillfs(&["umount", &root]);
         assert!(out.status.success(), "umount failed:\n{}", describe(&out));
-        assert!(!is_mounted(&self.root()));
+        assert!(!is_mounted(&self.mount_point()));
         let t = Instant::now();
         while pid_alive(self.pid) && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(10));
@@ -283,7 +320,7 @@ impl Mount {
 
     /// Lazily detach the (dead) mount.
     pub fn detach(&mut self) {
-        lazy_unmount(&self.root());
+        lazy_unmount(&self.mount_point());
     }
 
     /// The journal as `skillfs log --json` prints it.
@@ -319,11 +356,11 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         self.done.store(true, Ordering::SeqCst);
-        if is_mounted(&self.root()) {
+        if is_mounted(&self.mount_point()) {
             // The test may have remounted behind our back: ask the store.
             let pid = daemon_pid(&self.store()).unwrap_or(self.pid);
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            lazy_unmount(&self.root());
+            lazy_unmount(&self.mount_point());
         }
     }
 }
