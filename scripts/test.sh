@@ -56,6 +56,11 @@ if [ "$(id -u)" = 0 ]; then
     ./scripts/pjdfstest.sh
 fi
 
+# The plain files of a home mount are served by the kernel on backing files
+# (FUSE passthrough) when the daemon runs as root; run those tests again
+# with the daemon serving them itself, as for an unprivileged user.
+SKILLFS_NO_PASSTHROUGH=1 cargo test --locked --test home --test agent
+
 # Both fsync strategies: the one-commit path runs where the filesystem has a
 # journal (ext4 with its journal, XFS), the step-by-step path elsewhere.
 # Force the step-by-step one here, and, as root, run the durability tests

@@ -276,20 +276,20 @@ fn open_history(
     root: Option<PathBuf>,
     store: Option<PathBuf>,
 ) -> Result<(PathBuf, Layout, Vec<Record>), Failure> {
-    let root = daemon::absolute_root(&match root {
+    let root = daemon::versioned_root_of(&daemon::absolute_root(&match root {
         Some(r) => r,
         None => default_root()?,
-    })?;
+    })?);
     let layout = resolve_store(&root, store)?;
     let records = crate::commands::read_records(&layout)?;
     Ok((root, layout, records))
 }
 
 fn restore(id: &str, path: &Path, root: Option<PathBuf>) -> Result<(), Failure> {
-    let root = daemon::absolute_root(&match root {
+    let root = daemon::versioned_root_of(&daemon::absolute_root(&match root {
         Some(r) => r,
         None => default_root()?,
-    })?;
+    })?);
     let Some(store_dir) = daemon::mount_serving(&root).and_then(|m| m.skillfs_store()) else {
         return Err(Failure::new(
             Exit::BadRoot,

@@ -13,17 +13,21 @@
 //! Locks: none of its own; each handler calls the core, which locks (see
 //! `fs`). Replies are sent with no core lock held.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry as Slot;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
+
+use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::error::FsError;
@@ -50,6 +54,53 @@ fn ttls(t: Ttl) -> (Duration, Duration) {
 
 pub struct FuseAdapter {
     pub fs: Arc<SkillFs>,
+    /// The backing file registered with the kernel for each inode with
+    /// direct (passthrough) handles, and how many: the kernel takes one
+    /// backing file per inode, so every direct open of it reuses the id.
+    backing: Mutex<HashMap<u64, (BackingId, u32)>>,
+    /// The inode of each direct handle, for its release. Lock order:
+    /// `backing`, then `direct` (a release takes `direct` alone first).
+    direct: Mutex<HashMap<u64, u64>>,
+}
+
+impl FuseAdapter {
+    pub fn new(fs: Arc<SkillFs>) -> FuseAdapter {
+        FuseAdapter {
+            fs,
+            backing: Mutex::default(),
+            direct: Mutex::default(),
+        }
+    }
+
+    /// The backing id for a new direct handle `fh` of `ino`: the inode's,
+    /// else one `register`ed now. Held locked until the reply is sent, so
+    /// a release cannot close it in between. `None` if the kernel refused
+    /// it: the handle, and every later open, is served by the daemon.
+    fn backing_id(
+        &self,
+        ino: u64,
+        fh: u64,
+        register: impl FnOnce() -> std::io::Result<BackingId>,
+    ) -> Option<MappedMutexGuard<'_, BackingId>> {
+        let mut map = self.backing.lock();
+        match map.entry(ino) {
+            Slot::Occupied(mut e) => e.get_mut().1 += 1,
+            Slot::Vacant(e) => match register() {
+                Ok(id) => {
+                    e.insert((id, 1));
+                }
+                Err(err) => {
+                    tracing::warn!(
+                        "passthrough refused ({err}): the daemon serves the home's files"
+                    );
+                    self.fs.undirect(fh);
+                    return None;
+                }
+            },
+        }
+        self.direct.lock().insert(fh, ino);
+        MutexGuard::try_map(map, |m| m.get_mut(&ino).map(|slot| &mut slot.0)).ok()
+    }
 }
 
 /// A mounted session, ready to serve.
@@ -99,9 +150,7 @@ pub fn mount(
     } else {
         fuser::SessionACL::Owner
     };
-    let adapter = FuseAdapter {
-        fs: Arc::clone(&fs),
-    };
+    let adapter = FuseAdapter::new(Arc::clone(&fs));
     let session = if crate::sys::geteuid() == 0 {
         fuser::Session::new(adapter, root, &config)?
     } else {
@@ -306,6 +355,26 @@ impl Filesystem for FuseAdapter {
             }
         }
         let _ = config.set_max_write(1 << 20);
+        // The plain files of a home are read and written by the kernel on
+        // their backing files (no round trip per call). Registering one
+        // needs CAP_SYS_ADMIN: a daemon run by a user serves them itself.
+        // (SKILLFS_NO_PASSTHROUGH: the tests run the daemon's own path too.)
+        if self.fs.has_home()
+            && crate::sys::geteuid() == 0
+            && std::env::var_os("SKILLFS_NO_PASSTHROUGH").is_none()
+        {
+            let on = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(1).is_ok();
+            tracing::info!(
+                "passthrough for the plain files of the home: {}",
+                if on {
+                    "on"
+                } else {
+                    "not offered by the kernel"
+                }
+            );
+            self.fs.set_passthrough(on);
+        }
         Ok(())
     }
 
@@ -486,6 +555,14 @@ impl Filesystem for FuseAdapter {
                 if o.no_flush {
                     f |= FopenFlags::FOPEN_NOFLUSH;
                 }
+                if let Some(file) = &o.backing {
+                    // The kernel refuses a direct open with any flag but
+                    // these (FOPEN_PASSTHROUGH_MASK); it caches nothing.
+                    let f = f & FopenFlags::FOPEN_NOFLUSH;
+                    if let Some(id) = self.backing_id(ino.0, o.fh, || reply.open_backing(&**file)) {
+                        return reply.opened_passthrough(FileHandle(o.fh), f, &id);
+                    }
+                }
                 reply.opened(FileHandle(o.fh), f)
             }
             Err(e) => reply.error(errno("open", e)),
@@ -548,7 +625,19 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty("release", reply, self.fs.release(fh.0, &caller(req)));
+        let r = self.fs.release(fh.0, &caller(req));
+        // (Taken out first: `backing` is locked before `direct`, never after.)
+        let direct = self.direct.lock().remove(&fh.0);
+        if let Some(ino) = direct {
+            let mut backing = self.backing.lock();
+            if let Some((_, n)) = backing.get_mut(&ino) {
+                *n -= 1;
+                if *n == 0 {
+                    backing.remove(&ino); // closes the backing id
+                }
+            }
+        }
+        reply_empty("release", reply, r);
     }
 
     fn fsync(
@@ -681,13 +770,18 @@ impl Filesystem for FuseAdapter {
             .fs
             .create(parent.0, name.as_bytes(), mode, flags, &caller(req))
         {
-            Ok((e, o)) => reply.created(
-                &ttls(e.ttl).0,
-                &attr(&e),
-                Generation(0),
-                FileHandle(o.fh),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+            Ok((e, o)) => {
+                let ttl = ttls(e.ttl).0;
+                if let Some(file) = &o.backing
+                    && let Some(id) = self.backing_id(e.ino, o.fh, || reply.open_backing(&**file))
+                {
+                    let f = FopenFlags::empty();
+                    let fh = FileHandle(o.fh);
+                    return reply.created_passthrough(&ttl, &attr(&e), Generation(0), fh, f, &id);
+                }
+                let f = FopenFlags::FOPEN_KEEP_CACHE;
+                reply.created(&ttl, &attr(&e), Generation(0), FileHandle(o.fh), f)
+            }
             Err(e) => reply.error(errno("create", e)),
         }
     }

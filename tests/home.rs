@@ -300,7 +300,7 @@ fn sqlite_in_the_home() {
              print(c.execute('pragma integrity_check').fetchone()[0], \
              c.execute('select count(*) from t').fetchone()[0])",
         )
-        .arg(home.join("state.db"))
+        .arg(home.join("sqlite-home.db"))
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "ok 301");
@@ -348,7 +348,9 @@ fn bad_versioned_names_are_refused() {
     let s = Scratch::home("bad-versioned");
     let home = s.mount_point();
     let h = home.to_str().unwrap();
-    for bad in ["a/b", "..", "/abs"] {
+    // `skills/` (a shell's completion) must not mount with skills/ served
+    // as a plain directory, unversioned.
+    for bad in ["a/b", "..", "/abs", "skills/", "."] {
         let out = skillfs(&["mount", h, "--versioned", bad]);
         assert_refused(&out, 2, &["--versioned", "one directory name"]);
     }
@@ -360,4 +362,208 @@ fn bad_versioned_names_are_refused() {
     assert_refused(&out, 3, &["link", "not a directory"]);
     assert!(!s.dir.join(".skillfs").exists(), "no store may be created");
     assert_eq!(fs::read(home.join("file")).unwrap(), b"x");
+}
+
+/// A command given the home instead of its skills directory works on the
+/// skills directory: a restore never writes (or removes) in the home.
+#[test]
+fn commands_given_the_home_mean_its_skills() {
+    let m = home_mount("home-root", |home| {
+        fs::create_dir_all(home.join("sessions")).unwrap();
+        fs::write(home.join("sessions/1.json"), "session").unwrap();
+    });
+    let home = m.mount_point();
+    fs::create_dir_all(m.path("sessions")).unwrap();
+    fs::write(m.path("sessions/SKILL.md"), "v1").unwrap();
+    fs::write(m.path("sessions/SKILL.md"), "v2").unwrap();
+    let h = home.to_str().unwrap();
+    let by_home = skillfs(&["log", "--json", "--root", h]);
+    assert!(by_home.status.success(), "{}", describe(&by_home));
+    let by_skills = skillfs(&["log", "--json", "--root", m.root().to_str().unwrap()]);
+    assert_eq!(by_home.stdout, by_skills.stdout);
+    let v1 = m
+        .log()
+        .iter()
+        .find(|r| r["path"] == "sessions/SKILL.md" && r["op"] == "write")
+        .map(|r| r["seq"].as_u64().unwrap().to_string())
+        .unwrap();
+    let out = skillfs(&["restore", &v1, "sessions", "--root", h]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(fs::read(m.path("sessions/SKILL.md")).unwrap(), b"v1");
+    assert_eq!(fs::read(home.join("sessions/1.json")).unwrap(), b"session");
+    assert!(!home.join("sessions/SKILL.md").exists());
+    let out = skillfs(&["status", "--root", h]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("root:     {}", m.root().display())),
+        "{text}"
+    );
+}
+
+/// `.history` is a plain name outside skills/: read, listed, made.
+#[test]
+fn history_is_a_plain_name_in_the_home() {
+    let m = home_mount("home-history", |home| {
+        fs::write(home.join(".history"), "shell history").unwrap();
+    });
+    let home = m.mount_point();
+    assert_eq!(fs::read(home.join(".history")).unwrap(), b"shell history");
+    assert!(common::names(&home).contains(&".history".to_string()));
+    fs::create_dir(home.join("sessions")).unwrap();
+    fs::write(home.join("sessions/.history"), "x").unwrap();
+    assert_eq!(fs::read(home.join("sessions/.history")).unwrap(), b"x");
+    fs::rename(home.join("sessions/.history"), home.join("sessions/h2")).unwrap();
+    fs::remove_file(home.join(".history")).unwrap();
+    // Inside skills/ it is still the history.
+    assert!(fs::metadata(m.path(".history")).unwrap().is_dir());
+    assert!(fs::write(m.path(".history"), "x").is_err());
+}
+
+/// A directory moved out of skills/ takes its hidden entries along (no
+/// rule hides anything in the home), across a remount, and back in they
+/// are hidden again.
+#[test]
+fn hidden_entries_come_along_out_of_skills() {
+    let mut m = home_mount("home-hidden", |home| {
+        fs::create_dir_all(home.join("skills/cat/s/old.bak")).unwrap();
+        fs::write(home.join("skills/cat/s/SKILL.md"), "s").unwrap();
+    });
+    let home = m.mount_point();
+    // Made while mounted: attached in the store, unlisted.
+    fs::create_dir(m.path("cat/keep.bak")).unwrap();
+    fs::write(m.path("cat/keep.bak/data"), "precious").unwrap();
+    assert_eq!(common::names(&m.path("cat")), ["s"]);
+    fs::rename(m.path("cat"), home.join("cat")).unwrap();
+    let mut names = common::names(&home.join("cat"));
+    names.sort();
+    assert_eq!(names, ["keep.bak", "s"]);
+    assert_eq!(
+        fs::read(home.join("cat/keep.bak/data")).unwrap(),
+        b"precious"
+    );
+    m.umount();
+    assert_eq!(
+        fs::read(home.join("cat/keep.bak/data")).unwrap(),
+        b"precious"
+    );
+    m.remount();
+    assert_eq!(
+        fs::read(home.join("cat/keep.bak/data")).unwrap(),
+        b"precious"
+    );
+    fs::rename(home.join("cat"), m.path("cat")).unwrap();
+    assert_eq!(common::names(&m.path("cat")), ["s"]);
+    assert_eq!(fs::read(m.path("cat/keep.bak/data")).unwrap(), b"precious");
+    // rm -rf of a moved-out directory removes what it shows, nothing else.
+    fs::rename(m.path("cat"), home.join("gone")).unwrap();
+    fs::remove_dir_all(home.join("gone")).unwrap();
+    assert!(!home.join("gone").exists());
+}
+
+/// The home's files are plain: hard links made before the mount stay one
+/// file when written, and new ones can be made (not in skills/).
+#[test]
+fn hard_links_in_the_home_are_plain() {
+    let m = home_mount("home-links", |home| {
+        fs::create_dir(home.join("data")).unwrap();
+        fs::write(home.join("data/a"), "orig").unwrap();
+        fs::hard_link(home.join("data/a"), home.join("data/b")).unwrap();
+    });
+    let home = m.mount_point();
+    fs::write(home.join("data/a"), "new").unwrap();
+    assert_eq!(fs::read(home.join("data/b")).unwrap(), b"new");
+    fs::hard_link(home.join("data/a"), home.join("data/c")).unwrap();
+    assert_eq!(fs::metadata(home.join("data/c")).unwrap().nlink(), 3);
+    fs::write(m.path("f"), "f").unwrap();
+    let err = fs::hard_link(m.path("f"), m.path("g")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+    assert!(fs::hard_link(home.join("data/a"), m.path("x")).is_err());
+}
+
+/// Mounted over the home or over skills/ alone, one store keeps all of
+/// skills/'s history; two stores of one root are refused, not merged.
+#[test]
+fn the_home_and_the_skills_mount_share_one_store() {
+    let s = Scratch::home("home-switch");
+    let skills = s.root();
+    let home_store = s.store();
+    let mut m = Mount::over(s, Vec::new());
+    fs::write(m.path("a.md"), "home 1").unwrap();
+    m.umount();
+    let ok = |out: std::process::Output| assert!(out.status.success(), "{}", describe(&out));
+    ok(skillfs(&["mount", skills.to_str().unwrap()]));
+    assert!(
+        !m.mount_point().join(".skillfs").exists(),
+        "no second store"
+    );
+    fs::write(skills.join("a.md"), "alone 2").unwrap();
+    ok(skillfs(&["umount", skills.to_str().unwrap()]));
+    m.remount();
+    let writes: Vec<_> = m
+        .ops_for("a.md")
+        .into_iter()
+        .filter(|o| o == "write")
+        .collect();
+    assert_eq!(
+        writes.len(),
+        2,
+        "both mounts' versions: {:?}",
+        m.ops_for("a.md")
+    );
+    m.umount();
+    // A second store of the same root (made by hand): refused, untouched.
+    let other = m.mount_point().join(".skillfs/skills");
+    fs::create_dir(m.mount_point().join(".skillfs")).unwrap();
+    common::copy_dir(&home_store, &other);
+    let out = skillfs(&[
+        "mount",
+        m.mount_point().to_str().unwrap(),
+        "--versioned",
+        "skills",
+    ]);
+    assert_refused(&out, 4, &["two stores"]);
+    assert!(other.join("journal").is_dir() && home_store.join("journal").is_dir());
+}
+
+/// A home that is the root of its own filesystem has no place for a store
+/// (on its filesystem, outside the mount): refused before anything is made.
+#[test]
+fn a_home_that_is_a_filesystem_root_is_refused() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: needs root to mount a tmpfs");
+        return;
+    }
+    let s = Scratch::home("home-fsroot");
+    let home = s.mount_point();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&home)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            common::lazy_unmount(&self.0);
+        }
+    }
+    let _u = Unmount(home.clone());
+    let out = skillfs(&["mount", home.to_str().unwrap(), "--versioned", "skills"]);
+    assert_refused(&out, 4, &["root of its own filesystem", "skills"]);
+    assert!(!home.join("skills").exists(), "nothing made");
+    assert!(!s.dir.join(".skillfs").exists(), "nothing made");
+}
+
+/// Every refusal comes before anything is made: a mount inside another's
+/// tree does not create its versioned directory through that mount.
+#[test]
+fn a_refused_home_mount_makes_nothing() {
+    let m = home_mount("home-nested", |_| {});
+    fs::create_dir(m.path("cat")).unwrap();
+    let ids = m.log().len();
+    let inner = m.path("cat");
+    let out = skillfs(&["mount", inner.to_str().unwrap(), "--versioned", "new"]);
+    assert_refused(&out, 3, &["inside the skillfs mount"]);
+    assert!(!m.path("cat/new").exists());
+    assert_eq!(m.log().len(), ids, "nothing journaled");
 }

@@ -31,7 +31,7 @@ mod spawn;
 mod unmount;
 
 pub use checks::{absolute_root, default_store_of, store_dir};
-pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mount_serving, mounts};
+pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mount_serving, mounts, versioned_root_of};
 pub use prepare::MountArgs;
 pub(crate) use prepare::{Prepared, prepare};
 pub use run::mount;

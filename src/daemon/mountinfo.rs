@@ -91,13 +91,36 @@ impl MountInfo {
 }
 
 /// The mount serving the versioned root `root`: a mount over it, or over
-/// its parent (a home) whose store versions it.
+/// its parent (a home), whose store versions `root` (a mount over a home
+/// serves its versioned directory, not the home itself).
 pub fn mount_serving(root: &Path) -> Option<MountInfo> {
-    if let Some(m) = mount_at(root).filter(|m| m.skillfs_store().is_some()) {
-        return Some(m);
+    for at in [Some(root), root.parent()].into_iter().flatten() {
+        let Some(m) = mount_at(at) else { continue };
+        let Some(store) = m.skillfs_store() else {
+            continue;
+        };
+        match crate::store::RootId::read(&crate::store::Layout::new(store)) {
+            Some(id) if id.path == root => return Some(m),
+            // A store from before its `ROOT` file: a mount over `root` itself.
+            None if at == root => return Some(m),
+            _ => {}
+        }
     }
-    let m = mount_at(root.parent()?)?;
-    let store = crate::store::Layout::new(m.skillfs_store()?);
-    let id = crate::store::RootId::read(&store)?;
-    (id.path == root).then_some(m)
+    None
+}
+
+/// The versioned directory a command given `root` means: `root` itself,
+/// or, where `root` is a home mounted (or last mounted) with its one
+/// versioned directory, that directory.
+pub fn versioned_root_of(root: &Path) -> PathBuf {
+    let store = mount_at(root)
+        .and_then(|m| m.skillfs_store())
+        .or_else(|| crate::store::Layout::default_dir(root).filter(|d| crate::store::is_store(d)));
+    if let Some(s) = store
+        && let Some(id) = crate::store::RootId::read(&crate::store::Layout::new(s))
+        && id.path.parent() == Some(root)
+    {
+        return id.path;
+    }
+    root.to_path_buf()
 }

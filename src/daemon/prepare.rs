@@ -64,22 +64,39 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let mount_point = mount_point
         .canonicalize()
         .map_err(|e| Failure::io(Exit::BadRoot, "resolve ROOT", &mount_point, &e))?;
-    let root = match &args.versioned {
+    let name = args.versioned.as_deref().map(versioned_name).transpose()?;
+    let root = match &name {
         None => mount_point.clone(),
-        Some(name) => versioned_root(&mount_point, name)?,
+        Some(n) => mount_point.join(n),
     };
-    let wanted = store_dir(&mount_point, args.store.as_deref())?;
-    if args.versioned.is_some() && args.store.is_none() {
-        carry_over(&root, &wanted)?;
-    }
-    let (anc, tail) = existing_ancestor(&wanted);
-    let store_path = if tail.as_os_str().is_empty() {
-        anc.clone()
-    } else {
-        anc.join(&tail)
+    let wanted = match (&args.store, &name) {
+        (None, None) => super::checks::default_store_of(&root)?,
+        (store, _) => store_dir(&mount_point, store.as_deref())?,
     };
+    let resolve = |wanted: &Path| {
+        let (anc, tail) = existing_ancestor(wanted);
+        let path = if tail.as_os_str().is_empty() {
+            anc.clone()
+        } else {
+            anc.join(&tail)
+        };
+        (anc, path)
+    };
+    let (anc, store_path) = resolve(&wanted);
     check_nesting(&mount_point, &store_path)?;
+    if name.is_some() {
+        refuse_filesystem_root(&mount_point)?;
+    }
     store::check_placement(&mount_point, &store_path, &anc)?;
+    // Only now is anything made or moved: the versioned directory, and a
+    // store of it kept inside the home by a skills-only mount.
+    if let Some(n) = &name {
+        make_versioned_root(&mount_point, n)?;
+        if args.store.is_none() {
+            carry_over(&root, &wanted)?;
+        }
+    }
+    let (anc, store_path) = resolve(&wanted);
     if store_path.as_os_str().as_bytes().contains(&b',') {
         return Err(Failure::new(
             Exit::BadStore,
@@ -141,11 +158,11 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     };
     // Over a home the versioned root is opened from the home's fd, by one
     // name that is no symlink: both are the directories the mount serves.
-    let (root_fd, home) = match &args.versioned {
+    let (root_fd, home) = match &name {
         None => (open_dir(&root, Exit::BadRoot)?, None),
         Some(name) => {
             let home_fd = open_dir(&mount_point, Exit::BadRoot)?;
-            let name = name.as_os_str().as_bytes().to_vec();
+            let name = name.as_bytes().to_vec();
             let root_fd = crate::sys::openat(
                 home_fd.as_raw_fd(),
                 &name,
@@ -212,18 +229,12 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     })
 }
 
-/// The directory `name` of the home `home` that a mount over the home
-/// versions, made if missing: one plain name, a directory (not a symlink:
-/// the mount serves what is inside the home), on the home's filesystem (an
-/// entry is moved between the two by rename).
-fn versioned_root(home: &Path, name: &Path) -> Result<PathBuf, Failure> {
-    use std::path::Component;
-    let mut parts = name.components();
-    let one = matches!(
-        (parts.next(), parts.next()),
-        (Some(Component::Normal(_)), None)
-    );
-    if !one {
+/// The name given to `--versioned`: exactly one plain name (`skills`;
+/// not `skills/`, `a/b`, `..` or a path), as the home lists it.
+fn versioned_name(name: &Path) -> Result<std::ffi::OsString, Failure> {
+    let bytes = name.as_os_str().as_bytes();
+    let plain = !bytes.is_empty() && !bytes.contains(&b'/') && bytes != b"." && bytes != b"..";
+    if !plain {
         return Err(Failure::new(
             Exit::Usage,
             format!(
@@ -232,6 +243,39 @@ fn versioned_root(home: &Path, name: &Path) -> Result<PathBuf, Failure> {
             ),
         ));
     }
+    Ok(name.as_os_str().to_os_string())
+}
+
+/// A home that is the root of its filesystem has no place for a store:
+/// it must be on the home's filesystem (versions are published by rename)
+/// and outside the mount.
+fn refuse_filesystem_root(home: &Path) -> Result<(), Failure> {
+    let dev = |p: &Path| {
+        fs::metadata(p)
+            .map(|m| std::os::unix::fs::MetadataExt::dev(&m))
+            .ok()
+    };
+    let parent = home.parent().unwrap_or(Path::new("/"));
+    if home == Path::new("/") || dev(home) != dev(parent) {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "'{}' is the root of its own filesystem: a store must be on that filesystem and \
+                 outside the mount, and there is no such place; mount its skills directory alone \
+                 (skillfs mount '{}/skills', or skillfs-mount --skills-only)",
+                home.display(),
+                home.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The directory `name` of the home `home` that a mount over the home
+/// versions, made if missing: a directory (not a symlink: the mount
+/// serves what is inside the home), on the home's filesystem (an entry is
+/// moved between the two by rename).
+fn make_versioned_root(home: &Path, name: &std::ffi::OsStr) -> Result<(), Failure> {
     let root = home.join(name);
     match fs::symlink_metadata(&root) {
         Ok(md) if md.is_dir() => {}
@@ -266,7 +310,7 @@ fn versioned_root(home: &Path, name: &Path) -> Result<PathBuf, Failure> {
             ),
         ));
     }
-    Ok(root)
+    Ok(())
 }
 
 /// A store kept by a mount over the versioned root alone (its default
@@ -280,14 +324,29 @@ fn carry_over(root: &Path, wanted: &Path) -> Result<(), Failure> {
     let Some(old) = Layout::default_dir(root) else {
         return Ok(());
     };
-    if fs::symlink_metadata(wanted).is_ok() || !store::is_store(&old) {
+    if !store::is_store(&old) {
         return Ok(());
     }
     let old_layout = Layout::new(old.clone());
-    StoreLock::refuse_if_held(&old_layout)?;
     if store::RootId::of(root)?.check(&old_layout).is_err() {
         return Ok(()); // another root's store: not ours to move
     }
+    if fs::symlink_metadata(wanted).is_ok() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "'{}' has two stores: '{}' (of a mount over it alone) and '{}' (of a mount over \
+                 '{}'); keep one: `skillfs log --store` reads each, and `mv` puts the one to keep \
+                 at '{}'",
+                root.display(),
+                old.display(),
+                wanted.display(),
+                root.parent().unwrap_or(Path::new("/")).display(),
+                wanted.display()
+            ),
+        ));
+    }
+    StoreLock::refuse_if_held(&old_layout)?;
     let parent = wanted.parent().unwrap_or(Path::new("/"));
     fsutil::create_dir_all(parent)
         .map_err(|e| Failure::io(Exit::BadStore, "create", parent, &e))?;

@@ -227,7 +227,7 @@ impl SkillFs {
             {
                 self.publish_locked(&mut s, l, Op::Write, false, caller)?;
             }
-            self.ensure_staging(&mut s, size == 0, loc.is_some_and(|l| l.is_hidden()))?;
+            self.ensure_staging(&mut s, size == 0, self.write_place(loc))?;
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;
             stg.mark_written();

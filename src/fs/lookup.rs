@@ -19,7 +19,7 @@ impl SkillFs {
     /// grows with every change, nor for `.history` itself, which exists in
     /// a directory only while that directory is visible.
     pub(super) fn absence_is_cacheable(&self, parent: Ino, name: &[u8]) -> bool {
-        !is_virtual(parent) && name != HISTORY
+        !is_virtual(parent) && (name != HISTORY || self.tree.lock().is_outside(parent))
     }
 
     /// `lookup` as the kernel asks it: a name missing where its absence may
@@ -41,10 +41,26 @@ impl SkillFs {
         }
     }
 
-    /// Hard links are refused: a new version replaces the live file by
-    /// rename, which would silently split the links.
-    pub fn link(&self, _ino: Ino, _newparent: Ino, _newname: &[u8]) -> FsResult<Entry> {
-        Err(FsError::EPERM)
+    /// Hard links are refused in the versioned tree: a new version
+    /// replaces the live file by rename, which would silently split the
+    /// links. Between plain files of the home they are made, as anywhere
+    /// (each name is its own inode to the kernel).
+    pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Entry> {
+        if self.home.is_none() || is_virtual(ino) || is_virtual(newparent) {
+            return Err(FsError::EPERM);
+        }
+        check_name(newname)?;
+        {
+            let _ns = self.ns_write();
+            let (src, dir) = (self.loc(ino)?, self.loc(newparent)?);
+            if !self.outside(&src) || !self.outside(&dir) {
+                return Err(FsError::EPERM);
+            }
+            let to = dir.child(newname);
+            sys::linkat(src.dirfd, &src.phys, to.dirfd, &to.phys)?;
+            self.touched(&to);
+        }
+        self.lookup(newparent, newname)
     }
 
     /// Extended attributes are not kept (a version would have to carry
@@ -78,7 +94,7 @@ impl SkillFs {
             return self.getattr(self.vroot);
         }
         let _ns = self.namespace.read();
-        if name == HISTORY {
+        if name == HISTORY && !self.tree.lock().is_outside(parent) {
             let path = self.loc(parent)?.visible.ok_or(FsError::ENOENT)?;
             return self.history().listing_of(&path);
         }

@@ -221,13 +221,18 @@ pub struct DirEntry {
 }
 
 /// Flags the kernel should apply to an open file.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct OpenReply {
     pub fh: u64,
     /// Read-only open: closing it has nothing to publish.
     pub no_flush: bool,
     /// The content never changes (a version under `.history`).
     pub immutable: bool,
+    /// Reads and writes go to this file in the kernel, never through the
+    /// daemon (FUSE passthrough): a plain file outside the versioned root.
+    /// One file per inode for as long as it has such handles (the kernel
+    /// refuses two backing files for one inode).
+    pub backing: Option<Arc<File>>,
 }
 
 /// The store directories the core works in.
@@ -266,6 +271,17 @@ impl Staging {
     }
 }
 
+/// How a writer's bytes reach the file (see `open::ensure_staging`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WritePlace {
+    /// A staging copy, published by swap (a versioned or untracked file).
+    Copy,
+    /// In place, unless the file has another hard link (a hidden file).
+    InPlaceUnlinked,
+    /// In place (a plain file of the home).
+    InPlace,
+}
+
 /// Per-inode state while at least one handle is open.
 struct OpenState {
     /// The live file as it was last published (kept open so readers and
@@ -274,6 +290,13 @@ struct OpenState {
     staging: Option<Staging>,
     handles: u32,
     writers: u32,
+    /// Handles whose reads and writes the kernel makes itself, on
+    /// `backing` (see `OpenReply::backing`), and how many may write. The
+    /// kernel refuses to mix them with handles served through the daemon
+    /// on one inode: while there are any, every open of the inode is one.
+    direct: u32,
+    direct_writers: u32,
+    backing: Option<Arc<File>>,
 }
 
 struct OpenFile {
@@ -285,11 +308,11 @@ enum Handle {
         ino: Ino,
         write: bool,
         append: bool,
+        /// Served by the kernel on the backing file (passthrough).
+        direct: bool,
     },
     /// A file under `.history`: its blob, read-only.
-    Blob {
-        file: Arc<Opened>,
-    },
+    Blob { file: Arc<Opened> },
 }
 
 /// A mount over a home (`--versioned NAME`): the home's fd and the name
@@ -324,6 +347,9 @@ pub struct SkillFs {
     listings: Mutex<HashMap<Ino, listing::Listing>>,
     /// Tells the kernel to drop what it cached of an inode or a name.
     invalidator: std::sync::OnceLock<Box<dyn Fn(Invalidation) + Send + Sync>>,
+    /// The kernel takes backing files (FUSE passthrough): files outside
+    /// the versioned root are opened that way (see `OpenReply::backing`).
+    passthrough: std::sync::atomic::AtomicBool,
     /// One `fsync` commits all earlier metadata here (ext4, XFS).
     ordered_commit: bool,
     /// A store file touched and fsynced to commit everything before it
@@ -495,6 +521,7 @@ impl SkillFs {
             chown_new: sys::geteuid() == 0,
             listings: Mutex::new(HashMap::new()),
             invalidator: std::sync::OnceLock::new(),
+            passthrough: std::sync::atomic::AtomicBool::new(false),
             ordered_commit,
             marker,
             janitor: Mutex::new(Some(janitor)),
@@ -516,6 +543,12 @@ impl SkillFs {
     /// changed behind its back (set once, by the FUSE adapter).
     pub fn set_invalidator(&self, f: Box<dyn Fn(Invalidation) + Send + Sync>) {
         let _ = self.invalidator.set(f);
+    }
+
+    /// Whether the kernel takes backing files (set by the adapter at INIT,
+    /// and cleared if registering one fails).
+    pub fn set_passthrough(&self, on: bool) {
+        self.passthrough.store(on, Ordering::SeqCst);
     }
 
     /// Starts pushing the pages of files just written into the kernel's
@@ -600,6 +633,16 @@ impl SkillFs {
         self.home.is_some() && loc.dirfd == self.home_raw()
     }
 
+    /// Refuses changes under `.history` and to the name `.history` in the
+    /// versioned tree (see `history_view::check_writable`); outside it the
+    /// name is a plain one.
+    fn writable(&self, parent: Ino, name: &[u8], creating: bool) -> FsResult<()> {
+        if name == HISTORY && self.tree.lock().is_outside(parent) {
+            return Ok(());
+        }
+        check_writable(parent, name, creating)
+    }
+
     /// The versioned root's own name in the home: it cannot be removed,
     /// renamed or replaced through the mount (`EBUSY`, as a mount point).
     fn pinned(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
@@ -609,6 +652,12 @@ impl SkillFs {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether the mount is over a home (its plain files outside the
+    /// versioned root).
+    pub fn has_home(&self) -> bool {
+        self.home.is_some()
     }
 
     /// The versioned root's inode: [`ROOT_INO`], or its child in a home.

@@ -44,7 +44,7 @@ impl SkillFs {
         caller: &Caller,
         create: impl FnOnce(&Location) -> std::io::Result<()>,
     ) -> FsResult<Entry> {
-        check_writable(parent, name, true)?;
+        self.writable(parent, name, true)?;
         self.journal_room()?;
         check_name(name)?;
         let _ns = self.ns_write();
@@ -101,7 +101,7 @@ impl SkillFs {
         dir: bool,
         caller: &Caller,
     ) -> FsResult<()> {
-        check_writable(parent, name, false)?;
+        self.writable(parent, name, false)?;
         self.pinned(parent, name)?;
         // Not refused for want of journal room: removing files is how a
         // full disk is freed. Its record takes what room is left (the
@@ -164,8 +164,8 @@ impl SkillFs {
         flags: u32,
         caller: &Caller,
     ) -> FsResult<()> {
-        check_writable(parent, name, false)?;
-        check_writable(newparent, newname, false)?;
+        self.writable(parent, name, false)?;
+        self.writable(newparent, newname, false)?;
         self.pinned(parent, name)?;
         self.pinned(newparent, newname)?;
         self.journal_room()?;
@@ -312,6 +312,14 @@ impl SkillFs {
         if let Some(key) = replaced_key {
             self.orphan_attached(&key, &dst.logical, caller);
         }
+        // A directory of the versioned tree moved out of it: its hidden
+        // entries come along (before the notices below go out).
+        if kind == Kind::Dir && !src.loc.is_hidden() && self.outside(a_at) {
+            self.bring_hidden_out(newparent, newname, a_at);
+        }
+        if exchange && b_kind == Some(Kind::Dir) && !dst.is_hidden() && self.outside(b_at) {
+            self.bring_hidden_out(parent, name, b_at);
+        }
         // A directory that moved between the hidden and the visible tree
         // lists differently (whole while hidden, filtered while visible);
         // nothing in it changed, so the kernel would keep the old listing.
@@ -392,6 +400,61 @@ impl SkillFs {
             self.touched(&other.loc);
         }
         Ok(())
+    }
+
+    /// The directory `name` of `parent`, just moved out of the versioned
+    /// tree to `at` (outside, where no rule hides anything): the hidden
+    /// entries attached to it and to every directory below it are moved
+    /// into those directories, as they would be on a plain filesystem, and
+    /// their parks removed. Walked under the rename's lock, once. A name
+    /// taken there (never, by the invariant that a name is in one place)
+    /// leaves its entry in the park, swept in time as an orphan.
+    pub(super) fn bring_hidden_out(&self, parent: Ino, name: &[u8], at: &Location) {
+        let parked = self.parked_raw();
+        let mut moved = false;
+        let mut stack = vec![at.phys.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(key) = sys::dir_key(at.dirfd, &dir) else {
+                continue;
+            };
+            let inside = |n: &[u8]| [dir.as_slice(), b"/", n].concat();
+            if let Ok(entries) = sys::read_dir_at(parked, key.as_bytes()) {
+                for e in entries {
+                    let from = [key.as_bytes(), b"/", &e.name].concat();
+                    let to = inside(&e.name);
+                    match sys::renameat2(parked, &from, at.dirfd, &to, libc::RENAME_NOREPLACE) {
+                        Ok(()) => moved = true,
+                        Err(err) => tracing::warn!(
+                            "a hidden entry of {} stays in its park: {err}",
+                            at.logical
+                        ),
+                    }
+                }
+                let _ = sys::unlinkat(parked, key.as_bytes(), true);
+                self.parks.lock().remove(&key);
+                self.freezes.touched(parked, key.as_bytes());
+            }
+            for e in sys::read_dir_at(at.dirfd, &dir).unwrap_or_default() {
+                let p = inside(&e.name);
+                let is_dir = match e.d_type {
+                    libc::DT_DIR => true,
+                    libc::DT_UNKNOWN => sys::lstatat(at.dirfd, &p)
+                        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
+                    _ => false,
+                };
+                if is_dir {
+                    stack.push(p);
+                }
+            }
+        }
+        if moved {
+            let mut tree = self.tree.lock();
+            if let Some(top) = tree.child(parent, name) {
+                for i in tree.subtree(top) {
+                    tree.set_attached(i, false);
+                }
+            }
+        }
     }
 
     /// Removes `other`, a non-directory (or an empty directory) in the other place that a rename
@@ -518,7 +581,7 @@ impl SkillFs {
         flags: i32,
         caller: &Caller,
     ) -> TryResult<(Entry, OpenReply)> {
-        check_writable(parent, name, true)?;
+        self.writable(parent, name, true)?;
         check_name(name)?;
         let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
@@ -556,7 +619,7 @@ impl SkillFs {
                 return Err(e.into());
             }
         };
-        let reply = match self.finish_open(ino, Some(&loc), of, flags, caller) {
+        let reply = match self.finish_open(ino, Some(&loc), of, flags, true, caller) {
             Ok(r) => r,
             Err(e) => {
                 self.tree.lock().forget(ino, 1);
@@ -578,7 +641,7 @@ impl SkillFs {
     /// folder) is made in place, like any scratch file, and never
     /// versioned; device nodes are not kept in a skills tree.
     pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, caller: &Caller) -> FsResult<Entry> {
-        check_writable(parent, name, true)?;
+        self.writable(parent, name, true)?;
         match mode & libc::S_IFMT {
             libc::S_IFREG => {}
             libc::S_IFIFO | libc::S_IFSOCK => {

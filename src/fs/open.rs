@@ -48,6 +48,9 @@ impl SkillFs {
                 staging: None,
                 handles: 1,
                 writers: 0,
+                direct: 0,
+                direct_writers: 0,
+                backing: None,
             }),
         });
         files.insert(ino, Arc::clone(&of));
@@ -65,6 +68,9 @@ impl SkillFs {
         if writer {
             s.writers = s.writers.saturating_sub(1);
         }
+        if s.direct == 0 {
+            s.backing = None;
+        }
         if s.handles == 0 {
             if let Some(stg) = s.staging.take()
                 && !stg.in_place
@@ -76,14 +82,23 @@ impl SkillFs {
         }
     }
 
+    /// How a file at `loc` (`None`: no longer in the tree) is written.
+    pub(super) fn write_place(&self, loc: Option<&Location>) -> WritePlace {
+        match loc {
+            Some(l) if self.outside(l) => WritePlace::InPlace,
+            Some(l) if l.is_hidden() => WritePlace::InPlaceUnlinked,
+            _ => WritePlace::Copy,
+        }
+    }
+
     /// Gives the open file a staging copy if it has none (`empty`: start
-    /// from nothing, as `O_TRUNC` does, instead of copying the live bytes).
-    /// A `hidden` file is written in place instead.
+    /// from nothing, as `O_TRUNC` does, instead of copying the live bytes),
+    /// or, as `place` says, the live file itself to write in place.
     pub(super) fn ensure_staging(
         &self,
         s: &mut OpenState,
         empty: bool,
-        hidden: bool,
+        place: WritePlace,
     ) -> FsResult<()> {
         if let Some(stg) = &mut s.staging {
             if empty {
@@ -94,8 +109,14 @@ impl SkillFs {
         }
         // A hidden file with another hard link (made while unmounted) is
         // copied like a visible one: writing in place would change the
-        // other name's bytes too.
-        if hidden && sys::fstat(&*s.live).is_ok_and(|st| st.st_nlink <= 1) {
+        // other name's bytes too. A plain file of the home is written in
+        // place whatever its links, as any filesystem does.
+        let in_place = match place {
+            WritePlace::InPlace => true,
+            WritePlace::InPlaceUnlinked => sys::fstat(&*s.live).is_ok_and(|st| st.st_nlink <= 1),
+            WritePlace::Copy => false,
+        };
+        if in_place {
             // The live file again, for writing (through /proc: the daemon
             // holds it by descriptor, not by a name it may have lost). Where
             // that is refused, the copy below serves as for any file.
@@ -161,6 +182,7 @@ impl SkillFs {
                 fh: self.new_handle(Handle::Blob { file }),
                 no_flush: true,
                 immutable: true,
+                backing: None,
             });
         }
         self.retry_after_store(Some(ino), || {
@@ -168,30 +190,47 @@ impl SkillFs {
             match self.loc(ino) {
                 Ok(loc) => {
                     let of = self.open_live(ino, Ok(&loc))?;
-                    self.finish_open(ino, Some(&loc), of, flags, caller)
+                    self.finish_open(ino, Some(&loc), of, flags, true, caller)
                 }
                 Err(e) => {
                     // What a writer puts in it is lost, as on ext4: it
                     // is no longer any file's content.
                     let of = self.open_live(ino, Err(e))?;
-                    self.finish_open(ino, None, of, flags, caller)
+                    self.finish_open(ino, None, of, flags, false, caller)
                 }
             }
         })
     }
 
     /// `loc`: where the file is, `None` for one already replaced or removed.
+    /// `may_pass`: the reply can hand the kernel a backing file (not for a
+    /// file the tree no longer has).
     pub(super) fn finish_open(
         &self,
         ino: Ino,
         loc: Option<&Location>,
         of: Arc<OpenFile>,
         flags: i32,
+        may_pass: bool,
         caller: &Caller,
     ) -> TryResult<OpenReply> {
         // `O_RDONLY | O_TRUNC` truncates too (with FUSE_ATOMIC_O_TRUNC the
         // kernel counts on the open to have done it).
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if may_pass && let Some(backing) = self.open_direct(&of, loc, flags, write)? {
+            let fh = self.new_handle(Handle::File {
+                ino,
+                write,
+                append: flags & libc::O_APPEND != 0,
+                direct: true,
+            });
+            return Ok(OpenReply {
+                fh,
+                no_flush: !write,
+                immutable: false,
+                backing: Some(backing),
+            });
+        }
         if write {
             let mut s = match self.lock_to_change(ino, &of) {
                 Ok(s) => s,
@@ -213,8 +252,7 @@ impl SkillFs {
                     let what = format_args!("publish {} before O_TRUNC", loc.logical);
                     return Err(e.context(what).into());
                 }
-                let hidden = loc.is_some_and(|l| l.is_hidden());
-                if let Err(e) = self.ensure_staging(&mut s, true, hidden) {
+                if let Err(e) = self.ensure_staging(&mut s, true, self.write_place(loc)) {
                     drop(s);
                     self.release_open(ino, true);
                     return Err(e.into());
@@ -231,17 +269,91 @@ impl SkillFs {
             ino,
             write,
             append: flags & libc::O_APPEND != 0,
+            direct: false,
         });
         Ok(OpenReply {
             fh,
             no_flush: !write,
             immutable: false,
+            backing: None,
         })
+    }
+
+    /// Joins the open `of` as a direct handle (passthrough) and returns its
+    /// backing file, when the kernel takes them and the file is outside
+    /// the versioned root, or already has direct handles (the kernel
+    /// refuses to mix the two kinds on one inode, either way). `None`
+    /// when it is served through the daemon (its other handles are).
+    fn open_direct(
+        &self,
+        of: &OpenFile,
+        loc: Option<&Location>,
+        flags: i32,
+        write: bool,
+    ) -> FsResult<Option<Arc<File>>> {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let mut s = of.state.lock();
+        let others = s.handles - 1;
+        let outside = loc.is_some_and(|l| self.outside(l));
+        if !(s.direct > 0 || (outside && others == 0 && s.staging.is_none())) {
+            return Ok(None);
+        }
+        let backing = match &s.backing {
+            Some(b) => Arc::clone(b),
+            None => {
+                // Opened for writing whatever this open asks: a later
+                // writer of the inode must share it.
+                let again = format!("/proc/self/fd/{}", s.live.as_raw_fd());
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&again)
+                    .or_else(|_| File::open(&again))?;
+                let b = Arc::new(f);
+                s.backing = Some(Arc::clone(&b));
+                b
+            }
+        };
+        if flags & libc::O_TRUNC != 0 {
+            sys::ftruncate(&*backing, 0)?;
+        }
+        s.direct += 1;
+        if write {
+            s.direct_writers += 1;
+        }
+        Ok(Some(backing))
+    }
+
+    /// A direct handle the kernel could not be given a backing file for
+    /// (passthrough refused after all): served through the daemon from
+    /// now on, like every later open.
+    pub fn undirect(&self, fh: u64) {
+        self.set_passthrough(false);
+        let mut handles = self.handles.lock();
+        let Some(Handle::File {
+            ino, write, direct, ..
+        }) = handles.get_mut(&fh)
+        else {
+            return;
+        };
+        *direct = false;
+        if let Some(of) = self.open_file(*ino) {
+            let mut s = of.state.lock();
+            s.direct = s.direct.saturating_sub(1);
+            if *write {
+                s.direct_writers = s.direct_writers.saturating_sub(1);
+                s.writers += 1;
+            }
+        }
     }
 
     pub(super) fn file_handle(&self, fh: u64) -> FsResult<(Ino, bool, bool)> {
         match self.handles.lock().get(&fh) {
-            Some(Handle::File { ino, write, append }) => Ok((*ino, *write, *append)),
+            Some(Handle::File {
+                ino, write, append, ..
+            }) => Ok((*ino, *write, *append)),
             _ => Err(FsError::EBADF),
         }
     }
@@ -283,9 +395,12 @@ impl SkillFs {
         // cannot make it visible in between.
         let needs_place = of.state.lock().staging.is_none();
         let _ns = needs_place.then(|| self.namespace.read());
-        let hidden = needs_place && self.loc(ino).is_ok_and(|l| l.is_hidden());
+        let place = match needs_place {
+            true => self.write_place(self.loc(ino).ok().as_ref()),
+            false => WritePlace::Copy, // (unused: it has staging)
+        };
         let mut s = of.state.lock();
-        self.ensure_staging(&mut s, false, hidden)?;
+        self.ensure_staging(&mut s, false, place)?;
         let stg = s.staging.as_mut().expect("just ensured");
         let offset = if append {
             sys::fstat(&*stg.file)?.st_size as u64
@@ -318,6 +433,12 @@ impl SkillFs {
             return Ok(());
         }
         let (ino, write, _) = self.file_handle(fh)?;
+        if write && self.is_direct(fh) {
+            if let Some(of) = self.open_file(ino) {
+                self.record_direct(ino, &of, false, caller)?;
+            }
+            return Ok(());
+        }
         if write {
             let trunc_only = self.open_file(ino).is_some_and(|of| {
                 of.state
@@ -337,13 +458,37 @@ impl SkillFs {
         if matches!(self.handles.lock().get(&fh), Some(Handle::Blob { .. })) {
             return Ok(());
         }
-        let (ino, _, _) = self.file_handle(fh)?;
+        let (ino, write, _) = self.file_handle(fh)?;
+        if write
+            && self.is_direct(fh)
+            && let Some(of) = self.open_file(ino)
+            && let Some(want) = self.record_direct(ino, &of, true, caller)?
+        {
+            self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+        }
         self.publish(ino, true, caller)
+    }
+
+    fn is_direct(&self, fh: u64) -> bool {
+        matches!(
+            self.handles.lock().get(&fh),
+            Some(Handle::File { direct: true, .. })
+        )
     }
 
     pub fn release(&self, fh: u64, caller: &Caller) -> FsResult<()> {
         let h = self.handles.lock().remove(&fh);
         let (ino, write) = match h {
+            Some(Handle::File {
+                ino,
+                write,
+                direct: true,
+                ..
+            }) => {
+                let result = self.release_direct(ino, write, caller);
+                self.release_open(ino, false);
+                return result;
+            }
             Some(Handle::File { ino, write, .. }) => (ino, write),
             Some(Handle::Blob { .. }) => return Ok(()),
             _ => return Err(FsError::EBADF),
@@ -402,5 +547,50 @@ impl SkillFs {
             let file = s.staging.as_ref().map_or(&s.live, |stg| &stg.file);
             self.pages.queue(ino, Arc::clone(file));
         }
+    }
+}
+
+impl SkillFs {
+    /// The close of a direct handle: a writer's content is versioned if the
+    /// file is in the versioned tree now (moved in while open; outside it,
+    /// nothing is kept).
+    fn release_direct(&self, ino: Ino, write: bool, caller: &Caller) -> FsResult<()> {
+        let Some(of) = self.open_file(ino) else {
+            return Ok(());
+        };
+        {
+            let mut s = of.state.lock();
+            s.direct = s.direct.saturating_sub(1);
+            if !write {
+                return Ok(());
+            }
+        }
+        let result = self.record_direct(ino, &of, false, caller);
+        let mut s = of.state.lock();
+        s.direct_writers = s.direct_writers.saturating_sub(1);
+        result.map(|_| ())
+    }
+
+    /// Versions what direct writers wrote to `of`'s file if it is in the
+    /// versioned tree now (unless the catalog has that content already).
+    /// Returns the journal position to make durable.
+    pub(super) fn record_direct(
+        &self,
+        ino: Ino,
+        of: &OpenFile,
+        durable: bool,
+        caller: &Caller,
+    ) -> FsResult<Option<u64>> {
+        let _ns = self.namespace.read();
+        let (Ok(loc), Some(file)) = (self.loc(ino), of.state.lock().backing.clone()) else {
+            return Ok(None);
+        };
+        let Some(path) = self.versioned(&loc) else {
+            return Ok(None);
+        };
+        let (_, want) = self
+            .store_and_record(&file, &path, Op::Write, durable, caller)
+            .context(format_args!("version {} written directly", loc.logical))?;
+        Ok(Some(want))
     }
 }

@@ -136,10 +136,18 @@ impl SkillFs {
         };
         let mut s = of.state.lock();
         let Some(stg) = s.staging.as_ref().filter(|stg| stg.dirty) else {
-            // Already published: make it durable in the same order.
             let live = Arc::clone(&s.live);
+            drop(s);
+            if self.outside(&loc) {
+                // A plain file of the home: its own fsync, as any
+                // filesystem's (nothing of the store is ordered with it).
+                drop(ns);
+                live_fsync(&live, &loc)?;
+                return Ok(true);
+            }
+            // Already published: make it durable in the same order.
             let parent = self.parent_to_sync(&loc)?;
-            drop((s, ns));
+            drop(ns);
             self.make_durable(&live, parent, &loc)?;
             return Ok(true);
         };

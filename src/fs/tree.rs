@@ -166,6 +166,21 @@ impl Tree {
         t
     }
 
+    /// Whether `ino` is outside the versioned root, in the home around it.
+    pub fn is_outside(&self, ino: Ino) -> bool {
+        let mut cur = ino;
+        while cur != self.root {
+            if cur == ROOT_INO {
+                return true;
+            }
+            match self.nodes.get(&cur) {
+                Some(n) => cur = n.parent,
+                None => return false,
+            }
+        }
+        false
+    }
+
     /// Whether `ino` is the kernel's root or the versioned root: never
     /// forgotten, never moved.
     pub fn is_top(&self, ino: Ino) -> bool {

@@ -494,3 +494,14 @@ pub fn split_link(p: &Path) {
     );
     fs::rename(&tmp, p).unwrap();
 }
+
+/// `cp -a` of a directory (the test's own copy, never through a mount).
+pub fn copy_dir(from: &Path, to: &Path) {
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a {} {}", from.display(), to.display());
+}

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-DB = os.path.join(sys.argv[1], "state.db")
+DB = os.path.join(sys.argv[1], "sqlite-home.db")
 
 if len(sys.argv) > 2 and sys.argv[2] == "child-writer":
     # Commits 100 rows, then starts a transaction it never ends.
