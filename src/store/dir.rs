@@ -54,10 +54,8 @@ pub struct Dir {
 /// `name` if it is one component, else `EINVAL`.
 fn one(name: &str) -> io::Result<&[u8]> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("'{name}' is not a single name in a store directory"),
-        ));
+        // Never built from outside input: a bug here, answered as one.
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     Ok(name.as_bytes())
 }
@@ -378,5 +376,87 @@ impl StoreFds {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("skillfs-dir-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("store/staging")).unwrap();
+        std::fs::create_dir_all(d.join("attacker/staging")).unwrap();
+        d
+    }
+
+    fn errno(r: io::Result<impl std::fmt::Debug>) -> Option<i32> {
+        r.err().and_then(|e| e.raw_os_error())
+    }
+
+    #[test]
+    fn a_held_directory_stays_itself_when_its_path_is_swapped() {
+        let d = scratch("held");
+        let top = Arc::new(Dir::open_path(&d.join("store")).unwrap());
+        let staging = Arc::new(top.sub("staging").unwrap());
+        // The store's path now leads to the attacker's directory.
+        std::fs::rename(d.join("store"), d.join("store.real")).unwrap();
+        symlink(d.join("attacker"), d.join("store")).unwrap();
+        staging.create_new("f", FILE_MODE).unwrap();
+        top.replace("RULES", b"rules").unwrap();
+        Named::new(&staging, "f".into())
+            .rename_out(top.fd(), b"moved", 0)
+            .unwrap();
+        assert!(top.ensure_sub("tmp").is_ok());
+        assert_eq!(std::fs::read(d.join("store.real/RULES")).unwrap(), b"rules");
+        assert!(d.join("store.real/moved").is_file() && d.join("store.real/tmp").is_dir());
+        let attacker: Vec<_> = std::fs::read_dir(d.join("attacker"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            attacker,
+            ["staging"],
+            "nothing made in the attacker's directory"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn only_single_names_and_never_through_a_symlink() {
+        let d = scratch("names");
+        let top = Dir::open_path(&d.join("store")).unwrap();
+        for bad in ["", ".", "..", "staging/x", "../attacker"] {
+            assert_eq!(
+                errno(top.create_new(bad, FILE_MODE)),
+                Some(libc::EINVAL),
+                "{bad:?}"
+            );
+            assert_eq!(errno(top.sub(bad)), Some(libc::EINVAL), "{bad:?}");
+            assert_eq!(errno(top.unlink(bad)), Some(libc::EINVAL), "{bad:?}");
+        }
+        std::fs::write(d.join("attacker/secret"), "theirs").unwrap();
+        symlink(d.join("attacker/secret"), d.join("store/LOCK")).unwrap();
+        symlink(d.join("attacker"), d.join("store/blobs")).unwrap();
+        assert_eq!(errno(top.read_file("LOCK")), Some(libc::ELOOP));
+        assert_eq!(errno(top.open_append("LOCK")), Some(libc::ELOOP));
+        assert_eq!(errno(top.read_small("LOCK", 100)), Some(libc::ELOOP));
+        // A symlink where a directory is expected: ENOTDIR (O_DIRECTORY
+        // with O_NOFOLLOW), never the attacker's directory.
+        let refused = |e: Option<i32>| matches!(e, Some(libc::ENOTDIR | libc::ELOOP));
+        assert!(refused(errno(top.sub("blobs"))));
+        assert!(refused(errno(top.ensure_sub("blobs"))));
+        assert!(refused(errno(Dir::open_path(&d.join("store/blobs")))));
+        // Replaced whole, never written through.
+        top.replace("LOCK", b"1\n").unwrap();
+        assert_eq!(std::fs::read(d.join("attacker/secret")).unwrap(), b"theirs");
+        assert!(
+            !std::fs::symlink_metadata(d.join("store/LOCK"))
+                .unwrap()
+                .is_symlink()
+        );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
