@@ -206,7 +206,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         Cmd::Show { spec, root, store } => {
             let (_, layout, records) = open_history(root, store)?;
             crate::commands::show(
-                &crate::commands::Store::from_records(layout, &records),
+                &crate::commands::Store::from_records(layout, &records)?,
                 &spec,
             )
         }
@@ -217,7 +217,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             store,
         } => {
             let (_, layout, records) = open_history(root, store)?;
-            let st = crate::commands::Store::from_records(layout, &records);
+            let st = crate::commands::Store::from_records(layout, &records)?;
             let looks_like_id =
                 |t: &str| crate::history::parse_alias(t, crate::time::now_ns()).is_some();
             let (b, path) = match rest.as_slice() {

@@ -53,17 +53,19 @@ pub fn read_records(layout: &Layout) -> Result<Vec<Record>, Failure> {
 impl Store {
     pub fn open(layout: Layout) -> Result<Store, Failure> {
         let records = read_records(&layout)?;
-        Ok(Store::from_records(layout, &records))
+        Store::from_records(layout, &records)
     }
 
-    pub fn from_records(layout: Layout, records: &[Record]) -> Store {
+    pub fn from_records(layout: Layout, records: &[Record]) -> Result<Store, Failure> {
         let index = Fold::replay(records).into_history();
-        let blobs = BlobStore::new(layout.blobs(), layout.tmp());
-        Store {
+        // Read-only: opened by path, never through a symlink.
+        let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp())
+            .map_err(|e| Failure::io(Exit::BadStore, "open", &layout.blobs(), &e))?;
+        Ok(Store {
             layout,
             index,
             blobs,
-        }
+        })
     }
 
     /// The id an id or alias names (resolved over the whole tree).

@@ -291,8 +291,8 @@ mod tests {
         fn sync_all(&self, f: &std::fs::File) -> io::Result<()> {
             self.answer(crate::sys::fsync(f))
         }
-        fn sync_dir(&self, d: &std::path::Path) -> io::Result<()> {
-            self.answer(crate::store::fsutil::sync_dir(d))
+        fn sync_dir(&self, d: &std::fs::File, _path: &std::path::Path) -> io::Result<()> {
+            self.answer(crate::sys::fsync(d))
         }
         fn syncfs(&self, f: &std::fs::File) -> io::Result<()> {
             self.answer(crate::sys::syncfs(f))
@@ -317,7 +317,9 @@ mod tests {
         let open = |io: &StoreIo| {
             let contents = journal::read_dir(&layout.journal()).unwrap();
             let j = Journal::open_with(&contents, io.clone()).unwrap();
-            let blobs = BlobStore::new(layout.blobs(), layout.tmp()).with_io(io.clone());
+            let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp())
+                .unwrap()
+                .with_io(io.clone());
             (Ledger::new(j, &contents.records), blobs)
         };
         let change = |p: &str| Change::new(Op::Unlink, RelPath::parse(p.as_bytes()).unwrap(), None);
@@ -381,8 +383,8 @@ mod tests {
         fn sync_all(&self, file: &std::fs::File) -> io::Result<()> {
             crate::sys::fsync(file)
         }
-        fn sync_dir(&self, dir: &std::path::Path) -> io::Result<()> {
-            crate::sys::fsync(&std::fs::File::open(dir)?)
+        fn sync_dir(&self, dir: &std::fs::File, _path: &std::path::Path) -> io::Result<()> {
+            crate::sys::fsync(dir)
         }
         fn syncfs(&self, _file: &std::fs::File) -> io::Result<()> {
             Ok(())
@@ -413,7 +415,9 @@ mod tests {
         let io = StoreIo::with_backend(disk.clone());
         let contents = journal::read_dir(&layout.journal()).unwrap();
         let j = Journal::open_with(&contents, io.clone()).unwrap();
-        let blobs = BlobStore::new(layout.blobs(), layout.tmp()).with_io(io.clone());
+        let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp())
+            .unwrap()
+            .with_io(io.clone());
         let ledger = parking_lot::Mutex::new(Ledger::new(j, &contents.records));
         let commit = GroupCommit::new(ledger.lock().durable_through());
         const THREADS: usize = 8;

@@ -20,6 +20,7 @@
 //! unpark's settle runs under the rename's exclusive namespace lock with
 //! `ledger` held (see `fs::unpark`).
 
+use crate::store::{Dir, Named};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::RawFd;
@@ -527,7 +528,7 @@ fn ctime_ns(st: &libc::stat) -> i128 {
 pub fn tend_parked(
     settler: &mut Settler<'_>,
     now_ns: i64,
-    tmp: &std::path::Path,
+    tmp: &std::sync::Arc<Dir>,
 ) -> io::Result<()> {
     let areas = settler.areas;
     // Keys of hidden directories: their attached areas are alive too.
@@ -635,29 +636,20 @@ pub fn tend_parked(
 /// Moves `rel` under `dir` whole into the store's `tmp` directory, under a
 /// name no other sweep uses: a sweep takes a park or an orphan out of
 /// reach at once, records it, and only then deletes it (`delete_trash`).
-pub fn move_to_trash(
-    dir: RawFd,
-    rel: &[u8],
-    tmp: &std::path::Path,
-) -> io::Result<std::path::PathBuf> {
+pub fn move_to_trash(dir: RawFd, rel: &[u8], tmp: &std::sync::Arc<Dir>) -> io::Result<Named> {
     static SWEPT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SWEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let trash = tmp.join(format!("swept.{}.{n}", std::process::id()));
-    sys::renameat2(
-        dir,
-        rel,
-        libc::AT_FDCWD,
-        trash.as_os_str().as_encoded_bytes(),
-        libc::RENAME_NOREPLACE,
-    )?;
+    let trash = Named::new(tmp, format!("swept.{}.{n}", std::process::id()));
+    tmp.rename_in(dir, rel, &trash.name, libc::RENAME_NOREPLACE)?;
     Ok(trash)
 }
 
-/// Deletes what `move_to_trash` moved (read-only directories included);
-/// what cannot be deleted stays in `tmp`, which the next mount clears.
-pub fn delete_trash(trash: &std::path::Path) {
-    if let Err(e) = sys::remove_tree_at(libc::AT_FDCWD, trash.as_os_str().as_encoded_bytes()) {
-        tracing::warn!("could not delete the swept {}: {e}", trash.display());
+/// Deletes what `move_to_trash` moved (read-only directories included),
+/// from `tmp/`'s held fd; what cannot be deleted stays in `tmp`, which the
+/// next mount clears.
+pub fn delete_trash(trash: &Named) {
+    if let Err(e) = trash.remove_tree() {
+        tracing::warn!("could not delete the swept {}: {e}", trash.path().display());
     }
 }
 

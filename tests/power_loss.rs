@@ -236,7 +236,7 @@ impl SyncBackend for PowerLoss {
     fn sync_all(&self, file: &File) -> io::Result<()> {
         self.point(|img| PowerLoss::snapshot_file(img, file))
     }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+    fn sync_dir(&self, _held: &File, dir: &Path) -> io::Result<()> {
         self.point(|img| {
             img.dirs.insert(fs::metadata(dir)?.ino(), dir_entries(dir)?);
             Ok(())
@@ -259,13 +259,14 @@ struct Store {
 
 fn open_store(dir: &Path, io: &StoreIo) -> Result<Store, String> {
     let layout = Layout::new(dir.to_path_buf());
-    layout.create().map_err(|e| e.to_string())?;
-    let contents = journal::read_dir(&layout.journal()).map_err(|e| e.to_string())?;
-    layout.clear_scratch().map_err(|e| e.to_string())?;
-    let journal = Journal::open_with(&contents, io.clone()).map_err(|e| e.to_string())?;
+    let fds = layout.create().map_err(|e| e.to_string())?;
+    let contents = journal::read_in(&fds.journal).map_err(|e| e.to_string())?;
+    fds.clear_scratch().map_err(|e| e.to_string())?;
+    let journal =
+        Journal::open_in(&fds.journal, &contents, io.clone()).map_err(|e| e.to_string())?;
     Ok(Store {
         ledger: Ledger::new(journal, &contents.records),
-        blobs: BlobStore::new(layout.blobs(), layout.tmp()).with_io(io.clone()),
+        blobs: BlobStore::new(fds.blobs.clone(), fds.tmp.clone()).with_io(io.clone()),
     })
 }
 

@@ -523,3 +523,267 @@ fn nested_mounts_are_refused() {
     assert!(!store.exists(), "no store may be created");
     fs::write(m.path("cat/b.md"), "still works").unwrap();
 }
+
+/// Every entry below `dir`, as paths relative to it (not following
+/// symlinks).
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = snapshot(dir)
+        .into_keys()
+        .map(|p| p.strip_prefix(dir).unwrap().to_path_buf())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Watches directories for any use (inotify, every event): an entry made
+/// and removed again leaves no trace in a listing, but an event.
+struct Watch {
+    fd: i32,
+    dirs: Vec<(i32, PathBuf)>,
+}
+
+impl Watch {
+    fn new(dirs: &[PathBuf]) -> Watch {
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(fd >= 0, "inotify_init1");
+        let dirs = dirs
+            .iter()
+            .map(|d| {
+                let c = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
+                let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_ALL_EVENTS) };
+                assert!(wd >= 0, "inotify_add_watch {}", d.display());
+                (wd, d.clone())
+            })
+            .collect();
+        Watch { fd, dirs }
+    }
+
+    /// What happened in the watched directories since (`dir/name mask`).
+    fn events(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return out;
+            }
+            let mut at = 0usize;
+            while at + 16 <= n as usize {
+                let word =
+                    |i: usize| u32::from_ne_bytes(buf[at + i..at + i + 4].try_into().unwrap());
+                let (wd, mask, len) = (word(0) as i32, word(4), word(12) as usize);
+                let name = &buf[at + 16..at + 16 + len];
+                let name = String::from_utf8_lossy(name)
+                    .trim_end_matches('\0')
+                    .to_string();
+                let dir = self.dirs.iter().find(|d| d.0 == wd).map(|d| d.1.clone());
+                out.push(format!(
+                    "{}/{name} {mask:#x}",
+                    dir.unwrap_or_default().display()
+                ));
+                at += 16 + len;
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// The directories of a store (and of the attacker's look-alike).
+const STORE_SHAPE: [&str; 7] = [
+    "staging",
+    "tmp",
+    "blobs",
+    "blobs/packs",
+    "journal",
+    "parked",
+    "orphans",
+];
+
+/// This process as the core's caller.
+fn me() -> skillfs::fs::Caller {
+    skillfs::fs::Caller {
+        uid: unsafe { libc::geteuid() },
+        gid: unsafe { libc::getegid() },
+        pid: std::process::id(),
+    }
+}
+
+/// Writes `data` to `name` in ROOT through the core (created if missing,
+/// else opened and truncated), synced, flushed and released: a staging
+/// file swapped in, a blob stored (packed or loose), records appended.
+fn write_through(fs: &skillfs::fs::SkillFs, name: &str, data: &[u8]) -> Result<(), String> {
+    use skillfs::fs::ROOT_INO;
+    let caller = me();
+    fn e<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> String {
+        move |e| format!("{what}: {e:?}")
+    }
+    let (ino, fh) = match fs.lookup(ROOT_INO, name.as_bytes()) {
+        Ok(found) => {
+            let reply = fs
+                .open(found.ino, libc::O_WRONLY | libc::O_TRUNC, &caller)
+                .map_err(e("open"))?;
+            (found.ino, reply.fh)
+        }
+        Err(_) => {
+            let (found, reply) = fs
+                .create(
+                    ROOT_INO,
+                    name.as_bytes(),
+                    0o644,
+                    libc::O_WRONLY | libc::O_CREAT,
+                    &caller,
+                )
+                .map_err(e("create"))?;
+            (found.ino, reply.fh)
+        }
+    };
+    let written = (|| {
+        fs.write(fh, 0, data).map_err(e("write"))?;
+        fs.fsync(fh, &caller).map_err(e("fsync"))?;
+        fs.flush(fh, &caller).map_err(e("flush"))
+    })();
+    let released = fs.release(fh, &caller).map_err(e("release"));
+    fs.forget(ino, 1);
+    written.and(released)
+}
+
+/// The daemon opens the store's directories once, at mount, and reaches
+/// everything in them from those fds (issue 11, item 2): a directory of the
+/// store (or the store itself) swapped for a symlink to another user's
+/// directory while mounted never receives a write. Publishes (staging file
+/// swapped in, spares made and renamed), loose and packed blobs, journal
+/// records, a new directory from a spare and the unmount's clean-up all
+/// keep to the real directories, through the held fds.
+#[test]
+fn a_store_directory_swapped_for_a_symlink_while_open_is_never_written_through() {
+    use skillfs::hide::RuleArgs;
+    use skillfs::open::open_core;
+    // What went wrong, for every directory swapped (all are tried: each
+    // takes other paths of the daemon).
+    let mut wrong: Vec<String> = Vec::new();
+    for swapped in [
+        "staging", "tmp", "blobs", "journal", "parked", "orphans", "",
+    ] {
+        let mut check = |ok: bool, what: String| {
+            if !ok {
+                wrong.push(format!("swapped '{swapped}': {what}"));
+            }
+        };
+        let s = Scratch::new("swapped");
+        fs::write(s.root().join("a.md"), "first").unwrap();
+        let core = open_core(&s.root(), &s.store(), RuleArgs::default())
+            .unwrap_or_else(|f| panic!("open_core: {}", f.message));
+        // What the attacker controls: a directory of the same shape.
+        let attacker = s.dir.join("attacker");
+        for d in std::iter::once("").chain(STORE_SHAPE) {
+            fs::create_dir_all(attacker.join(d)).unwrap();
+            chmod(&attacker.join(d), 0o777);
+        }
+        let (real, moved) = if swapped.is_empty() {
+            (s.store(), s.dir.join("store.real"))
+        } else {
+            (
+                s.store().join(swapped),
+                s.store().join(format!("{swapped}.real")),
+            )
+        };
+        let target = if swapped.is_empty() {
+            attacker.clone()
+        } else {
+            attacker.join(swapped)
+        };
+        fs::rename(&real, &moved).unwrap();
+        symlink(&target, &real).unwrap();
+        let watch = Watch::new(
+            &std::iter::once("")
+                .chain(STORE_SHAPE)
+                .map(|d| attacker.join(d))
+                .collect::<Vec<_>>(),
+        );
+
+        let fs_core = core.fs();
+        let big: Vec<u8> = (0..300 * 1024).map(|i| (i % 251) as u8).collect();
+        let mut results = Vec::new();
+        // Enough writes to use up the spares made at mount (64), so that
+        // new ones are made while the symlink is in place.
+        for i in 0..80 {
+            results.push(write_through(fs_core, &format!("f{i}.md"), b"small"));
+        }
+        results.push(write_through(fs_core, "a.md", b"second"));
+        results.push(write_through(fs_core, "big.bin", &big));
+        let made = fs_core.mkdir(skillfs::fs::ROOT_INO, b"newdir", 0o755, &me());
+        results.push(made.map(drop).map_err(|e| format!("mkdir: {e:?}")));
+        core.close();
+
+        let used = watch.events();
+        check(
+            used.is_empty(),
+            format!(
+                "the attacker's directory was used ({} events): {:?}",
+                used.len(),
+                &used[..used.len().min(4)]
+            ),
+        );
+        let landed = tree(&attacker);
+        let stray: Vec<_> = landed
+            .iter()
+            .filter(|p| !STORE_SHAPE.iter().any(|d| Path::new(d) == p.as_path()))
+            .collect();
+        check(
+            stray.is_empty(),
+            format!("written into the attacker's directory: {stray:?}"),
+        );
+        let mut failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        failed.dedup();
+        check(
+            failed.is_empty(),
+            format!("the held directories must serve on: {failed:?}"),
+        );
+        check(
+            fs::read(s.root().join("a.md")).ok().as_deref() == Some(b"second".as_slice())
+                && fs::read(s.root().join("big.bin")).ok() == Some(big)
+                && s.root().join("newdir").is_dir(),
+            "the changes made in ROOT".into(),
+        );
+        // The versions are in the real store, which was moved aside.
+        let store = if swapped.is_empty() {
+            moved.clone()
+        } else {
+            s.store()
+        };
+        let journal = if swapped == "journal" {
+            moved.clone()
+        } else {
+            store.join("journal")
+        };
+        let records: String = fs::read_dir(&journal)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
+            .map(|e| fs::read_to_string(e.path()).unwrap())
+            .collect();
+        check(
+            records.contains("big.bin") && records.contains("newdir"),
+            "the records in the real journal".into(),
+        );
+        let blobs = if swapped == "blobs" {
+            moved.clone()
+        } else {
+            store.join("blobs")
+        };
+        let loose = tree(&blobs)
+            .iter()
+            .filter(|p| p.components().count() == 2 && !p.starts_with("packs"))
+            .count();
+        check(
+            loose == 1,
+            format!("the big blob in the real blobs/ ({loose})"),
+        );
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

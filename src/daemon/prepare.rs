@@ -22,15 +22,16 @@ use std::time::Instant;
 
 use super::checks::{absolute_root, check_nesting, check_root, existing_ancestor, store_dir};
 use crate::error::{Exit, Failure};
-use crate::fs::{Home, SkillFs, StoreDirs};
+use crate::fs::{Home, SkillFs};
 use crate::hide::{Config, HideRules, RuleArgs};
 use crate::ledger::Ledger;
 use crate::relpath::RelPath;
 use crate::scan::{Areas, Settler, tend_parked};
 use crate::store::blobs::BlobStore;
+use crate::store::durable::StoreIo;
 use crate::store::journal::{self, Journal};
 use crate::store::journal::{Actor, Op};
-use crate::store::{self, Layout, StoreLock, fsutil};
+use crate::store::{self, Dir, Layout, StoreLock, fsutil};
 
 pub struct MountArgs {
     /// The mount point: the versioned root, or the home around it.
@@ -52,6 +53,8 @@ pub(crate) struct Prepared {
     pub(super) mount_point: PathBuf,
     /// The versioned root.
     pub(super) root: PathBuf,
+    /// The store directory, held open (the daemon's log is opened from it).
+    pub(super) top: Arc<Dir>,
     pub(super) layout: Layout,
     pub(super) repaired: Vec<fsutil::Repair>,
     _lock: StoreLock,
@@ -129,22 +132,25 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let root_id = store::RootId::of(&root)?;
     let root_id_stale = root_id.check(&layout)?;
     fsutil::repair(&repairs)?;
-    layout.create()?;
+    // From here on the store is reached only through the fds of its
+    // directories, opened once (`store::dir`): whatever is swapped on the
+    // path to it afterwards, the daemon's writes stay in this store.
+    let fds = layout.create()?;
     store::check_placement(&mount_point, &store_path, &store_path)?;
-    let lock = StoreLock::acquire(&layout)?;
+    let lock = StoreLock::acquire(&fds.top, &layout)?;
     if root_id_stale {
-        root_id.write(&layout)?;
+        root_id.write(&fds.top)?;
     }
     // A daemon that came and went between the read and the lock changed
     // the journal: then (only then) it is read again, under the lock.
     let contents = match read {
-        Some(contents) if contents.is_current() => contents,
-        _ => journal::read_dir(&layout.journal())?,
+        Some(contents) if contents.is_current_in(&fds.journal) => contents,
+        _ => journal::read_in(&fds.journal)?,
     };
-    layout.clear_scratch()?;
-    let journal = Journal::open(&contents)?;
+    fds.clear_scratch()?;
+    let journal = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
     let mut ledger = Ledger::new(journal, &contents.records);
-    let blobs = BlobStore::new(layout.blobs(), layout.tmp());
+    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp));
 
     let open_dir = |p: &Path, exit: Exit| {
         crate::sys::openat(
@@ -178,21 +184,19 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
             (root_fd, Some(home))
         }
     };
-    let parked_fd = open_dir(&layout.parked(), Exit::BadStore)?;
-    let orphans_fd = open_dir(&layout.orphans(), Exit::BadStore)?;
 
     let started = Instant::now();
     let areas = Areas {
         root_fd: root_fd.as_raw_fd(),
-        parked_fd: parked_fd.as_raw_fd(),
-        orphans_fd: orphans_fd.as_raw_fd(),
+        parked_fd: fds.parked.fd(),
+        orphans_fd: fds.orphans.fd(),
     };
     let report = {
         let mut settler = Settler::new(areas, &rules, &mut ledger, &blobs, Actor::daemon());
         let scanned = settler
             .settle(&RelPath::root(), Op::Scan, false, false, None)
             .and_then(|()| settler.record_removals())
-            .and_then(|()| tend_parked(&mut settler, crate::time::now_ns(), &layout.tmp()));
+            .and_then(|()| tend_parked(&mut settler, crate::time::now_ns(), &fds.tmp));
         scanned.map_err(|e| Failure::new(Exit::BadRoot, format!("scan of ROOT failed: {e}")))?;
         settler.report
     };
@@ -209,19 +213,16 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         rules.describe().join("  "),
         rules.describe_untracked().join("  ")
     );
-    fsutil::replace_file(&layout.rules(), rules_text.as_bytes())
+    fds.top
+        .replace(store::RULES, rules_text.as_bytes())
         .map_err(|e| Failure::io(Exit::BadStore, "write", &layout.rules(), &e))?;
-    let dirs = StoreDirs {
-        staging: layout.staging(),
-        tmp: layout.tmp(),
-        parked_fd,
-        orphans_fd,
-    };
-    let fs = SkillFs::new(root_fd, home, dirs, rules, blobs, ledger)
+    let top = Arc::clone(&fds.top);
+    let fs = SkillFs::new(root_fd, home, fds, rules, blobs, ledger)
         .map_err(|e| Failure::new(Exit::BadRoot, format!("could not stat ROOT: {e:?}")))?;
     Ok(Prepared {
         mount_point,
         root,
+        top,
         layout,
         repaired: repairs,
         _lock: lock,

@@ -27,7 +27,7 @@ use super::spawn::{ready_pipe, report_ready, spawn_daemon};
 use super::unmount::lazy_unmount;
 use crate::error::{Exit, Failure};
 use crate::fs::SkillFs;
-use crate::store::fsutil;
+use crate::store::Dir;
 
 /// Runs `skillfs mount`.
 pub fn mount(args: MountArgs) -> Result<(), Failure> {
@@ -65,7 +65,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
         }
     };
     if background {
-        redirect_stderr(&prepared.layout.log());
+        redirect_stderr(&prepared.top);
     }
     for r in &prepared.repaired {
         tracing::warn!("{r}");
@@ -175,8 +175,9 @@ fn start_sweeper(fs: Arc<SkillFs>) {
     }
 }
 
-fn redirect_stderr(log: &Path) {
-    if let Ok(f) = fsutil::open_append(log) {
+/// Sends stderr to `daemon.log`, opened from the store's held fd.
+fn redirect_stderr(store: &Dir) {
+    if let Ok(f) = store.open_append(crate::store::LOG) {
         // SAFETY: both fds are open (`f` lives across the call); dup2 replaces fd 2 atomically.
         unsafe { libc::dup2(f.as_raw_fd(), 2) };
     }

@@ -135,16 +135,8 @@ impl SkillFs {
         let result = (|| {
             let mut s = self.lock_to_change(ino, &of)?;
             let (path, copy) = self.copy_of(&s.live)?;
-            let from = path.as_os_str().as_encoded_bytes();
-            let swapped = sys::renameat2(
-                libc::AT_FDCWD,
-                from,
-                loc.dirfd,
-                &loc.phys,
-                libc::RENAME_EXCHANGE,
-            );
-            if let Err(e) = swapped {
-                let _ = std::fs::remove_file(&path);
+            if let Err(e) = path.exchange(loc.dirfd, &loc.phys) {
+                let _ = path.unlink();
                 return Err(e.into());
             }
             self.touched(loc);
@@ -160,7 +152,7 @@ impl SkillFs {
 
     /// A copy of `live` in a spare (bytes, mode, owner and times: not a
     /// write, so G7 keeps its times), at the path returned.
-    pub(super) fn copy_of(&self, live: &File) -> FsResult<(PathBuf, File)> {
+    pub(super) fn copy_of(&self, live: &File) -> FsResult<(Named, File)> {
         let st = sys::fstat(live)?;
         let (path, copy) = self.spares.take()?;
         let made = (|| {
@@ -176,7 +168,7 @@ impl SkillFs {
             )
         })();
         if let Err(e) = made {
-            let _ = std::fs::remove_file(&path);
+            let _ = path.unlink();
             return Err(e.into());
         }
         Ok((path, copy))
@@ -186,7 +178,7 @@ impl SkillFs {
     /// still points at.
     pub(super) fn private_copy(&self, live: &File) -> FsResult<File> {
         let (path, copy) = self.copy_of(live)?;
-        let _ = std::fs::remove_file(&path);
+        let _ = path.unlink();
         Ok(copy)
     }
 

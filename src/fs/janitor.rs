@@ -52,14 +52,14 @@ impl SkillFs {
     /// The inode a publish swapped out now sits at `path` in `staging/`:
     /// keep it, emptied, for the next writer, unless a read still holds it
     /// (it keeps its bytes) or enough are kept already.
-    pub(super) fn recycle(&self, old: Arc<File>, path: PathBuf) {
+    pub(super) fn recycle(&self, old: Arc<File>, path: Named) {
         match self.janitor.lock().as_ref() {
             Some((tx, _)) => {
                 let _ = tx.send(Chore::Recycle(old, path, self.ordered_commit));
             }
             None => {
                 drop(old);
-                let _ = std::fs::remove_file(&path);
+                let _ = path.unlink();
             }
         }
     }
@@ -110,7 +110,7 @@ pub(super) fn recycle_inode(
     spares: &Spares,
     shared: &Mutex<HashSet<(u64, u64)>>,
     old: Arc<File>,
-    path: PathBuf,
+    path: Named,
     recycle: bool,
 ) {
     // A read in flight holds the old file: wait for it to finish.
@@ -132,46 +132,40 @@ pub(super) fn recycle_inode(
         && Arc::strong_count(&old) == 1
         && spares.wants_more();
     drop(old);
-    let is_file = sys::lstatat(libc::AT_FDCWD, path.as_os_str().as_encoded_bytes())
+    let is_file = path
+        .lstat()
         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
     if reusable && is_file {
         // Empty only the very inode that was swapped out.
-        let emptied = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .and_then(|f| {
-                let st = sys::fstat(&f)?;
-                if Some((st.st_dev, st.st_ino)) != identity || st.st_nlink != 1 {
-                    return Err(std::io::Error::other("not the swapped-out inode alone"));
-                }
-                sys::ftruncate(&f, 0).map(|()| f)
-            });
+        let emptied = path.open(libc::O_RDWR).and_then(|f| {
+            let st = sys::fstat(&f)?;
+            if Some((st.st_dev, st.st_ino)) != identity || st.st_nlink != 1 {
+                return Err(std::io::Error::other("not the swapped-out inode alone"));
+            }
+            sys::ftruncate(&f, 0).map(|()| f)
+        });
         if let Ok(f) = emptied
             && spares.put(path.clone(), f)
         {
             return;
         }
     }
-    let _ = std::fs::remove_file(&path);
+    let _ = path.unlink();
 }
 
 /// Renames a spare (made `ready` for its new place) to `rel` in `dirfd`,
 /// never over an existing entry; on failure the spare is removed.
 pub(super) fn put_spare(
     ready: std::io::Result<()>,
-    spare: &std::path::Path,
+    spare: &Named,
     dirfd: RawFd,
     rel: &[u8],
 ) -> std::io::Result<()> {
-    let from = spare.as_os_str().as_encoded_bytes();
-    let placed = ready
-        .and_then(|()| sys::renameat2(libc::AT_FDCWD, from, dirfd, rel, libc::RENAME_NOREPLACE));
-    if placed.is_err() {
-        let removed = std::fs::remove_file(spare).or_else(|_| std::fs::remove_dir(spare));
-        if let Err(e) = removed {
-            tracing::warn!("could not remove spare {}: {e}", spare.display());
-        }
+    let placed = ready.and_then(|()| spare.rename_out(dirfd, rel, libc::RENAME_NOREPLACE));
+    if placed.is_err()
+        && let Err(e) = spare.remove()
+    {
+        tracing::warn!("could not remove spare {}: {e}", spare.path().display());
     }
     placed
 }

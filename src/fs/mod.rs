@@ -79,8 +79,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::PathBuf;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -96,6 +95,11 @@ use crate::store::blobs::{BlobStore, Opened, copy_range};
 use crate::store::durable::StoreIo;
 use crate::store::journal::{Actor, Change, EntryState, Kind, Op};
 use crate::store::spares::Spares;
+use crate::store::{Named, StoreFds};
+
+/// The file in `tmp/` whose fsync commits everything before it (see
+/// `commit_all`).
+const COMMIT_MARKER: &str = "commit";
 use crate::sys::{self, Time};
 use unpark::{Freezes, UnparkPlan};
 
@@ -235,21 +239,12 @@ pub struct OpenReply {
     pub backing: Option<Arc<File>>,
 }
 
-/// The store directories the core works in.
-pub struct StoreDirs {
-    pub staging: PathBuf,
-    /// Where spare inodes are made before they join `staging`.
-    pub tmp: PathBuf,
-    pub parked_fd: OwnedFd,
-    pub orphans_fd: OwnedFd,
-}
-
 /// A copy-on-write scratch file of an inode that has writers, or, for a
 /// hidden file, the live file itself opened for writing (`in_place`).
 struct Staging {
     file: Arc<File>,
-    /// Where the scratch file is in `staging/` (empty when in place).
-    path: PathBuf,
+    /// The scratch file's name in `staging/` (`None` when in place).
+    spare: Option<Named>,
     /// Holds bytes not yet published.
     dirty: bool,
     /// Emptied by an `O_TRUNC` open and not written since: a flush does
@@ -328,7 +323,9 @@ pub struct SkillFs {
     home: Option<Home>,
     /// The versioned root's inode (`tree::Tree::root`).
     vroot: Ino,
-    dirs: StoreDirs,
+    /// The store's directories, held open: staging files, spares, the
+    /// commit marker and swept trees are reached only from these fds.
+    dirs: StoreFds,
     rules: HideRules,
     blobs: BlobStore,
     ledger: Mutex<Ledger>,
@@ -403,7 +400,7 @@ const MAX_HELD: usize = 256;
 enum Chore {
     /// A swapped-out inode, now at this path in `staging/`; whether it may
     /// be reused (see `recycle_inode`).
-    Recycle(Arc<File>, PathBuf, bool),
+    Recycle(Arc<File>, Named, bool),
     /// The spares ran low.
     TopUp,
     /// The last reference to a replaced or removed file: closing it frees
@@ -463,7 +460,7 @@ impl SkillFs {
     pub fn new(
         root_fd: OwnedFd,
         home: Option<Home>,
-        dirs: StoreDirs,
+        dirs: StoreFds,
         rules: HideRules,
         blobs: BlobStore,
         ledger: Ledger,
@@ -475,7 +472,10 @@ impl SkillFs {
         };
         let tree = Tree::new(root_key, home_key);
         let vroot = tree.root;
-        let spares = Arc::new(Spares::new(dirs.staging.clone(), dirs.tmp.clone()));
+        let spares = Arc::new(Spares::new(
+            Arc::clone(&dirs.staging),
+            Arc::clone(&dirs.tmp),
+        ));
         let blobs = blobs.with_spares(Arc::clone(&spares));
         let held = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Mutex::new(HashSet::new()));
@@ -486,15 +486,12 @@ impl SkillFs {
         }));
         let _ = janitor.0.send(Chore::TopUp);
         let ordered_commit = std::env::var_os("SKILLFS_PORTABLE_FSYNC").is_none()
-            && sys::has_ordered_commit(&dirs.parked_fd);
-        let marker = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(dirs.tmp.join("commit"))?;
+            && sys::has_ordered_commit(&*dirs.parked);
+        let marker = dirs.tmp.open(
+            COMMIT_MARKER,
+            libc::O_RDWR | libc::O_CREAT,
+            crate::store::fsutil::FILE_MODE,
+        )?;
         tracing::info!(
             "fsync: {}",
             if ordered_commit {
@@ -619,7 +616,7 @@ impl SkillFs {
     }
 
     fn parked_raw(&self) -> RawFd {
-        self.dirs.parked_fd.as_raw_fd()
+        self.dirs.parked.fd()
     }
 
     /// The home's fd, or -1 over a skills directory (no location uses it).
@@ -669,7 +666,7 @@ impl SkillFs {
         Areas {
             root_fd: self.root_raw(),
             parked_fd: self.parked_raw(),
-            orphans_fd: self.dirs.orphans_fd.as_raw_fd(),
+            orphans_fd: self.dirs.orphans.fd(),
         }
     }
 

@@ -72,10 +72,8 @@ impl SkillFs {
             s.backing = None;
         }
         if s.handles == 0 {
-            if let Some(stg) = s.staging.take()
-                && !stg.in_place
-            {
-                let _ = std::fs::remove_file(&stg.path);
+            if let Some(spare) = s.staging.take().and_then(|stg| stg.spare) {
+                let _ = spare.unlink();
             }
             drop(s);
             files.remove(&ino);
@@ -131,7 +129,7 @@ impl SkillFs {
                 }
                 s.staging = Some(Staging {
                     file: Arc::new(file),
-                    path: PathBuf::new(),
+                    spare: None,
                     dirty: empty,
                     trunc_only: false,
                     in_place: true,
@@ -155,12 +153,12 @@ impl SkillFs {
             Ok::<(), FsError>(())
         })();
         if let Err(e) = result {
-            let _ = std::fs::remove_file(&path);
+            let _ = path.unlink();
             return Err(e);
         }
         s.staging = Some(Staging {
             file: Arc::new(file),
-            path,
+            spare: Some(path),
             dirty: empty,
             trunc_only: false,
             in_place: false,
@@ -524,10 +522,8 @@ impl SkillFs {
                         // again: the staged bytes are in no version, so
                         // nobody may read them. Back to the live file, and
                         // the kernel forgets the size and pages it cached.
-                        if let Some(stg) = s.staging.take()
-                            && !stg.in_place
-                        {
-                            let _ = std::fs::remove_file(&stg.path);
+                        if let Some(spare) = s.staging.take().and_then(|stg| stg.spare) {
+                            let _ = spare.unlink();
                         }
                         self.invalidate(ino);
                     }

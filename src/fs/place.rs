@@ -197,9 +197,11 @@ impl SkillFs {
             return sys::mkdirat(loc.dirfd, &loc.phys, mode);
         }
         let dir = self.spares.take_dir()?;
-        let from = dir.as_os_str().as_encoded_bytes();
-        let ready = sys::fchmodat(libc::AT_FDCWD, from, mode)
-            .and_then(|()| sys::lutimensat(libc::AT_FDCWD, from, Time::Now, Time::Now));
+        // Set through the spare's own fd, opened from `staging/`'s.
+        let ready = dir.dir.sub(&dir.name).and_then(|d| {
+            sys::fchmod(d.file(), mode)?;
+            sys::futimens(d.file(), Time::Now, Time::Now)
+        });
         put_spare(ready, &dir, loc.dirfd, &loc.phys)
     }
 

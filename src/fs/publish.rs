@@ -297,7 +297,7 @@ impl SkillFs {
     /// Touching the marker puts it in the running transaction.
     pub(super) fn commit_all(&self) -> std::io::Result<()> {
         sys::futimens(&self.marker, Time::Now, Time::Now)?;
-        StoreIo::real().sync_all(&self.marker, &self.dirs.tmp.join("commit"))
+        StoreIo::real().sync_all(&self.marker, &self.dirs.tmp.join(COMMIT_MARKER))
     }
 
     /// Makes the published file `live` durable with everything recorded
@@ -486,18 +486,14 @@ impl SkillFs {
     /// Swapped, not renamed over: the replaced inode lands at the staging
     /// path, to be reused (see `spares`).
     pub(super) fn swap_in(&self, s: &mut OpenState, loc: &Location) -> std::io::Result<()> {
-        let stg_path = s.staging.as_ref().expect("caller checked").path.clone();
-        let from = stg_path.as_os_str().as_encoded_bytes();
-        let exchanged = match sys::renameat2(
-            libc::AT_FDCWD,
-            from,
-            loc.dirfd,
-            &loc.phys,
-            libc::RENAME_EXCHANGE,
-        ) {
+        // From the held fd of `staging/`: a path to it could have been
+        // redirected since the mount.
+        let spare = s.staging.as_ref().expect("caller checked").spare.clone();
+        let spare = spare.ok_or_else(|| std::io::Error::other("no staging file to swap in"))?;
+        let exchanged = match spare.exchange(loc.dirfd, &loc.phys) {
             Ok(()) => true,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                sys::renameat2(libc::AT_FDCWD, from, loc.dirfd, &loc.phys, 0)?;
+                spare.rename_out(loc.dirfd, &loc.phys, 0)?;
                 false
             }
             Err(e) => return Err(e),
@@ -507,7 +503,7 @@ impl SkillFs {
         let old = std::mem::replace(&mut s.live, stg.file);
         self.swaps.fetch_add(1, Ordering::SeqCst);
         if exchanged {
-            self.recycle(old, stg.path);
+            self.recycle(old, spare);
         }
         Ok(())
     }

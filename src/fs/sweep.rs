@@ -28,8 +28,8 @@
 //! - A `keep` rule's parks, and a park no rule hides any more (given back
 //!   at the next mount), are never swept.
 
+use crate::store::Named;
 use std::collections::{HashMap, HashSet};
-use std::os::fd::AsRawFd;
 
 use super::unpark::FreezeGuard;
 use super::{FsResult, Ino, SkillFs};
@@ -183,7 +183,7 @@ impl SkillFs {
     /// Under the namespace lock: moves one due park into `tmp/` and
     /// records its sweep, if it may still go (its freeze unmarked, checked
     /// by the caller). Its path in `tmp/`, or `None` if it stays.
-    fn take_park(&self, d: &Due, dir: &RelPath) -> std::io::Result<Option<std::path::PathBuf>> {
+    fn take_park(&self, d: &Due, dir: &RelPath) -> std::io::Result<Option<Named>> {
         let parked = self.parked_raw();
         if sys::dir_key(self.root_raw(), dir.as_bytes()).ok().as_ref() != Some(&d.key) {
             return Ok(None); // moved or removed since: the next sweep sees it
@@ -209,20 +209,13 @@ impl SkillFs {
             return Ok(None);
         }
         let to = crate::scan::move_to_trash(parked, &hp, &self.dirs.tmp)?;
-        let to_bytes = to.as_os_str().as_encoded_bytes();
         self.freezes.touched(parked, &hp);
         let logical = dir.join(&d.name);
         let mut c = Change::new(Op::Sweep, logical.clone(), None);
         c.hidden = Some(logical);
         if let Err(e) = self.ledger.lock().record(c, Actor::daemon()) {
             // Not journaled: not swept.
-            sys::renameat2(
-                libc::AT_FDCWD,
-                to_bytes,
-                parked,
-                &hp,
-                libc::RENAME_NOREPLACE,
-            )?;
+            to.rename_out(parked, &hp, libc::RENAME_NOREPLACE)?;
             return Err(e);
         }
         Ok(Some(to))
@@ -244,19 +237,12 @@ impl SkillFs {
     /// no namespace lock: each is moved into `tmp/`, recorded (moved back
     /// if the record cannot be written), and deleted.
     fn sweep_orphans(&self, now: i64, report: &mut ScanReport) -> FsResult<()> {
-        let orphans = self.dirs.orphans_fd.as_raw_fd();
+        let orphans = self.dirs.orphans.fd();
         let max_age = self.rules.park_max_age_ns;
         for (name, sweep) in crate::scan::old_orphans(orphans, now, max_age)? {
             let to = crate::scan::move_to_trash(orphans, &name, &self.dirs.tmp)?;
-            let to_bytes = to.as_os_str().as_encoded_bytes();
             if let Err(e) = self.ledger.lock().record(sweep, Actor::daemon()) {
-                sys::renameat2(
-                    libc::AT_FDCWD,
-                    to_bytes,
-                    orphans,
-                    &name,
-                    libc::RENAME_NOREPLACE,
-                )?;
+                to.rename_out(orphans, &name, libc::RENAME_NOREPLACE)?;
                 return Err(e.into());
             }
             report.swept += 1;

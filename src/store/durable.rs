@@ -25,6 +25,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use super::dir::Dir;
 use crate::sys;
 
 /// How the store's durability points reach the disk.
@@ -33,8 +34,9 @@ pub trait SyncBackend: Send + Sync {
     fn sync_data(&self, file: &File) -> io::Result<()>;
     /// `fsync`.
     fn sync_all(&self, file: &File) -> io::Result<()>;
-    /// `fsync` of a directory: the entries it holds are durable.
-    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// `fsync` of a directory held open as `dir` (at `path`, for messages
+    /// and test images): the entries it holds are durable.
+    fn sync_dir(&self, dir: &File, path: &Path) -> io::Result<()>;
     /// `syncfs` of the filesystem `file` is on: everything on it.
     fn syncfs(&self, file: &File) -> io::Result<()>;
     /// Writes the dirty pages of `file` out and waits, without a commit
@@ -73,9 +75,9 @@ impl SyncBackend for Disk {
         slow_device();
         sys::fsync(file)
     }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+    fn sync_dir(&self, dir: &File, _path: &Path) -> io::Result<()> {
         slow_device();
-        super::fsutil::sync_dir(dir)
+        sys::fsync(dir)
     }
     fn syncfs(&self, file: &File) -> io::Result<()> {
         slow_device();
@@ -152,8 +154,10 @@ impl StoreIo {
         self.guarded("fsync", path, |b| b.sync_all(file))
     }
 
-    pub fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.guarded("fsync directory", dir, |b| b.sync_dir(dir))
+    pub fn sync_dir(&self, dir: &Dir) -> io::Result<()> {
+        self.guarded("fsync directory", dir.path(), |b| {
+            b.sync_dir(dir.file(), dir.path())
+        })
     }
 
     pub fn syncfs(&self, file: &File, path: &Path) -> io::Result<()> {

@@ -1,8 +1,9 @@
-//! How the store's own files and directories are made, opened, synced,
-//! copied and checked: with explicit modes whatever the umask, and never
-//! through a symlink. The file helpers the store's modules share (`blobs`,
-//! `packs`, `journal`, `durable`) live here, so none imports another for
-//! them.
+//! How the store's own files and directories are made, copied and
+//! checked: with explicit modes whatever the umask, and never through a
+//! symlink. The daemon reaches the store through the held fds of its
+//! directories (`store::dir`); what here takes a path serves the checks
+//! before the store is opened (the audit, `read_small`), its creation
+//! (`create_dir_all`) and the command line.
 //!
 //! Invariants (contract G8):
 //! - every directory the store makes is [`DIR_MODE`] (0700) and every file
@@ -13,7 +14,8 @@
 //! - a store file is opened with `O_NOFOLLOW`: a symlink planted in the
 //!   store is an error, never a redirection of our writes. Files rewritten
 //!   whole (`RULES`, `ROOT`) are replaced by a new file made with `O_EXCL`
-//!   beside them and renamed over them, never truncated in place;
+//!   beside them and renamed over them, never truncated in place
+//!   (`Dir::replace`);
 //! - [`audit`] is the mount-time check of an existing store: anything owned
 //!   by another user, or not a plain file or directory where the store
 //!   expects one, refuses the mount; a mode that lets others in is listed
@@ -23,7 +25,7 @@
 //! given.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
@@ -48,13 +50,6 @@ pub fn options() -> OpenOptions {
     o
 }
 
-/// [`options`] for immutable content ([`SEALED_MODE`]).
-pub fn sealed_options() -> OpenOptions {
-    let mut o = options();
-    o.mode(SEALED_MODE);
-    o
-}
-
 /// `mkdir` with [`DIR_MODE`]; `Ok(false)` when it exists already. A new
 /// directory's parent is synced, so the directory survives a power cut.
 pub fn create_dir(path: &Path) -> io::Result<bool> {
@@ -65,25 +60,13 @@ pub fn create_dir(path: &Path) -> io::Result<bool> {
     Ok(made)
 }
 
-/// `mkdir` with [`DIR_MODE`]; `Ok(false)` when it exists already. Nothing
-/// is synced: the caller makes the new entry durable at its own durability
-/// point (a blob's fan-out directory, the packs directory).
-pub fn make_dir(path: &Path) -> io::Result<bool> {
+/// `mkdir` with [`DIR_MODE`]; `Ok(false)` when it exists already.
+fn make_dir(path: &Path) -> io::Result<bool> {
     match fs::DirBuilder::new().mode(DIR_MODE).create(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
     }
-}
-
-/// A new file for immutable content ([`SEALED_MODE`]), open for reading
-/// and writing; fails if `path` exists (a loose blob's temp file, a pack).
-pub fn create_sealed(path: &Path) -> io::Result<File> {
-    sealed_options()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
 }
 
 /// [`create_dir`] of `path` and of every missing ancestor (each 0700).
@@ -97,6 +80,7 @@ pub fn create_dir_all(path: &Path) -> io::Result<()> {
     create_dir(path).map(|_| ())
 }
 
+/// fsync of a directory by path (set-up before the store is held open).
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     let f = sys::openat(
         libc::AT_FDCWD,
@@ -162,13 +146,19 @@ fn copy_buffered(src: &File, dst: &File, from: u64, len: u64) -> io::Result<()> 
 }
 
 /// Reads a store file of at most `cap` bytes, not through a symlink;
-/// `Ok(None)` when it does not exist.
+/// `Ok(None)` when it does not exist. By path: for the checks before the
+/// store is opened and for the command line (the daemon reads through
+/// `Dir::read_small`).
 pub fn read_small(path: &Path, cap: u64) -> io::Result<Option<Vec<u8>>> {
-    let file = match options().read(true).open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    match options().read(true).open(path) {
+        Ok(f) => read_capped(f, cap).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads `file` whole, at most `cap` bytes (`InvalidData` past it).
+pub(super) fn read_capped(file: File, cap: u64) -> io::Result<Vec<u8>> {
     let mut data = Vec::new();
     file.take(cap + 1).read_to_end(&mut data)?;
     if data.len() as u64 > cap {
@@ -177,32 +167,19 @@ pub fn read_small(path: &Path, cap: u64) -> io::Result<Option<Vec<u8>>> {
             format!("larger than {cap} bytes"),
         ));
     }
-    Ok(Some(data))
+    Ok(data)
 }
 
-/// Replaces the store file `path` with `data`: a new 0600 file made beside
-/// it with `O_EXCL`, synced, renamed over it, then the directory synced.
-/// Whatever `path` was (a symlink included) is replaced, never written
-/// through.
+/// Replaces the store file `path` with `data` (see `Dir::replace`: a new
+/// file renamed over it, never written through), its directory opened
+/// first, never through a symlink.
 pub fn replace_file(path: &Path, data: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(
-        ".{name}.new.{}.{}",
-        std::process::id(),
-        crate::time::now_ns()
-    ));
-    let written = (|| {
-        let mut f = options().write(true).create_new(true).open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written?;
-    sync_dir(dir)
+    let name = path.file_name().unwrap_or_default();
+    let name = name
+        .to_str()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    super::dir::Dir::open_path(dir)?.replace(name, data)
 }
 
 /// One mode to put right at mount.
@@ -465,12 +442,6 @@ impl std::fmt::Display for Repair {
     }
 }
 
-/// Opens a store file for appending (the daemon's log): created 0600, never
-/// through a symlink.
-pub fn open_append(path: &Path) -> io::Result<File> {
-    options().create(true).append(true).open(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,7 +480,9 @@ mod tests {
         fs::write(d.join("outside"), "outside").unwrap();
         std::os::unix::fs::symlink(d.join("outside"), d.join("RULES")).unwrap();
         assert!(options().write(true).open(d.join("RULES")).is_err());
-        assert!(open_append(&d.join("RULES")).is_err());
+        let held = super::super::dir::Dir::open_path(&d).unwrap();
+        assert!(held.open_append("RULES").is_err());
+        assert!(held.read_small("RULES", 100).is_err());
         assert!(read_small(&d.join("RULES"), 100).is_err());
         replace_file(&d.join("RULES"), b"rules").unwrap();
         assert_eq!(fs::read(d.join("outside")).unwrap(), b"outside");

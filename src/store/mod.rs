@@ -24,8 +24,12 @@
 //! (renames between the two stay atomic), and the root is not inside it;
 //! the journal and the blobs are the only durable truth, everything else is
 //! rebuilt from them; `staging/` and `tmp/` hold nothing of value once no
-//! daemon runs and are emptied at mount. The store is private: its modes,
-//! and how its files are opened, are [`fsutil`]'s to decide.
+//! daemon runs and are emptied at mount. The store is private: its modes
+//! are [`fsutil`]'s to decide; once a daemon has opened it ([`Layout::create`]
+//! hands back its directories held open, [`StoreFds`]), everything in it is
+//! reached from those fds, never by path again ([`dir`]). `Layout`'s paths
+//! name things in messages, and serve the checks before the store is opened
+//! and the read-only commands.
 //!
 //! Errors: the checks and set-up steps here, in `fsutil` and in `journal`
 //! fail with a [`StoreError`] (kind, path, source); the store knows no exit
@@ -40,6 +44,7 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod blobs;
+pub mod dir;
 pub mod durable;
 pub mod error;
 pub mod fsutil;
@@ -53,6 +58,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::sys;
+pub use dir::{Dir, Named, StoreFds};
 pub use error::{ErrorKind, StoreError, StoreResult};
 
 pub const LOCK: &str = "LOCK";
@@ -115,41 +121,14 @@ impl Layout {
     }
 
     /// Creates the directories of the layout (idempotent), each 0700, and
-    /// the missing ancestors of the store too (the default `.skillfs/`).
-    pub fn create(&self) -> StoreResult<()> {
+    /// the missing ancestors of the store too (the default `.skillfs/`);
+    /// returns them held open (the directories of the store made and
+    /// opened from the store's fd, see [`StoreFds::open`]).
+    pub fn create(&self) -> StoreResult<StoreFds> {
         fsutil::create_dir_all(&self.dir).map_err(|e| {
             StoreError::io(ErrorKind::Store, "create store directory", &self.dir, e)
         })?;
-        for d in [
-            self.journal(),
-            self.blobs(),
-            self.tmp(),
-            self.staging(),
-            self.parked(),
-            self.orphans(),
-        ] {
-            fsutil::create_dir(&d)
-                .map_err(|e| StoreError::io(ErrorKind::Store, "create store directory", &d, e))?;
-        }
-        Ok(())
-    }
-
-    /// Removes what crashed writers left in `staging/` and `tmp/`: neither
-    /// holds anything the journal refers to.
-    pub fn clear_scratch(&self) -> StoreResult<()> {
-        for d in [self.staging(), self.tmp()] {
-            let entries =
-                fs::read_dir(&d).map_err(|e| StoreError::io(ErrorKind::Store, "list", &d, e))?;
-            for ent in entries.flatten() {
-                let p = ent.path();
-                // Spare directories are empty; a swept park left in `tmp/`
-                // (its removal failed) is not.
-                if fs::remove_file(&p).is_err() {
-                    let _ = sys::remove_tree_at(libc::AT_FDCWD, p.as_os_str().as_encoded_bytes());
-                }
-            }
-        }
-        Ok(())
+        StoreFds::open(self)
     }
 }
 
@@ -160,14 +139,12 @@ pub struct StoreLock {
 }
 
 impl StoreLock {
-    pub fn acquire(layout: &Layout) -> StoreResult<StoreLock> {
+    /// Takes the lock of the store held open as `top` (`LOCK` opened from
+    /// its fd, never through a symlink).
+    pub fn acquire(top: &Dir, layout: &Layout) -> StoreResult<StoreLock> {
         let path = layout.lock();
-        let mut file = fsutil::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let mut file = top
+            .open(LOCK, libc::O_RDWR | libc::O_CREAT, fsutil::FILE_MODE)
             .map_err(|e| StoreError::io(ErrorKind::Store, "open lock file", &path, e))?;
         let got = sys::try_lock_exclusive(&file)
             .map_err(|e| StoreError::io(ErrorKind::Store, "lock", &path, e))?;
@@ -415,9 +392,10 @@ impl RootId {
         RootId::decode(&data)
     }
 
-    pub fn write(&self, layout: &Layout) -> StoreResult<()> {
-        let path = layout.root_id();
-        fsutil::replace_file(&path, &self.encode())
+    /// Writes `ROOT` into the store held open as `top`.
+    pub fn write(&self, top: &Dir) -> StoreResult<()> {
+        let path = top.join(ROOT_ID);
+        top.replace(ROOT_ID, &self.encode())
             .map_err(|e| StoreError::io(ErrorKind::Store, "write", &path, e))
     }
 }
@@ -449,9 +427,9 @@ mod tests {
         let d = std::env::temp_dir().join(format!("skillfs-lockproof-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         let layout = Layout::new(d.clone());
-        layout.create().unwrap();
+        let fds = layout.create().unwrap();
         assert_eq!(StoreLock::daemon(&layout), None, "no LOCK");
-        let lock = StoreLock::acquire(&layout).unwrap();
+        let lock = StoreLock::acquire(&fds.top, &layout).unwrap();
         // This test process holds the flock and its comm starts with
         // "skillfs" (the test binary is skillfs-<hash>).
         assert_eq!(StoreLock::daemon(&layout), Some(std::process::id()));

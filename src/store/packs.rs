@@ -23,21 +23,26 @@
 //!
 //! Locks: `writer` (this process's pack and where it ends) is taken before
 //! `index` (what every pack holds, and their open files), never the other
-//! way; both are leaves below the blob store's own locks. File helpers
-//! (`make_dir`, `create_sealed`) are `store::fsutil`'s.
+//! way; both are leaves below the blob store's own locks, and `opened` (the
+//! held fd of `packs/`) is a leaf below them. Packs are made, opened and
+//! listed only through the held fds of `blobs/` and `packs/` (`store::dir`).
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use super::dir::Dir;
 use super::durable::StoreIo;
 use super::fsutil;
+
+/// The directory of the packs, in `blobs/`.
+pub const PACKS: &str = "packs";
 
 /// Largest blob kept in a pack.
 pub const PACK_MAX: u64 = 128 * 1024;
@@ -59,6 +64,8 @@ struct Entry {
 
 struct Writer {
     n: u32,
+    /// `packs/`, held open.
+    dir: Arc<Dir>,
     file: Arc<File>,
     end: u64,
     /// The pack's directory entry (and a new `packs/` directory's) is
@@ -80,6 +87,11 @@ struct Index {
 }
 
 pub struct Packs {
+    /// `blobs/`, which holds `packs/`.
+    blobs: Arc<Dir>,
+    /// `packs/` once opened (from `blobs`); it is made by the first pack.
+    opened: Mutex<Option<Arc<Dir>>>,
+    /// Where `packs/` is (for messages).
     dir: PathBuf,
     index: Mutex<Option<Index>>,
     writer: Mutex<Option<Writer>>,
@@ -88,17 +100,25 @@ pub struct Packs {
 
 /// What an append left to make durable.
 pub struct Appended {
-    /// The pack file written.
-    pub pack: PathBuf,
+    /// The number of the pack file written.
+    pub pack: u32,
     /// The pack's directory entry is not known to be durable yet: it must
     /// be made durable too.
     pub new_pack: bool,
 }
 
+/// The name of pack `n` in `packs/`.
+pub fn pack_name(n: u32) -> String {
+    format!("{n:08}.pack")
+}
+
 impl Packs {
-    pub fn new(dir: PathBuf) -> Packs {
+    /// The packs in `blobs/packs/`, reached from the held fd of `blobs`.
+    pub fn new(blobs: Arc<Dir>) -> Packs {
         Packs {
-            dir,
+            dir: blobs.join(PACKS),
+            blobs,
+            opened: Mutex::new(None),
             index: Mutex::new(None),
             writer: Mutex::new(None),
             io: StoreIo::real(),
@@ -110,12 +130,41 @@ impl Packs {
         self.io = io;
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// Where pack `n` is (for messages).
+    pub fn path(&self, n: u32) -> PathBuf {
+        self.dir.join(pack_name(n))
     }
 
-    pub fn path(&self, n: u32) -> PathBuf {
-        self.dir.join(format!("{n:08}.pack"))
+    /// `packs/`, opened from `blobs/` (made first with `create`); `None`
+    /// when it does not exist and is not to be made. Whether it was made.
+    fn packs_dir(&self, create: bool) -> io::Result<Option<(Arc<Dir>, bool)>> {
+        let mut opened = self.opened.lock();
+        if let Some(d) = opened.as_ref() {
+            return Ok(Some((Arc::clone(d), false)));
+        }
+        let made = create && self.blobs.make_sub(PACKS)?;
+        match self.blobs.sub(PACKS) {
+            Ok(d) => {
+                let d = Arc::new(d);
+                *opened = Some(Arc::clone(&d));
+                Ok(Some((d, made)))
+            }
+            Err(e) if !create && e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `packs/` as opened (by a scan or a first pack), for a sync.
+    pub fn opened_dir(&self) -> Option<Arc<Dir>> {
+        self.opened.lock().clone()
+    }
+
+    /// Opens pack `n` for reading.
+    pub fn open_pack(&self, n: u32) -> io::Result<File> {
+        match self.packs_dir(false)? {
+            Some((d, _)) => d.read_file(&pack_name(n)),
+            None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
     }
 
     /// Runs `f` on the index, reading the packs first if not done yet.
@@ -127,21 +176,20 @@ impl Packs {
 
     fn scan(&self) -> Index {
         let mut index = Index::default();
-        let Ok(rd) = fs::read_dir(&self.dir) else {
+        let Some(Ok(rd)) = self.packs_dir(false).ok().flatten().map(|(d, _)| d.list()) else {
             return index;
         };
         let mut numbers: Vec<u32> = rd
-            .filter_map(|e| e.ok())
+            .iter()
             .filter_map(|e| {
-                let name = e.file_name();
-                let name = name.to_str()?;
+                let name = std::str::from_utf8(&e.name).ok()?;
                 name.strip_suffix(".pack")?.parse().ok()
             })
             .collect();
         numbers.sort_unstable();
         for n in numbers {
             index.last = index.last.max(n);
-            let Ok(file) = File::open(self.path(n)) else {
+            let Ok(file) = self.open_pack(n) else {
                 continue;
             };
             let size = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -233,9 +281,8 @@ impl Packs {
     }
 
     /// The pack holding `id`, for a durability point.
-    pub fn pack_of(&self, id: &RawId) -> Option<PathBuf> {
-        let n = self.with_index(|ix| ix.entries.get(id).map(|e| e.pack))?;
-        Some(self.path(n))
+    pub fn pack_of(&self, id: &RawId) -> Option<u32> {
+        self.with_index(|ix| ix.entries.get(id).map(|e| e.pack))
     }
 
     /// The content of `id`, checked against its hash (a damaged copy is
@@ -323,11 +370,9 @@ impl Packs {
         if durable {
             self.io.sync_data(&wr.file, &self.path(wr.n))?;
             if !wr.dir_synced {
-                self.io.sync_dir(&self.dir)?;
-                if wr.made_dir
-                    && let Some(parent) = self.dir.parent()
-                {
-                    self.io.sync_dir(parent)?;
+                self.io.sync_dir(&wr.dir)?;
+                if wr.made_dir {
+                    self.io.sync_dir(&self.blobs)?;
                 }
                 wr.dir_synced = true;
             }
@@ -346,7 +391,7 @@ impl Packs {
             }
         });
         Ok(Appended {
-            pack: self.path(n),
+            pack: n,
             new_pack: !durable && (new_pack || !dir_durable),
         })
     }
@@ -354,23 +399,24 @@ impl Packs {
     /// The directory entries of the pack being appended to were made
     /// durable together with `synced` (which holds it): later appends need
     /// not sync them again.
-    pub fn mark_dir_synced(&self, synced: &[PathBuf]) {
+    pub fn mark_dir_synced(&self, synced: &[u32]) {
         if let Some(w) = self.writer.lock().as_mut()
-            && synced.contains(&self.path(w.n))
+            && synced.contains(&w.n)
         {
             w.dir_synced = true;
         }
     }
 
     fn start_pack(&self) -> io::Result<Writer> {
-        let made_dir = fsutil::make_dir(&self.dir)?;
+        let (dir, made_dir) = self.packs_dir(true)?.expect("made");
         let n = self.with_index(|ix| {
             ix.last += 1;
             ix.last
         });
-        let file = fsutil::create_sealed(&self.path(n))?;
+        let file = dir.create_new(&pack_name(n), fsutil::SEALED_MODE)?;
         Ok(Writer {
             n,
+            dir,
             file: Arc::new(file),
             end: 0,
             dir_synced: false,
@@ -405,6 +451,8 @@ fn find_magic(file: &File, from: u64, size: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+    use std::path::Path;
 
     fn damage_last_byte(path: &Path) {
         let mut raw = fs::read(path).unwrap();
@@ -420,6 +468,12 @@ mod tests {
         fs::write(path, raw).unwrap();
     }
 
+    /// The packs of a `blobs/` directory at `dir` (made if missing).
+    fn packs_in(dir: &Path) -> Packs {
+        fs::create_dir_all(dir).unwrap();
+        Packs::new(Arc::new(Dir::open_path(dir).unwrap()))
+    }
+
     fn id_of(data: &[u8]) -> RawId {
         Sha256::digest(data).into()
     }
@@ -428,7 +482,7 @@ mod tests {
     fn appends_survive_a_reopen_and_a_cut_off_tail_is_ignored() {
         let dir = std::env::temp_dir().join(format!("skillfs-packs-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let packs = Packs::new(dir.clone());
+        let packs = packs_in(&dir);
         let a = b"first version".to_vec();
         let b = vec![7u8; 5000];
         packs.append(&id_of(&a), &a, false).unwrap();
@@ -446,7 +500,7 @@ mod tests {
         raw.extend_from_slice(&c[..100]);
         overwrite(&path, &raw);
 
-        let again = Packs::new(dir.clone());
+        let again = packs_in(&dir);
         assert!(again.has_intact(&id_of(&a), a.len() as u64));
         assert!(!again.has_intact(&id_of(&a), 1), "wrong size");
         assert_eq!(again.read(&id_of(&b)).unwrap(), b);
@@ -454,7 +508,7 @@ mod tests {
         // New entries go to a new pack, never after the cut-off tail.
         let appended = again.append(&id_of(&c), &c, false).unwrap();
         assert!(appended.new_pack);
-        assert_eq!(appended.pack, again.path(2));
+        assert_eq!(appended.pack, 2);
         assert_eq!(again.read(&id_of(&c)).unwrap(), c);
         fs::remove_dir_all(&dir).unwrap();
     }
@@ -464,19 +518,17 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("skillfs-packs-again-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let a = b"stored twice".to_vec();
-        Packs::new(dir.clone())
-            .append(&id_of(&a), &a, true)
-            .unwrap();
-        let path = Packs::new(dir.clone()).path(1);
+        packs_in(&dir).append(&id_of(&a), &a, true).unwrap();
+        let path = packs_in(&dir).path(1);
         damage_last_byte(&path);
         // The next daemon finds it damaged and stores it again.
-        let again = Packs::new(dir.clone());
+        let again = packs_in(&dir);
         assert!(!again.has_intact(&id_of(&a), a.len() as u64));
         again.append(&id_of(&a), &a, true).unwrap();
         assert_eq!(again.read(&id_of(&a)).unwrap(), a);
         // And the one after reads the good copy, though the damaged one
         // comes first.
-        let third = Packs::new(dir.clone());
+        let third = packs_in(&dir);
         assert_eq!(third.read(&id_of(&a)).unwrap(), a);
         assert!(third.has_intact(&id_of(&a), a.len() as u64));
         fs::remove_dir_all(&dir).unwrap();
@@ -486,12 +538,12 @@ mod tests {
     fn damaged_content_is_an_error_not_a_version() {
         let dir = std::env::temp_dir().join(format!("skillfs-packs-bad-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let packs = Packs::new(dir.clone());
+        let packs = packs_in(&dir);
         let a = b"precious".to_vec();
         packs.append(&id_of(&a), &a, true).unwrap();
         let path = packs.path(1);
         damage_last_byte(&path);
-        let again = Packs::new(dir.clone());
+        let again = packs_in(&dir);
         assert!(!again.has_intact(&id_of(&a), a.len() as u64));
         let e = again.read(&id_of(&a)).unwrap_err();
         assert!(e.to_string().contains("does not match its hash"), "{e}");
@@ -502,7 +554,7 @@ mod tests {
     fn a_bad_length_in_the_middle_loses_no_later_entry() {
         let dir = std::env::temp_dir().join(format!("skillfs-packs-len-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let packs = Packs::new(dir.clone());
+        let packs = packs_in(&dir);
         let contents: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 100 + 50 * i as usize]).collect();
         let mut offsets = Vec::new();
         for c in &contents {
@@ -520,7 +572,7 @@ mod tests {
                 raw[at + 36..at + 44].copy_from_slice(&bad_len.to_le_bytes());
             }
             overwrite(&path, &raw);
-            let again = Packs::new(dir.clone());
+            let again = packs_in(&dir);
             for (i, c) in contents.iter().enumerate() {
                 if i == 3 {
                     assert!(!again.has_intact(&id_of(c), c.len() as u64));

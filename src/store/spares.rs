@@ -17,18 +17,20 @@
 //! must not wait for that.
 //!
 //! Invariants: a file in the pool is a regular file, empty, named only by
-//! its path under `staging/` and held by nobody else; a directory in the
+//! its name in `staging/` and held by nobody else; spares are made,
+//! renamed and removed only through the held fds of `tmp/` and `staging/`
+//! (`store::dir`); a directory in the
 //! pool is empty, mode 0700; what is taken from the pool belongs to the
 //! taker, who renames it away or removes it.
 
 use std::fs::File;
 use std::io;
-use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+use super::dir::{Dir, Named};
 use super::fsutil;
 
 /// Kept at most (each is an inode, and costs nothing else).
@@ -37,17 +39,19 @@ pub const MAX: usize = 64;
 pub const LOW: usize = 24;
 
 pub struct Spares {
-    dir: PathBuf,
-    nursery: PathBuf,
+    dir: Arc<Dir>,
+    nursery: Arc<Dir>,
     next: AtomicU64,
-    files: Mutex<Vec<(PathBuf, File)>>,
-    dirs: Mutex<Vec<PathBuf>>,
+    files: Mutex<Vec<(Named, File)>>,
+    dirs: Mutex<Vec<Named>>,
     /// Called (by a taker) when the pool has run low.
     on_low: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Spares {
-    pub fn new(dir: PathBuf, nursery: PathBuf) -> Spares {
+    /// A pool in `dir` (`staging/`), made in `nursery` (`tmp/`), both held
+    /// open: spares are made, renamed and removed from these fds.
+    pub fn new(dir: Arc<Dir>, nursery: Arc<Dir>) -> Spares {
         Spares {
             dir,
             nursery,
@@ -64,12 +68,12 @@ impl Spares {
     }
 
     /// A ready empty file, or a new one when none is ready.
-    pub fn take(&self) -> io::Result<(PathBuf, File)> {
+    pub fn take(&self) -> io::Result<(Named, File)> {
         self.take_from(&self.files, || self.create())
     }
 
     /// A ready empty directory (mode 0700), or a new one.
-    pub fn take_dir(&self) -> io::Result<PathBuf> {
+    pub fn take_dir(&self) -> io::Result<Named> {
         self.take_from(&self.dirs, || self.create_dir())
     }
 
@@ -95,12 +99,12 @@ impl Spares {
 
     /// Keeps an emptied file for a later taker; false (and the caller
     /// removes it) when enough are kept already.
-    pub fn put(&self, path: PathBuf, file: File) -> bool {
+    pub fn put(&self, spare: Named, file: File) -> bool {
         let mut files = self.files.lock();
         if files.len() >= MAX {
             return false;
         }
-        files.push((path, file));
+        files.push((spare, file));
         true
     }
 
@@ -111,9 +115,9 @@ impl Spares {
     /// Makes new empty files and directories until the pool is full.
     pub fn top_up(&self) -> io::Result<()> {
         while self.wants_more() {
-            let (path, file) = self.create()?;
-            if !self.put(path.clone(), file) {
-                let _ = std::fs::remove_file(&path);
+            let (spare, file) = self.create()?;
+            if !self.put(spare.clone(), file) {
+                let _ = spare.remove();
             }
         }
         while self.dirs.lock().len() < MAX {
@@ -125,48 +129,50 @@ impl Spares {
 
     /// Removes everything in the pool (at unmount).
     pub fn clear(&self) {
-        for (path, _) in self.files.lock().drain(..) {
-            let _ = std::fs::remove_file(&path);
+        for (spare, _) in self.files.lock().drain(..) {
+            let _ = spare.dir.unlink(&spare.name);
         }
         for d in self.dirs.lock().drain(..) {
-            let _ = std::fs::remove_dir(&d);
+            let _ = d.dir.rmdir(&d.name);
         }
     }
 
-    fn create_dir(&self) -> io::Result<PathBuf> {
-        use std::os::unix::fs::DirBuilderExt;
+    fn create_dir(&self) -> io::Result<Named> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let born = self.nursery.join(format!("spare.d{n}"));
-        let path = self.dir.join(format!("d{n}"));
-        std::fs::DirBuilder::new()
-            .mode(fsutil::DIR_MODE)
-            .create(&born)?;
-        std::fs::rename(&born, &path).inspect_err(|_| {
-            let _ = std::fs::remove_dir(&born);
+        let born = format!("spare.d{n}");
+        let name = format!("d{n}");
+        self.nursery.make_sub(&born).and_then(|made| {
+            if made {
+                Ok(())
+            } else {
+                Err(io::Error::from_raw_os_error(libc::EEXIST))
+            }
         })?;
-        Ok(path)
+        self.nursery
+            .rename(&born, &self.dir, &name, 0)
+            .inspect_err(|_| {
+                let _ = self.nursery.rmdir(&born);
+            })?;
+        Ok(Named::new(&self.dir, name))
     }
 
-    fn create(&self) -> io::Result<(PathBuf, File)> {
+    fn create(&self) -> io::Result<(Named, File)> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let born = self.nursery.join(format!("spare.{n}"));
-        let path = self.dir.join(format!("{n}"));
-        let file = fsutil::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&born)?;
-        std::fs::rename(&born, &path).inspect_err(|_| {
-            let _ = std::fs::remove_file(&born);
-        })?;
-        Ok((path, file))
+        let born = format!("spare.{n}");
+        let name = format!("{n}");
+        let file = self.nursery.create_new(&born, fsutil::FILE_MODE)?;
+        self.nursery
+            .rename(&born, &self.dir, &name, 0)
+            .inspect_err(|_| {
+                let _ = self.nursery.unlink(&born);
+            })?;
+        Ok((Named::new(&self.dir, name), file))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
 
     #[test]
@@ -175,7 +181,10 @@ mod tests {
         let dir = top.join("staging");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::create_dir_all(top.join("tmp")).unwrap();
-        let pool = Arc::new(Spares::new(dir.clone(), top.join("tmp")));
+        let pool = Arc::new(Spares::new(
+            Arc::new(Dir::open_path(&dir).unwrap()),
+            Arc::new(Dir::open_path(&top.join("tmp")).unwrap()),
+        ));
         let asked = Arc::new(AtomicUsize::new(0));
         let a = Arc::clone(&asked);
         pool.set_on_low(Box::new(move || {
@@ -183,13 +192,13 @@ mod tests {
         }));
         pool.top_up().unwrap();
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2 * MAX);
-        let d = pool.take_dir().unwrap();
+        let d = pool.take_dir().unwrap().path();
         assert!(d.is_dir() && std::fs::read_dir(&d).unwrap().next().is_none());
         std::fs::remove_dir(d).unwrap();
         for _ in 0..MAX - LOW {
             let (p, _) = pool.take().unwrap();
-            assert!(p.starts_with(&dir));
-            std::fs::remove_file(p).unwrap();
+            assert!(p.path().starts_with(&dir));
+            std::fs::remove_file(p.path()).unwrap();
         }
         assert_eq!(asked.load(Ordering::Relaxed), 0, "not low yet");
         let (p, f) = pool.take().unwrap();
@@ -199,7 +208,7 @@ mod tests {
         assert!(!pool.wants_more());
         let (p, f) = pool.create().unwrap();
         assert!(!pool.put(p.clone(), f), "full: the caller removes it");
-        std::fs::remove_file(p).unwrap();
+        std::fs::remove_file(p.path()).unwrap();
         pool.clear();
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
         assert_eq!(std::fs::read_dir(top.join("tmp")).unwrap().count(), 0);

@@ -347,7 +347,8 @@ impl Mount {
     /// its hash where packed.
     pub fn blob(&self, id: &str) -> Vec<u8> {
         let store = self.store();
-        skillfs::store::blobs::BlobStore::new(store.join("blobs"), store.join("tmp"))
+        skillfs::store::blobs::BlobStore::open_paths(&store.join("blobs"), &store.join("tmp"))
+            .expect("blob store opens")
             .read(id)
             .expect("blob exists")
     }

@@ -26,7 +26,7 @@
 //! File helpers shared with `packs` are in `store::fsutil`.
 
 use std::collections::HashSet;
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use super::dir::{Dir, Named};
 use super::durable::StoreIo;
 use super::fsutil;
 /// Where the core (`fs`) has always imported it from.
@@ -46,6 +47,7 @@ use crate::relpath::hex;
 use crate::sys;
 
 mod pending;
+pub use pending::Pending;
 
 /// Hex SHA-256 of a blob's bytes.
 pub type BlobId = String;
@@ -57,12 +59,15 @@ const CHUNK: usize = 256 * 1024;
 pub const DURABLE_MTIME: (i64, i64) = (1, 0x5eed);
 
 pub struct BlobStore {
-    dir: PathBuf,
-    tmp: PathBuf,
+    /// `blobs/` and `tmp/`, held open: every blob file is made, renamed
+    /// and opened from these fds (and the fan-out directories opened from
+    /// `dir`), never by path (`store::dir`).
+    dir: Arc<Dir>,
+    tmp: Arc<Dir>,
     counter: AtomicU64,
     /// Blobs (and their fan-out directories) renamed into place but not yet
     /// fsynced.
-    unsynced: Mutex<Vec<PathBuf>>,
+    unsynced: Mutex<Vec<Pending>>,
     sync_lock: Mutex<()>,
     /// Fan-out directories known to exist (saves a mkdir per blob).
     fans: Mutex<[bool; 256]>,
@@ -92,7 +97,8 @@ pub fn hash_bytes(data: &[u8]) -> BlobId {
 }
 
 impl BlobStore {
-    pub fn new(dir: PathBuf, tmp: PathBuf) -> BlobStore {
+    /// The blob store of the held directories `blobs/` and `tmp/`.
+    pub fn new(dir: Arc<Dir>, tmp: Arc<Dir>) -> BlobStore {
         BlobStore {
             tmp,
             counter: AtomicU64::new(0),
@@ -101,10 +107,19 @@ impl BlobStore {
             fans: Mutex::new([false; 256]),
             known: Mutex::new(HashSet::new()),
             spares: None,
-            packs: Packs::new(dir.join("packs")),
+            packs: Packs::new(Arc::clone(&dir)),
             dir,
             io: StoreIo::real(),
         }
+    }
+
+    /// [`BlobStore::new`] of the directories at these paths, each opened
+    /// never through a symlink (the command line, tests).
+    pub fn open_paths(dir: &Path, tmp: &Path) -> io::Result<BlobStore> {
+        Ok(BlobStore::new(
+            Arc::new(Dir::open_path(dir)?),
+            Arc::new(Dir::open_path(tmp)?),
+        ))
     }
 
     /// Makes blobs and packs durable through `io` (tests).
@@ -120,12 +135,25 @@ impl BlobStore {
         self
     }
 
+    /// Where the loose blob `id` is (for messages).
     pub fn path(&self, id: &str) -> PathBuf {
         self.dir.join(&id[..2]).join(id)
     }
 
+    /// The fan-out directory of `id`, `blobs/ab/`, opened from `blobs/`.
+    fn fan(&self, id: &str) -> io::Result<Dir> {
+        self.dir.sub(&id[..2])
+    }
+
+    /// Opens the loose blob `id` for reading.
+    fn open_loose(&self, id: &str) -> io::Result<File> {
+        self.fan(id)?.read_file(id)
+    }
+
     pub fn contains(&self, id: &str) -> bool {
-        raw_id(id).is_some_and(|raw| self.packs.contains(&raw) || self.path(id).exists())
+        raw_id(id).is_some_and(|raw| {
+            self.packs.contains(&raw) || self.fan(id).and_then(|f| f.lstat(id)).is_ok()
+        })
     }
 
     /// Present with the expected size. After a power loss a blob stored
@@ -156,7 +184,7 @@ impl BlobStore {
     /// is hashed, then synced and marked (so once, not at every mount).
     fn loose_intact(&self, id: &str, raw: &[u8; 32], size: u64) -> bool {
         let path = self.path(id);
-        let Ok(f) = File::open(&path) else {
+        let Ok(f) = self.open_loose(id) else {
             return false;
         };
         if !f.metadata().is_ok_and(|m| m.len() == size) {
@@ -204,7 +232,8 @@ impl BlobStore {
         if self.packs.contains(&raw) {
             return self.packs.read(&raw);
         }
-        let data = fs::read(self.path(id))?;
+        let mut data = Vec::new();
+        self.open_loose(id)?.read_to_end(&mut data)?;
         if !self.known.lock().contains(&raw) {
             if Sha256::digest(&data).as_slice() != raw {
                 return Err(damaged_blob(id, &self.path(id)));
@@ -220,7 +249,7 @@ impl BlobStore {
         match raw_id(id) {
             Some(raw) if self.packs.contains(&raw) => Ok(Opened::Bytes(self.packs.read(&raw)?)),
             Some(raw) => {
-                let f = File::open(self.path(id))?;
+                let f = self.open_loose(id)?;
                 self.check_loose(id, &raw, &f)?;
                 Ok(Opened::File(f))
             }
@@ -236,15 +265,12 @@ impl BlobStore {
         self.known.lock().insert(raw);
         if !durable {
             let mut pending = self.unsynced.lock();
-            if appended.new_pack {
-                for d in [self.packs.dir().to_path_buf(), self.dir.clone()] {
-                    if !pending.contains(&d) {
-                        pending.push(d);
-                    }
-                }
+            if appended.new_pack && !pending.contains(&Pending::PacksDir) {
+                pending.push(Pending::PacksDir);
             }
-            if !pending.contains(&appended.pack) {
-                pending.push(appended.pack);
+            let pack = Pending::Pack(appended.pack);
+            if !pending.contains(&pack) {
+                pending.push(pack);
             }
         }
         Ok(())
@@ -342,7 +368,7 @@ impl BlobStore {
             head.truncate(got);
             return Ok((self.put_bytes(&head, false)?, got as u64));
         }
-        let (tmp_path, tmp) = self.new_tmp()?;
+        let (tmp_name, tmp) = self.new_tmp()?;
         let mut installed = false;
         let result = (|| {
             let mut hasher = Sha256::new();
@@ -381,28 +407,28 @@ impl BlobStore {
                 if let Some(e) = full {
                     return Err(e);
                 }
-                self.install(&tmp_path, &id, false)?;
+                self.install(&tmp_name, &id, false)?;
                 installed = true;
             }
             Ok((id, off))
         })();
         if !installed {
-            let _ = fs::remove_file(&tmp_path);
+            let _ = tmp_name.remove();
         }
         result
     }
 
-    fn tmp_name(&self) -> PathBuf {
+    fn tmp_name(&self) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        self.tmp.join(format!("blob.{}.{n}", std::process::id()))
+        format!("blob.{}.{n}", std::process::id())
     }
 
     /// An empty file to fill, from the spares where there are any.
-    fn new_tmp(&self) -> io::Result<(PathBuf, File)> {
+    fn new_tmp(&self) -> io::Result<(Named, File)> {
         let Some(spares) = &self.spares else {
-            let path = self.tmp_name();
-            let file = fsutil::create_sealed(&path)?;
-            return Ok((path, file));
+            let name = self.tmp_name();
+            let file = self.tmp.create_new(&name, fsutil::SEALED_MODE)?;
+            return Ok((Named::new(&self.tmp, name), file));
         };
         let (path, file) = spares.take()?;
         let ready = (|| {
@@ -418,7 +444,7 @@ impl BlobStore {
         match ready {
             Ok(()) => Ok((path, file)),
             Err(e) => {
-                let _ = fs::remove_file(&path);
+                let _ = path.remove();
                 Err(e)
             }
         }
@@ -430,45 +456,45 @@ impl BlobStore {
         durable: bool,
         fill: impl FnOnce(&File) -> io::Result<()>,
     ) -> io::Result<()> {
-        let (tmp_path, tmp) = self.new_tmp()?;
+        let (tmp_name, tmp) = self.new_tmp()?;
         let result = (|| {
             fill(&tmp)?;
             if durable {
-                self.io.sync_all(&tmp, &tmp_path)?;
+                self.io.sync_all(&tmp, &tmp_name.path())?;
                 mark_durable(&tmp);
             }
-            self.install(&tmp_path, id, durable)
+            self.install(&tmp_name, id, durable)
         })();
         if result.is_err() {
-            let _ = fs::remove_file(&tmp_path);
+            let _ = tmp_name.remove();
         }
         result
     }
 
     /// Renames a complete temp file to its content address.
-    fn install(&self, tmp_path: &Path, id: &str, durable: bool) -> io::Result<()> {
-        let fan = self.dir.join(&id[..2]);
+    fn install(&self, tmp: &Named, id: &str, durable: bool) -> io::Result<()> {
+        let fan_name = &id[..2];
         let mut created_fan = false;
-        let known = u8::from_str_radix(&id[..2], 16).is_ok_and(|b| self.fans.lock()[b as usize]);
+        let known = u8::from_str_radix(fan_name, 16).is_ok_and(|b| self.fans.lock()[b as usize]);
         if !known {
-            created_fan = fsutil::make_dir(&fan)?;
-            if let Ok(b) = u8::from_str_radix(&id[..2], 16) {
+            created_fan = self.dir.make_sub(fan_name)?;
+            if let Ok(b) = u8::from_str_radix(fan_name, 16) {
                 self.fans.lock()[b as usize] = true;
             }
         }
-        let dest = fan.join(id);
+        let fan = self.dir.sub(fan_name)?;
         if !durable {
             // Pending before it is visible: a durable writer that finds it
             // by name also finds it here, and syncs it first.
             let mut pending = self.unsynced.lock();
             if created_fan {
-                pending.push(fan.clone());
+                pending.push(Pending::Fan(fan_name.to_string()));
             }
-            pending.push(dest.clone());
+            pending.push(Pending::Loose(id.to_string()));
         }
         // Replaces only a damaged copy (callers checked `has_intact`); two
         // writers of the same content write the same bytes.
-        fs::rename(tmp_path, &dest)?;
+        tmp.dir.rename(&tmp.name, &fan, id, 0)?;
         if let Some(raw) = raw_id(id) {
             self.known.lock().insert(raw);
         }
@@ -530,6 +556,7 @@ fn damaged_blob(id: &str, path: &Path) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn tempdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("skillfs-blobs-{tag}-{}", std::process::id()));
@@ -542,7 +569,7 @@ mod tests {
     #[test]
     fn dedups_and_names_by_sha256() {
         let d = tempdir("dedup");
-        let bs = BlobStore::new(d.join("blobs"), d.join("tmp"));
+        let bs = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
         let a = bs.put_bytes(b"hello", false).unwrap();
         assert_eq!(
             a,
@@ -573,7 +600,7 @@ mod tests {
         assert_eq!(small, a);
 
         // A new store reads both kinds back.
-        let fresh = BlobStore::new(d.join("blobs"), d.join("tmp"));
+        let fresh = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
         assert_eq!(fresh.read(&a).unwrap(), b"hello");
         assert_eq!(fresh.read(&id).unwrap(), big);
         let mut buf = [0u8; 3];
@@ -590,19 +617,22 @@ mod tests {
         let big: Vec<u8> = (0..PACK_MAX as usize + 5000)
             .map(|i| (i % 251) as u8)
             .collect();
-        let id = BlobStore::new(d.join("blobs"), d.join("tmp"))
+        let id = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"))
+            .unwrap()
             .put_bytes(&big, false)
             .unwrap();
         // Right size, wrong bytes: what a power loss can leave of a blob
         // renamed into place but never synced.
-        let path = BlobStore::new(d.join("blobs"), d.join("tmp")).path(&id);
+        let path = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"))
+            .unwrap()
+            .path(&id);
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
             .unwrap();
         let mut bad = big.clone();
         bad[1000] ^= 1;
         fs::write(&path, &bad).unwrap();
 
-        let fresh = BlobStore::new(d.join("blobs"), d.join("tmp"));
+        let fresh = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
         for e in [
             match fresh.read(&id) {
                 Ok(_) => panic!("read a damaged blob"),
@@ -625,7 +655,7 @@ mod tests {
         fs::write(&src, &big).unwrap();
         let (again, _) = fresh.put_file(&File::open(&src).unwrap(), true).unwrap();
         assert_eq!(again, id);
-        let third = BlobStore::new(d.join("blobs"), d.join("tmp"));
+        let third = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
         assert_eq!(third.read(&id).unwrap(), big);
         assert!(third.has_intact(&id, big.len() as u64));
         // Synced, it is marked, so a later mount trusts its size without

@@ -18,12 +18,28 @@
 
 use std::fs::File;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::{BlobStore, mark_durable, raw_id};
+use crate::store::packs::PACKS;
 
 /// Past this many pending blobs one `syncfs` beats one `fsync` each.
 const MANY: usize = 64;
+
+/// What a durability point must still sync, named within the held
+/// `blobs/` directory (never by path).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pending {
+    /// A loose blob, `blobs/ab/<id>`.
+    Loose(String),
+    /// A fan-out directory just made, `blobs/ab/` (its entry in `blobs/`).
+    Fan(String),
+    /// Pack `n`, `blobs/packs/<n>.pack`.
+    Pack(u32),
+    /// The entry of a new pack in `blobs/packs/` (and of a new `packs/` in
+    /// `blobs/`).
+    PacksDir,
+}
 
 impl BlobStore {
     /// Makes `id` part of the next durability point, even though it was
@@ -31,10 +47,30 @@ impl BlobStore {
     pub fn mark_pending(&self, id: &str) {
         let p = raw_id(id)
             .and_then(|raw| self.packs.pack_of(&raw))
-            .unwrap_or_else(|| self.path(id));
+            .map_or_else(|| Pending::Loose(id.to_string()), Pending::Pack);
         let mut pending = self.unsynced.lock();
         if !pending.contains(&p) {
             pending.push(p);
+        }
+    }
+
+    /// Where a pending file or directory is (for messages).
+    fn pending_path(&self, p: &Pending) -> PathBuf {
+        match p {
+            Pending::Loose(id) => self.path(id),
+            Pending::Fan(fan) => self.dir.join(fan),
+            Pending::Pack(n) => self.packs.path(*n),
+            Pending::PacksDir => self.dir.join(PACKS),
+        }
+    }
+
+    /// Opens a pending file (a loose blob or a pack); `None` for a
+    /// directory.
+    fn open_pending(&self, p: &Pending) -> Option<io::Result<File>> {
+        match p {
+            Pending::Loose(id) => Some(self.open_loose(id)),
+            Pending::Pack(n) => Some(self.packs.open_pack(*n)),
+            Pending::Fan(_) | Pending::PacksDir => None,
         }
     }
 
@@ -52,45 +88,75 @@ impl BlobStore {
         if pending.len() > MANY {
             return self.sync_all(pending);
         }
-        let mut dirs: Vec<PathBuf> = Vec::new();
+        // The directories whose entries must be made durable: fan-out
+        // directories (of loose blobs), and `blobs/` (of a new fan-out
+        // directory or `packs/`). A pack's own entry is synced once, when
+        // it is new (then `PacksDir` is pending).
+        let mut fans: Vec<&str> = Vec::new();
+        let mut blobs_dir = false;
         let result = (|| {
             for p in &pending {
-                let f = File::open(p)?;
-                self.io.sync_all(&f, p)?;
-                if self.is_loose(p) {
-                    mark_durable(&f);
-                }
-                // A pack's own directory entry is synced once, when it is
-                // new (then the directory itself is pending).
-                if let Some(parent) = p.parent()
-                    && parent != self.packs.dir()
-                    && !dirs.iter().any(|d| d == parent)
-                {
-                    dirs.push(parent.to_path_buf());
+                match p {
+                    Pending::Loose(id) | Pending::Fan(id) => {
+                        let fan = &id[..2];
+                        if matches!(p, Pending::Fan(_)) {
+                            self.io.sync_dir(&self.dir.sub(fan)?)?;
+                            blobs_dir = true;
+                            continue;
+                        }
+                        let f = self.open_loose(id)?;
+                        self.io.sync_all(&f, &self.path(id))?;
+                        mark_durable(&f);
+                        if !fans.contains(&fan) {
+                            fans.push(fan);
+                        }
+                    }
+                    Pending::Pack(n) => {
+                        let f = self.packs.open_pack(*n)?;
+                        self.io.sync_all(&f, &self.packs.path(*n))?;
+                    }
+                    Pending::PacksDir => {
+                        if let Some(d) = self.packs.opened_dir() {
+                            self.io.sync_dir(&d)?;
+                        }
+                        blobs_dir = true;
+                    }
                 }
             }
-            for d in &dirs {
-                self.io.sync_dir(d)?;
+            for fan in &fans {
+                self.io.sync_dir(&self.dir.sub(fan)?)?;
+            }
+            if blobs_dir {
+                self.io.sync_dir(&self.dir)?;
             }
             Ok(())
         })();
         if result.is_err() {
             // Keep them pending so a later sync retries.
             self.unsynced.lock().extend(pending);
-        } else if pending.iter().any(|p| p == self.packs.dir()) {
+        } else if pending.contains(&Pending::PacksDir) {
             // A new pack's directory entry is durable now: not again.
-            self.packs.mark_dir_synced(&pending);
+            let packs: Vec<u32> = pending
+                .iter()
+                .filter_map(|p| match p {
+                    Pending::Pack(n) => Some(*n),
+                    _ => None,
+                })
+                .collect();
+            self.packs.mark_dir_synced(&packs);
         }
         result
     }
 
-    fn sync_all(&self, pending: Vec<PathBuf>) -> io::Result<()> {
-        let r = File::open(&self.dir).and_then(|d| self.io.syncfs(&d, &self.dir));
+    fn sync_all(&self, pending: Vec<Pending>) -> io::Result<()> {
+        let r = self.io.syncfs(self.dir.file(), self.dir.path());
         if r.is_err() {
             self.unsynced.lock().extend(pending);
         } else {
-            for p in pending.iter().filter(|p| self.is_loose(p)) {
-                if let Ok(f) = File::open(p) {
+            for p in &pending {
+                if let Pending::Loose(id) = p
+                    && let Ok(f) = self.open_loose(id)
+                {
                     mark_durable(&f);
                 }
             }
@@ -98,16 +164,11 @@ impl BlobStore {
         r
     }
 
-    /// `blobs/ab/<hex>` (not a pack, not a directory).
-    fn is_loose(&self, p: &Path) -> bool {
-        p.parent().and_then(Path::parent) == Some(&self.dir) && p.parent() != Some(self.packs.dir())
-    }
-
     /// Writes out the data of every pending blob and waits for it, without
     /// the commit: the caller's one `fsync` afterwards makes them durable
     /// (on a filesystem with an ordered commit, see `sys::has_ordered_commit`).
     /// Until that succeeds they stay pending.
-    pub fn write_out_pending(&self) -> io::Result<Vec<PathBuf>> {
+    pub fn write_out_pending(&self) -> io::Result<Vec<Pending>> {
         let _one = self.sync_lock.lock();
         self.io.check()?;
         let pending = std::mem::take(&mut *self.unsynced.lock());
@@ -116,10 +177,11 @@ impl BlobStore {
             return Ok(Vec::new());
         }
         for p in &pending {
-            if p.is_dir() {
-                continue; // a fan-out directory: metadata, in the commit
-            }
-            if let Err(e) = File::open(p).and_then(|f| self.io.write_out(&f, p)) {
+            // A directory: metadata, in the commit.
+            let Some(opened) = self.open_pending(p) else {
+                continue;
+            };
+            if let Err(e) = opened.and_then(|f| self.io.write_out(&f, &self.pending_path(p))) {
                 self.unsynced.lock().extend(pending.iter().cloned());
                 return Err(e);
             }
@@ -128,7 +190,7 @@ impl BlobStore {
     }
 
     /// Puts back blobs whose commit failed.
-    pub fn restore_pending(&self, pending: Vec<PathBuf>) {
+    pub fn restore_pending(&self, pending: Vec<Pending>) {
         self.unsynced.lock().extend(pending);
     }
 }

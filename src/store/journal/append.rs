@@ -26,26 +26,31 @@ use std::sync::Arc;
 use super::encoding::encode;
 use super::read::Contents;
 use super::record::{Actor, Change, Record};
+use crate::store::dir::Dir;
 use crate::store::durable::StoreIo;
 use crate::store::error::{ErrorKind, StoreError, StoreResult};
+use crate::store::fsutil::FILE_MODE;
 
 /// Copies the torn tail to `torn-<seq>-<ns>` beside the segment, durably,
 /// before it is cut off: damaged data is set aside, never deleted.
 fn set_aside_torn_tail(
     contents: &Contents,
     file: &File,
-    dir: &Path,
+    dir: &Dir,
     io: &StoreIo,
 ) -> StoreResult<()> {
     let seq = contents.records.last().map_or(0, |r| r.seq) + 1;
-    let aside = dir.join(format!("torn-{seq}-{}", crate::time::now_ns()));
+    let aside_name = format!("torn-{seq}-{}", crate::time::now_ns());
+    let aside = dir.join(&aside_name);
     let mut tail = vec![0u8; contents.torn_bytes as usize];
     file.read_exact_at(&mut tail, contents.valid_len)
         .map_err(|e| StoreError::io(ErrorKind::Store, "read journal", &contents.segment, e))?;
-    let copy = crate::store::fsutil::options()
-        .write(true)
-        .create_new(true)
-        .open(&aside)
+    let copy = dir
+        .open(
+            &aside_name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            FILE_MODE,
+        )
         .and_then(|f| {
             f.write_all_at(&tail, 0)?;
             io.sync_all(&f, &aside)
@@ -107,16 +112,25 @@ impl Journal {
         Journal::open_with(contents, StoreIo::real())
     }
 
-    /// [`Journal::open`] making things durable through `io`.
+    /// [`Journal::open`] making things durable through `io`, the journal's
+    /// directory opened by path (never through a symlink).
     pub fn open_with(contents: &Contents, io: StoreIo) -> StoreResult<Journal> {
+        let dir = contents.segment.parent().unwrap_or(Path::new("."));
+        let held = Dir::open_path(dir)
+            .map_err(|e| StoreError::io(ErrorKind::Store, "open journal", dir, e))?;
+        Journal::open_in(&held, contents, io)
+    }
+
+    /// [`Journal::open_with`] in the journal directory held open as `dir`
+    /// (the daemon's: the segment is opened from its fd).
+    pub fn open_in(dir: &Dir, contents: &Contents, io: StoreIo) -> StoreResult<Journal> {
         let path = contents.segment.clone();
-        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let file = crate::store::fsutil::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let file = dir
+            .open(
+                contents.segment_name(),
+                libc::O_RDWR | libc::O_CREAT,
+                FILE_MODE,
+            )
             .map_err(|e| StoreError::io(ErrorKind::Store, "open journal", &path, e))?;
         // What a killed daemon left in the page cache (records, the blobs
         // they name, the live files it swapped in, the store's directories
@@ -126,7 +140,7 @@ impl Journal {
         io.syncfs(&file, &path)
             .map_err(|e| StoreError::io(ErrorKind::Store, "sync the filesystem of", &path, e))?;
         if contents.torn_bytes > 0 {
-            set_aside_torn_tail(contents, &file, &dir, &io)?;
+            set_aside_torn_tail(contents, &file, dir, &io)?;
             file.set_len(contents.valid_len)
                 .and_then(|()| io.sync_all(&file, &path))
                 .map_err(|e| StoreError::io(ErrorKind::Store, "truncate journal", &path, e))?;

@@ -25,5 +25,5 @@ mod record;
 
 pub use append::Journal;
 pub use encoding::{crc32, decode, encode};
-pub use read::{Contents, read_dir};
+pub use read::{Contents, read_dir, read_in};
 pub use record::{Actor, Change, EntryState, Kind, Op, Record};

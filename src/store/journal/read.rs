@@ -15,16 +15,19 @@
 //!   be told from a torn one: it is set aside (never deleted) with a warning.
 //! - the journal is read once per mount ([`read_dir`], before anything is
 //!   created); the read is used after the store's lock is taken only if
-//!   [`Contents::is_current`] says no segment changed in between.
+//!   [`Contents::is_current`] says no segment changed in between;
+//! - segments are listed, checked and read from the held fd of `journal/`
+//!   ([`read_in`]; [`read_dir`] opens it by path first), never through a
+//!   symlink.
 //!
 //! Locks: none; it reads files only.
 
-use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use super::encoding::decode;
 use super::record::Record;
+use crate::store::dir::Dir;
 use crate::store::error::{ErrorKind, StoreError, StoreResult};
 
 /// Everything read from a journal directory.
@@ -45,22 +48,21 @@ pub struct Contents {
 /// Each segment's name, inode, size and modification and change times:
 /// any append, cut or replacement changes at least one of them.
 #[derive(Debug, PartialEq, Eq)]
-struct Seen(Vec<(PathBuf, u64, u64, i64, i64, i64, i64)>);
+struct Seen(Vec<(String, u64, i64, i64, i64, i64, i64)>);
 
 impl Seen {
-    fn of(segs: &[PathBuf]) -> io::Result<Seen> {
-        use std::os::unix::fs::MetadataExt;
+    fn of(dir: &Dir, segs: &[String]) -> io::Result<Seen> {
         let mut out = Vec::with_capacity(segs.len());
         for s in segs {
-            let m = fs::symlink_metadata(s)?;
+            let m = dir.lstat(s)?;
             out.push((
                 s.clone(),
-                m.ino(),
-                m.size(),
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ctime(),
-                m.ctime_nsec(),
+                m.st_ino,
+                m.st_size,
+                m.st_mtime,
+                m.st_mtime_nsec,
+                m.st_ctime,
+                m.st_ctime_nsec,
             ));
         }
         Ok(Seen(out))
@@ -74,9 +76,22 @@ impl Contents {
     /// went in between) or unsure: read again.
     pub fn is_current(&self) -> bool {
         let dir = self.segment.parent().unwrap_or(Path::new("."));
+        Dir::open_path(dir).is_ok_and(|d| self.is_current_in(&d))
+    }
+
+    /// [`Contents::is_current`], of the journal held open as `dir`.
+    pub fn is_current_in(&self, dir: &Dir) -> bool {
         list_segments(dir)
-            .and_then(|segs| Seen::of(&segs))
+            .and_then(|segs| Seen::of(dir, &segs))
             .is_ok_and(|now| now == self.seen)
+    }
+
+    /// The name of the segment appended to, in `journal/`.
+    pub fn segment_name(&self) -> &str {
+        self.segment
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
     }
 }
 
@@ -84,10 +99,12 @@ pub(super) fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}.jsonl")
 }
 
-fn list_segments(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut segs: Vec<PathBuf> = fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+fn list_segments(dir: &Dir) -> io::Result<Vec<String>> {
+    let mut segs: Vec<String> = dir
+        .list()?
+        .into_iter()
+        .filter_map(|e| String::from_utf8(e.name).ok())
+        .filter(|n| n.ends_with(".jsonl") && n.len() > ".jsonl".len())
         .collect();
     segs.sort();
     Ok(segs)
@@ -128,18 +145,30 @@ fn split_lines(data: &[u8]) -> Vec<Line> {
     out
 }
 
-/// Reads and checks every record under `dir` (read-only).
+/// Reads and checks every record under `dir` (read-only), opened by path
+/// (never through a symlink; see [`read_in`]).
 pub fn read_dir(dir: &Path) -> StoreResult<Contents> {
+    let held = Dir::open_path(dir)
+        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
+    read_in(&held)
+}
+
+/// Reads and checks every record in the journal directory held open as
+/// `dir` (read-only).
+pub fn read_in(dir: &Dir) -> StoreResult<Contents> {
     let segs = list_segments(dir)
-        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
+        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir.path(), e))?;
     // Taken before the reads: a change made while reading shows as one.
-    let seen = Seen::of(&segs)
-        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir, e))?;
+    let seen = Seen::of(dir, &segs)
+        .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir.path(), e))?;
     let mut records: Vec<Record> = Vec::new();
-    let mut last = (dir.join(segment_name(1)), 0u64, 0u64, 0usize);
+    let mut last = (dir.join(&segment_name(1)), 0u64, 0u64, 0usize);
     let nsegs = segs.len();
-    for (si, seg) in segs.iter().enumerate() {
-        let data = fs::read(seg)
+    for (si, name) in segs.iter().enumerate() {
+        let seg = &dir.join(name);
+        let mut data = Vec::new();
+        dir.read_file(name)
+            .and_then(|mut f| f.read_to_end(&mut data))
             .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "read journal", seg, e))?;
         let is_last_seg = si + 1 == nsegs;
         let mut lines = split_lines(&data);
@@ -216,6 +245,7 @@ mod tests {
     use crate::store::journal::encoding::encode;
     use crate::store::journal::fixtures::{dir, rec, watermarked};
     use crate::store::journal::record::{Change, Op};
+    use std::fs;
 
     #[test]
     fn contents_read_before_the_lock_are_used_only_while_current() {
