@@ -264,6 +264,27 @@ impl<'a> Settler<'a> {
     }
 
     /// Moves the visible entry `dir/name` to the attached area of `dir`.
+    /// Whether the rules hide `name` of `kind` in visible `dir` (found in
+    /// the root; a symlink judged by where it leads, see `follow`).
+    fn hides(&self, dir: &RelPath, name: &[u8], kind: Kind, in_pkg: bool) -> bool {
+        let path = dir.join(name);
+        let target = (kind == Kind::Symlink)
+            .then(|| sys::readlinkat(self.areas.root_fd, path.as_bytes()).ok())
+            .flatten();
+        let mut hidden = |k: Kind| self.rules.is_hidden(name, k, dir.is_root(), &mut || in_pkg);
+        let (root, parked) = (self.areas.root_fd, self.areas.parked_fd);
+        crate::follow::hides(
+            root,
+            parked,
+            self.rules,
+            dir,
+            name,
+            kind,
+            target.as_deref(),
+            &mut hidden,
+        )
+    }
+
     pub fn hide(&mut self, dir: &RelPath, name: &[u8]) -> io::Result<()> {
         let path = dir.join(name);
         let key =
@@ -404,11 +425,7 @@ impl<'a> Settler<'a> {
                     tracing::warn!("not versioned (not a file, directory or symlink): {path}");
                     continue;
                 };
-                if self.relocate
-                    && self
-                        .rules
-                        .is_hidden(&ent.name, kind, dir.is_root(), &mut || in_pkg)
-                {
+                if self.relocate && self.hides(&dir, &ent.name, kind, in_pkg) {
                     self.hide(&dir, &ent.name)?;
                     continue;
                 }
@@ -564,10 +581,25 @@ pub fn tend_parked(
                 };
                 let Some(kind) = kind_of(&st) else { continue };
                 let logical = dir.join(&c.name);
-                if !settler
-                    .rules
-                    .is_hidden(&c.name, kind, dir.is_root(), &mut || in_pkg)
-                {
+                let target = (kind == Kind::Symlink)
+                    .then(|| sys::readlinkat(areas.parked_fd, &hp).ok())
+                    .flatten();
+                let mut hidden = |k: Kind| {
+                    settler
+                        .rules
+                        .is_hidden(&c.name, k, dir.is_root(), &mut || in_pkg)
+                };
+                let (root, parked) = (areas.root_fd, areas.parked_fd);
+                if !crate::follow::hides(
+                    root,
+                    parked,
+                    settler.rules,
+                    &dir,
+                    &c.name,
+                    kind,
+                    target.as_deref(),
+                    &mut hidden,
+                ) {
                     if !settler.relocate {
                         continue; // given back at the next mount, never swept
                     }

@@ -544,8 +544,10 @@ fn a_sweep_while_mounted_moves_nothing_between_visible_and_hidden() {
     assert_eq!(fs::read(m.path("dog/old.bak/w.md")).unwrap(), b"w");
 }
 
-/// `.*.tmp:file` hides files only: a directory or a symlink may carry such
-/// a name, listed, while a file of that name lives in the park. Exchanges
+/// `.*.tmp:file` hides files only: a directory or a symlink that leads to
+/// no file may carry such a name, listed, while a file of that name lives
+/// in the park (a symlink to a file is hidden like the file, see
+/// `symlinks_are_judged_by_where_they_lead`). Exchanges
 /// and renames between the two kinds put each entry where its own kind
 /// belongs, and history follows.
 #[test]
@@ -569,7 +571,7 @@ fn entries_of_another_kind_under_a_hidden_name_land_where_their_kind_belongs() {
     // A file renamed over a visible symlink of a hidden name replaces it,
     // and goes to the park.
     fs::remove_dir_all(m.path(".x.tmp")).unwrap();
-    std::os::unix::fs::symlink("d", m.path(".y.tmp")).unwrap();
+    std::os::unix::fs::symlink("nowhere", m.path(".y.tmp")).unwrap();
     assert_eq!(names(&m.root()), [".y.tmp", "d"]);
     fs::write(m.path("f"), "file").unwrap();
     fs::rename(m.path("f"), m.path(".y.tmp")).unwrap();
@@ -578,4 +580,89 @@ fn entries_of_another_kind_under_a_hidden_name_land_where_their_kind_belongs() {
     assert!(st.is_file(), "the file replaced the symlink");
     assert_eq!(fs::read_to_string(m.path(".y.tmp")).unwrap(), "file");
     assert_eq!(names(&m.path(".history/latest")), ["d"]);
+}
+
+/// What the loader (`os.walk(followlinks=True)`) walks through a symlink:
+/// every `SKILL.md` directory it reaches, relative to the root.
+fn loader(root: &Path) -> Vec<String> {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os,sys\n\
+             r=sys.argv[1]\n\
+             for d,dn,fn in os.walk(r, followlinks=True):\n\
+             \x20   dn[:]=[x for x in dn if x not in ('.history',)]\n\
+             \x20   if 'SKILL.md' in fn: print(os.path.relpath(d, r))\n",
+        )
+        .arg(root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let mut v: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// A symlink is judged by what it leads to (issue 13, item 6): named like
+/// a park and leading to a directory, it is hidden as that directory would
+/// be; leading to (or through) a hidden entry, it is hidden too; so the
+/// loader, which follows links, reaches each skill once. Made while
+/// mounted, renamed, or found at mount, alike.
+#[test]
+fn symlinks_are_judged_by_where_they_lead() {
+    let mut m = Mount::with_tree("follow", |root| {
+        skill(root, "cat/real", "real");
+        fs::create_dir_all(root.join("cat/old")).unwrap();
+        // Made while unmounted: found by the mount's scan.
+        std::os::unix::fs::symlink("real", root.join("cat/offline.bak")).unwrap();
+    });
+    let root = m.root();
+    let link = |target: &str, at: &str| std::os::unix::fs::symlink(target, m.path(at)).unwrap();
+    assert_eq!(
+        names(&m.path("cat")),
+        ["old", "real"],
+        "the offline link is hidden"
+    );
+    link("real", "cat/real.bak"); // a park's name, leading to a directory
+    skill(&root, "cat/gone.bak", "gone"); // a park: hidden
+    link("gone.bak", "cat/shortcut"); // leading to a park
+    link("../cat/gone.bak/SKILL.md", "cat/through"); // through a park
+    link(&m.path("cat/real").display().to_string(), "cat/abs.bak"); // absolute, into the root
+    link("real/SKILL.md", "cat/file.bak"); // a file: *.bak hides directories only
+    link("missing", "cat/dangling.bak"); // leads nowhere: judged by its name
+    link("loop2.bak", "cat/loop1.bak");
+    link("loop1.bak", "cat/loop2.bak");
+    link("real", "cat/plain"); // an ordinary link, listed
+    let listed = |m: &Mount| {
+        let mut v = names(&m.path("cat"));
+        v.sort();
+        v
+    };
+    let want = [
+        "dangling.bak",
+        "file.bak",
+        "loop1.bak",
+        "loop2.bak",
+        "old",
+        "plain",
+        "real",
+    ];
+    assert_eq!(listed(&m), want);
+    // Reachable by exact name, as every hidden entry.
+    assert!(m.path("cat/real.bak/SKILL.md").exists());
+    assert!(m.path("cat/shortcut/SKILL.md").exists());
+    // Renamed to a park's name: hidden; back: listed.
+    fs::rename(m.path("cat/plain"), m.path("cat/plain.bak")).unwrap();
+    assert!(!names(&m.path("cat")).contains(&"plain.bak".to_string()));
+    fs::rename(m.path("cat/plain.bak"), m.path("cat/plain")).unwrap();
+    assert!(names(&m.path("cat")).contains(&"plain".to_string()));
+    assert_eq!(loader(&root), ["cat/plain", "cat/real"]);
+    m.umount();
+    m.remount();
+    assert_eq!(listed(&m), want, "the same after the mount's scan");
+    assert_eq!(loader(&root), ["cat/plain", "cat/real"]);
 }

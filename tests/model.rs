@@ -43,9 +43,99 @@ const NAMES: &[&str] = &["a", "b", "c", "f", "g", ".h.tmp"];
 const SLOTS: usize = 4;
 
 /// The default rule `.*.tmp:file`, the one hidden name the model uses: it
-/// hides regular files only (not directories, not symlinks).
+/// hides regular files only (a symlink is judged by where it leads, see
+/// `HIDDEN_LINKS`).
 fn hidden(name: &str, is_file: bool) -> bool {
     is_file && name.starts_with('.') && name.ends_with(".tmp")
+}
+
+/// The plain tree's symlinks (by inode) that skillfs hid when it placed
+/// them: judged by where they led then (`skillfs::follow`), and again at
+/// each mount.
+static HIDDEN_LINKS: std::sync::Mutex<BTreeSet<u64>> = std::sync::Mutex::new(BTreeSet::new());
+
+/// Whether the entry `name` in `dir` (of type `ft`) is hidden on the
+/// plain side: by its name, or a symlink as skillfs placed it.
+fn hides(dir: &Path, name: &str, ft: Option<fs::FileType>, plain: bool) -> bool {
+    match ft {
+        Some(t) if t.is_symlink() => {
+            plain
+                && fs::symlink_metadata(dir.join(name))
+                    .is_ok_and(|m| HIDDEN_LINKS.lock().unwrap().contains(&m.ino()))
+        }
+        Some(t) => hidden(name, t.is_file()),
+        None => false,
+    }
+}
+
+/// How skillfs judges the symlink at `rel` of the plain tree at `root` by
+/// where it leads (`skillfs::follow::seen`): hidden if it leads to or
+/// through a hidden entry, or if its name is hidden for the kind it leads
+/// to.
+fn judge_link(root: &Path, rel: &str) -> bool {
+    let name = rel.rsplit('/').next().unwrap();
+    match common::link_end(root, rel, &|dir, n, t| hides(dir, n, Some(t), true)) {
+        None => true, // leads to, or through, a hidden entry
+        Some(kind) => hidden(name, kind == 'f'),
+    }
+}
+
+/// Judges the symlink at `rel` (if it is one) again, as skillfs places it.
+fn place_link(root: &Path, rel: &str) {
+    let Ok(m) = fs::symlink_metadata(root.join(rel)) else {
+        return;
+    };
+    if m.file_type().is_symlink() {
+        let hide = judge_link(root, rel);
+        let mut set = HIDDEN_LINKS.lock().unwrap();
+        if hide {
+            set.insert(m.ino());
+        } else {
+            set.remove(&m.ino());
+        }
+    }
+}
+
+/// Judges every symlink under `rel` again, depth-first by name, as a
+/// mount's scan does.
+fn judge_links_under(root: &Path, rel: &str) {
+    let Ok(rd) = fs::read_dir(root.join(rel)) else {
+        return;
+    };
+    let mut names: Vec<_> = rd
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    for n in names {
+        let r = if rel.is_empty() {
+            n
+        } else {
+            format!("{rel}/{n}")
+        };
+        match fs::symlink_metadata(root.join(&r)) {
+            Ok(m) if m.file_type().is_symlink() => place_link(root, &r),
+            Ok(m) if m.is_dir() => judge_links_under(root, &r),
+            _ => {}
+        }
+    }
+}
+
+/// `rel` by its real directory (symlinks on the way resolved).
+fn real(root: &Path, rel: &str) -> Option<String> {
+    let p = Path::new(rel);
+    let dir = root.join(p.parent()?).canonicalize().ok()?;
+    let dir = dir
+        .strip_prefix(root.canonicalize().ok()?)
+        .ok()?
+        .to_str()?
+        .to_string();
+    let name = p.file_name()?.to_str()?;
+    Some(if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    })
 }
 
 /// File content; printed as its length and first byte, not in full.
@@ -140,13 +230,12 @@ fn meta(m: fs::Metadata) -> Out {
 }
 
 /// The names in `dir` a listing must show.
-fn listing(dir: &Path) -> std::io::Result<Vec<String>> {
+fn listing(dir: &Path, plain: bool) -> std::io::Result<Vec<String>> {
     let mut v = Vec::new();
     for e in fs::read_dir(dir)? {
         let e = e?;
         let name = e.file_name().into_string().unwrap();
-        let is_file = e.file_type()?.is_file();
-        if !hidden(&name, is_file) {
+        if !hides(dir, &name, Some(e.file_type()?), plain) {
             v.push(name);
         }
     }
@@ -166,7 +255,7 @@ fn drop_hidden_only(dir: &Path) -> bool {
     let all_hidden = !entries.is_empty()
         && entries.iter().all(|e| {
             let name = e.file_name().into_string().unwrap();
-            hidden(&name, e.file_type().is_ok_and(|t| t.is_file()))
+            hides(dir, &name, e.file_type().ok(), true)
         });
     if all_hidden {
         for e in entries {
@@ -206,7 +295,7 @@ impl Side<'_> {
             }
             Op::Read(rel) => io(fs::read(p(rel)), |b| Out::Bytes(Data(b))),
             Op::Stat(rel) => io(fs::symlink_metadata(p(rel)), meta),
-            Op::List(rel) => io(listing(&p(rel)), Out::Names),
+            Op::List(rel) => io(listing(&p(rel), self.plain), Out::Names),
             Op::Unlink(rel) => io(fs::remove_file(p(rel)), |()| Out::Unit),
             Op::Mkdir(rel) => io(fs::create_dir(p(rel)), |()| Out::Unit),
             Op::Rmdir(rel) => {
@@ -456,7 +545,7 @@ fn tree(
         } else {
             format!("{rel}/{name}")
         };
-        if plain && hidden(&name, ft.is_some_and(|t| t.is_file())) {
+        if plain && hides(dir, &name, ft, true) {
             hidden_names.push(r);
             continue;
         }
@@ -560,7 +649,22 @@ fn random_operations_match_a_plain_directory() {
     for step in 0..steps {
         let op = random_op(&mut rng);
         plain.split_link(&op);
+        let real_to = match &op {
+            Op::Rename(from, to, _) => vec![real(&plain_dir, to), real(&plain_dir, from)],
+            Op::Symlink(_, to) => vec![real(&plain_dir, to)],
+            _ => vec![],
+        };
         let a = plain.apply(&op);
+        if a.is_ok() {
+            // Placed (and, exchanged, both): judged as skillfs does.
+            let n = match &op {
+                Op::Rename(_, _, f) if f & libc::RENAME_EXCHANGE != 0 => 2,
+                _ => 1,
+            };
+            for rel in real_to.into_iter().take(n).flatten() {
+                place_link(&plain_dir, &rel);
+            }
+        }
         let b = mounted.apply(&op);
         history.push(format!("{step}: {op:?} -> {a:?}"));
         done += 1;
@@ -609,6 +713,7 @@ fn random_operations_match_a_plain_directory() {
                 m.kill9();
             }
             m.remount();
+            judge_links_under(&plain_dir, "");
             history.push(format!("{step}: all handles closed; {how} and mount again"));
             if let Err(e) = compare_trees(&plain_dir, &mounted_root) {
                 fail(

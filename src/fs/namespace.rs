@@ -49,7 +49,7 @@ impl SkillFs {
         check_name(name)?;
         let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
-        let (loc, attached) = self.place(parent, &ploc, name, kind)?;
+        let (loc, attached) = self.place(parent, &ploc, name, kind, target)?;
         if self
             .in_other_place(parent, &ploc, name, attached)?
             .is_some()
@@ -195,7 +195,10 @@ impl SkillFs {
             let d = self.find(newparent, &nploc, newname)?;
             (d.loc, d.attached)
         } else {
-            let (d, att) = self.place(newparent, &nploc, newname, kind)?;
+            let target = (kind == Kind::Symlink)
+                .then(|| sys::readlinkat(src.loc.dirfd, &src.loc.phys).ok())
+                .flatten();
+            let (d, att) = self.place(newparent, &nploc, newname, kind, target.as_deref())?;
             if let Some(other) = self.in_other_place(newparent, &nploc, newname, att)? {
                 // The target name exists in the other place: only possible
                 // for entries of different kinds (a rule that names one
@@ -494,7 +497,10 @@ impl SkillFs {
         name: &[u8],
         kind: Kind,
     ) -> Option<(Location, bool)> {
-        let (want, want_att) = match self.place(parent, ploc, name, kind) {
+        let target = (kind == Kind::Symlink)
+            .then(|| sys::readlinkat(at.dirfd, &at.phys).ok())
+            .flatten();
+        let (want, want_att) = match self.place(parent, ploc, name, kind, target.as_deref()) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!("could not place {} after an exchange: {e:?}", at.logical);
@@ -590,7 +596,7 @@ impl SkillFs {
             Ok(f) => (f.loc, f.attached, false),
             Err(e) if e.is(libc::ENOENT) => {
                 self.journal_room()?;
-                let (loc, attached) = self.place(parent, &ploc, name, Kind::File)?;
+                let (loc, attached) = self.place(parent, &ploc, name, Kind::File, None)?;
                 self.new_file_at(&loc, mode & 0o7777, caller)?;
                 self.touched(&loc);
                 (loc, attached, true)

@@ -71,22 +71,37 @@ impl SkillFs {
 
     /// Where a new `name` of `kind` goes in directory `parent` (at `ploc`):
     /// inside a hidden directory, always inside (no rule applies there);
-    /// in a visible one, attached when a hide rule says so.
+    /// in a visible one, attached when a hide rule says so, a symlink (its
+    /// `target`) judged by where it leads (see `follow`).
     pub(super) fn place(
         &self,
         parent: Ino,
         ploc: &Location,
         name: &[u8],
         kind: Kind,
+        target: Option<&[u8]>,
     ) -> FsResult<(Location, bool)> {
         let Some(pvis) = &ploc.visible else {
             return Ok((ploc.child(name), false));
         };
-        let mut inside_skill = || self.inside_skill(Some(pvis.clone()));
-        if self
-            .rules
-            .is_hidden(name, kind, parent == self.vroot, &mut inside_skill)
-        {
+        let mut in_pkg = None;
+        let mut hidden = |k: Kind| {
+            let mut inside_skill =
+                || *in_pkg.get_or_insert_with(|| self.inside_skill(Some(pvis.clone())));
+            self.rules
+                .is_hidden(name, k, parent == self.vroot, &mut inside_skill)
+        };
+        let (root, parked) = (self.root_raw(), self.parked_raw());
+        if crate::follow::hides(
+            root,
+            parked,
+            &self.rules,
+            pvis,
+            name,
+            kind,
+            target,
+            &mut hidden,
+        ) {
             let key = self.key_of(parent, ploc)?;
             self.ensure_park(&key)?;
             Ok((ploc.attached_child(self.parked_raw(), &key, name), true))

@@ -29,6 +29,7 @@
 //!   at the next mount), are never swept.
 
 use crate::store::Named;
+use crate::store::journal::Kind;
 use std::collections::{HashMap, HashSet};
 
 use super::unpark::FreezeGuard;
@@ -200,8 +201,21 @@ impl SkillFs {
         // next mount, never swept.
         let in_pkg = self.inside_skill(Some(dir.clone()));
         let rules = &self.rules;
-        if !rules.is_hidden(&d.name, kind, dir.is_root(), &mut || in_pkg)
-            || !rules.sweepable(&d.name, kind, dir.is_root())
+        let target = (kind == Kind::Symlink)
+            .then(|| sys::readlinkat(parked, &hp).ok())
+            .flatten();
+        let mut hidden = |k: Kind| rules.is_hidden(&d.name, k, dir.is_root(), &mut || in_pkg);
+        let root = self.root_raw();
+        if !crate::follow::hides(
+            root,
+            parked,
+            rules,
+            dir,
+            &d.name,
+            kind,
+            target.as_deref(),
+            &mut hidden,
+        ) || !rules.sweepable(&d.name, kind, dir.is_root())
         {
             return Ok(None);
         }

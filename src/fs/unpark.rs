@@ -283,6 +283,11 @@ impl SkillFs {
                 let Some(kind) = kind_of(&st) else {
                     continue; // not versioned (the settle says so)
                 };
+                if kind == Kind::Symlink {
+                    // Judged by where it leads (`follow`), which is only
+                    // known once the subtree is in place: settled then.
+                    return Err(std::io::Error::other(format!("{path} is a symlink")));
+                }
                 if self
                     .rules
                     .is_hidden(&n.name, kind, dir.is_root(), &mut || in_pkg)

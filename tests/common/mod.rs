@@ -506,3 +506,70 @@ pub fn copy_dir(from: &Path, to: &Path) {
         .unwrap();
     assert!(st.success(), "cp -a {} {}", from.display(), to.display());
 }
+
+/// Where the symlink at `rel` of the plain tree at `root` leads, walked as
+/// skillfs's `follow::seen` walks it (relative targets only, `..` never
+/// above the root, at most 40 links): `None` when it leads to or through
+/// an entry `hidden(dir, name, type)` calls hidden, else the kind it ends
+/// at: 'd', 'f', or 'l' when that is not known (nowhere, outside, a loop).
+pub fn link_end(
+    root: &Path,
+    rel: &str,
+    hidden: &dyn Fn(&Path, &str, fs::FileType) -> bool,
+) -> Option<char> {
+    let Ok(target) = fs::read_link(root.join(rel)) else {
+        return Some('l');
+    };
+    let mut at: Vec<String> = Path::new(rel)
+        .parent()
+        .map(|d| d.iter().map(|c| c.to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let split = |t: &Path| -> Vec<String> {
+        t.to_string_lossy()
+            .split('/')
+            .rev()
+            .map(str::to_string)
+            .collect()
+    };
+    if target.is_absolute() {
+        return Some('l');
+    }
+    let mut todo = split(&target);
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        match c.as_str() {
+            "" | "." => continue,
+            ".." => {
+                if at.pop().is_none() {
+                    return Some('l');
+                }
+                continue;
+            }
+            _ => {}
+        }
+        let dir = root.join(at.join("/"));
+        if dir.join(&c) == root.join(rel) {
+            return Some('l'); // back to itself: a loop
+        }
+        let Ok(m) = fs::symlink_metadata(dir.join(&c)) else {
+            return Some('l');
+        };
+        if hidden(&dir, &c, m.file_type()) {
+            return None;
+        }
+        if m.file_type().is_symlink() {
+            links += 1;
+            match fs::read_link(dir.join(&c)) {
+                Ok(t) if links <= 40 && !t.is_absolute() => todo.extend(split(&t)),
+                _ => return Some('l'),
+            }
+        } else if m.is_dir() {
+            at.push(c);
+        } else if todo.iter().all(|c| c.is_empty() || c == ".") {
+            return Some('f');
+        } else {
+            return Some('l');
+        }
+    }
+    Some('d')
+}
