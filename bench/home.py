@@ -19,7 +19,10 @@ Phases:
                                      logging.FileHandler (what the agent's
                                      logger does), then flushed
 
-usage: bench/home.py [--reps 5] [--systems native,bindfs,skillfs] [--dir DIR]
+usage: bench/home.py [--reps 5] [--systems native,bindfs,skillfs,skillfs-served] [--dir DIR]
+(skillfs: the daemon as root, the home's files opened with FUSE passthrough;
+skillfs-served: SKILLFS_NO_PASSTHROUGH=1, the daemon serves them, as a
+user's daemon does.)
 Needs root for bindfs and a release build (cargo build --release).
 """
 
@@ -52,15 +55,20 @@ class System:
             self.home = os.path.join(self.top, "mnt")
             os.makedirs(self.home)
             subprocess.run(["bindfs", "--multithreaded", plain, self.home], check=True)
-        elif self.name == "skillfs":
+        elif self.name.startswith("skillfs"):
+            # skillfs-served: the daemon serves the home's files itself, as
+            # a user's daemon does (no passthrough).
+            env = dict(os.environ)
+            if self.name == "skillfs-served":
+                env["SKILLFS_NO_PASSTHROUGH"] = "1"
             subprocess.run([str(BIN), "mount", plain, "--versioned", "skills"], check=True,
-                           stdout=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, env=env)
         return self
 
     def __exit__(self, *exc):
         if self.name == "bindfs":
             subprocess.run(["umount", "-l", self.home])
-        elif self.name == "skillfs":
+        elif self.name.startswith("skillfs"):
             subprocess.run([str(BIN), "umount", self.home], stdout=subprocess.DEVNULL)
         shutil.rmtree(self.top, ignore_errors=True)
 
@@ -119,11 +127,11 @@ PHASES = [
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--systems", default="native,bindfs,skillfs")
+    ap.add_argument("--systems", default="native,bindfs,skillfs,skillfs-served")
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     systems = args.systems.split(",")
-    if "skillfs" in systems and not BIN.exists():
+    if any(s.startswith("skillfs") for s in systems) and not BIN.exists():
         sys.exit("bench: build the release binary first: cargo build --release")
     base = args.dir or tempfile.gettempdir()
     times = {(s, p): [] for s in systems for p, _ in PHASES}
