@@ -128,6 +128,19 @@ enum Cmd {
         #[arg(long)]
         root: Option<PathBuf>,
     },
+    /// Check the store, changing nothing: the journal's lines and CRCs,
+    /// ids with no gap, every pack entry, every record's blob present; with
+    /// --full every blob re-hashed and the live tree against the newest
+    /// state. Exit 0 when sound, 5 with one line per problem.
+    Verify {
+        /// Also re-hash every blob and compare the live tree.
+        #[arg(long)]
+        full: bool,
+        #[arg(long)]
+        root: Option<PathBuf>,
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
     /// List recorded changes (id, time, operation, path, actor), oldest first.
     Log {
         /// Only changes at or below this path (relative to ROOT, or absolute under it).
@@ -242,7 +255,63 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             root,
             store,
         } => log(path, json, root, store),
+        Cmd::Verify { full, root, store } => verify(full, root, store),
     }
+}
+
+/// `skillfs verify`: problems and notes on stdout, one line each, then the
+/// summary; exit 5 if there is any problem.
+fn verify(full: bool, root: Option<PathBuf>, store: Option<PathBuf>) -> Result<(), Failure> {
+    let root = daemon::versioned_root_of(&daemon::absolute_root(&match root {
+        Some(r) => r,
+        None => default_root()?,
+    })?);
+    let layout = resolve_store(&root, store)?;
+    if !layout.journal().is_dir() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "no skillfs store at '{}' (it has no journal/)",
+                layout.dir.display()
+            ),
+        ));
+    }
+    let mounted = daemon::mount_serving(&root).is_some();
+    let r = crate::verify::verify(&layout, &root, full, mounted);
+    let mut out = std::io::stdout().lock();
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    for p in &r.problems {
+        let _ = writeln!(out, "{p}");
+    }
+    let ids = r
+        .ids
+        .map_or("none".to_string(), |(a, b)| format!("{a}-{b}"));
+    let mib = r.bytes_read as f64 / (1 << 20) as f64;
+    let secs = r.elapsed.as_secs_f64().max(1e-6);
+    let what = format!(
+        "{} records (ids {ids}), {} packs ({} entries), {} loose blobs{}; {mib:.1} MiB read in \
+         {secs:.2} s ({:.0} MiB/s)",
+        r.records,
+        r.packs,
+        r.pack_entries,
+        r.loose,
+        if full { ", live tree compared" } else { "" },
+        mib / secs
+    );
+    if r.problems.is_empty() {
+        let _ = writeln!(out, "sound: {what}");
+        return Ok(());
+    }
+    Err(Failure::new(
+        Exit::DamagedJournal,
+        format!(
+            "{} problem(s) in store '{}': {what}",
+            r.problems.len(),
+            layout.dir.display()
+        ),
+    ))
 }
 
 /// `$HERMES_HOME/skills`, else `~/.hermes/skills`.

@@ -9,11 +9,13 @@
 //!
 //! Owns: resolving a link's target inside the versioned root, through the
 //! daemon's own directory fds (the root's and `parked/`'s), never through
-//! the mount: a relative target from the link's directory, an absolute one
-//! only if it names a path under the root (by the root's own path); `..`
-//! above the root, an absolute path elsewhere, a loop or a missing name end
-//! the walk with nothing known, and the link is judged as a symlink, by its
-//! name, as before.
+//! the mount. Outside the root (`..` above it, an absolute target) the walk
+//! is lexical and comes back in where it reaches the root's own path
+//! (`../skills/x`, `/home/u/.hermes//skills/x`); a path that stays outside
+//! (or reaches the root only through a symlink outside it), a loop, or a
+//! walk past `MAX_STEPS` components leaves the link judged by its name as a
+//! symlink. A missing name is judged by the rules as it would be once made
+//! (a link to `later.bak` is hidden), and `.history` hides the link.
 //!
 //! Invariant: no system call here reaches a FUSE mount (every path is
 //! relative to a held fd below the root or in the store), so it may run
@@ -31,6 +33,11 @@ use crate::sys;
 
 /// The kernel's own limit on links followed in one path walk.
 const MAX_LINKS: usize = 40;
+/// Components walked at most (the kernel's path limit is 4096 bytes, but
+/// links multiply it): past this the link is judged by its name.
+const MAX_STEPS: usize = 4096;
+/// The history tree's name (see `fs::history_view`).
+const HISTORY: &[u8] = b".history";
 
 /// How the rules see a symlink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,23 +63,52 @@ pub fn seen(
     // The link's own path: a walk back to it is a loop, whichever place
     // (inside or attached) it has while it is being judged.
     let own = dir.join(name);
-    let mut at: Vec<Vec<u8>> = dir.components().map(<[u8]>::to_vec).collect();
+    // The root's own absolute path (as the daemon opened it), for targets
+    // that leave it and come back (`../skills/x`, `/home/u/.hermes/skills/x`).
+    let root_abs: Vec<Vec<u8>> = std::fs::read_link(format!("/proc/self/fd/{root_fd}"))
+        .map(|p| split(p.as_os_str().as_bytes()))
+        .unwrap_or_default();
+    let mut pos = Pos::Inside(dir.components().map(<[u8]>::to_vec).collect());
     let mut todo: Vec<Vec<u8>> = Vec::new();
-    if !push_target(root_fd, &mut at, &mut todo, target) {
-        return Seen::As(Kind::Symlink);
-    }
-    let mut links = 0;
+    queue(&mut todo, &mut pos, target);
+    let (mut links, mut steps) = (0, 0);
     // `todo` holds the components still to walk, the next one last.
     while let Some(name) = todo.pop() {
-        match name.as_slice() {
-            b"" | b"." => continue,
-            b".." => {
-                if at.pop().is_none() {
-                    return Seen::As(Kind::Symlink); // above the root
+        steps += 1;
+        if steps > MAX_STEPS {
+            return Seen::As(Kind::Symlink);
+        }
+        if name.is_empty() || name == b"." {
+            continue;
+        }
+        let at = match &mut pos {
+            // Outside the root: a lexical walk (nothing outside is read),
+            // which enters the root again where it reaches the root's path.
+            Pos::Outside(abs) => {
+                if name == b".." {
+                    abs.pop();
+                } else {
+                    abs.push(name);
+                }
+                if !root_abs.is_empty() && *abs == root_abs {
+                    pos = Pos::Inside(Vec::new());
                 }
                 continue;
             }
-            _ => {}
+            Pos::Inside(at) => at,
+        };
+        if name == b".." {
+            if at.pop().is_none() {
+                if root_abs.is_empty() {
+                    return Seen::As(Kind::Symlink);
+                }
+                pos = Pos::Outside(root_abs[..root_abs.len() - 1].to_vec());
+            }
+            continue;
+        }
+        // `.history` is the history tree: every version of every skill.
+        if name == HISTORY {
+            return Seen::Hidden;
         }
         let here = at.join(&b'/');
         let path = if here.is_empty() {
@@ -83,14 +119,19 @@ pub fn seen(
         if path == own.as_bytes() {
             return Seen::As(Kind::Symlink);
         }
+        let in_root = at.is_empty();
         let st = match sys::lstatat(root_fd, &path) {
             Ok(st) => st,
             Err(_) => {
-                // Not inside: attached to its directory (hidden), or missing.
+                // Not inside: attached to its directory (hidden), or
+                // missing, then judged by the name it would have: a link
+                // to a park's name is a park to be.
                 let attached = sys::dir_key(root_fd, &here).is_ok_and(|key| {
                     sys::lstatat(parked_fd, &[key.as_bytes(), b"/", &name].concat()).is_ok()
                 });
-                return if attached {
+                let inside = || in_skill(root_fd, at);
+                let named = |k| rules.is_hidden(&name, k, in_root, &mut { inside });
+                return if attached || named(Kind::Dir) || named(Kind::File) {
                     Seen::Hidden
                 } else {
                     Seen::As(Kind::Symlink)
@@ -101,7 +142,7 @@ pub fn seen(
         // may not have come to it): the answer does not depend on the
         // order in which a walk places the entries.
         if let Some(k) = kind_of(&st).filter(|k| *k != Kind::Symlink)
-            && rules.is_hidden(&name, k, at.is_empty(), &mut || in_skill(root_fd, &at))
+            && rules.is_hidden(&name, k, in_root, &mut || in_skill(root_fd, at))
         {
             return Seen::Hidden;
         }
@@ -111,16 +152,44 @@ pub fn seen(
                 let Ok(t) = sys::readlinkat(root_fd, &path) else {
                     return Seen::As(Kind::Symlink);
                 };
-                if links > MAX_LINKS || !push_target(root_fd, &mut at, &mut todo, &t) {
+                if links > MAX_LINKS {
                     return Seen::As(Kind::Symlink);
                 }
+                queue(&mut todo, &mut pos, &t);
             }
             Some(Kind::Dir) => at.push(name),
             Some(k) if todo.iter().all(|c| c.is_empty() || c == b".") => return Seen::As(k),
             _ => return Seen::As(Kind::Symlink), // a file in the middle of a path
         }
     }
-    Seen::As(Kind::Dir)
+    match pos {
+        Pos::Inside(_) => Seen::As(Kind::Dir),
+        Pos::Outside(_) => Seen::As(Kind::Symlink),
+    }
+}
+
+/// Where a walk is: inside the root (components from it), or outside it
+/// (absolute components, walked lexically).
+enum Pos {
+    Inside(Vec<Vec<u8>>),
+    Outside(Vec<Vec<u8>>),
+}
+
+/// A path's components (empty ones dropped).
+fn split(p: &[u8]) -> Vec<Vec<u8>> {
+    p.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// Queues the components of `target` to walk next; an absolute one starts
+/// from `/`, outside the root.
+fn queue(todo: &mut Vec<Vec<u8>>, pos: &mut Pos, target: &[u8]) {
+    if target.starts_with(b"/") {
+        *pos = Pos::Outside(Vec::new());
+    }
+    todo.extend(target.split(|&b| b == b'/').rev().map(<[u8]>::to_vec));
 }
 
 /// Whether the directory at `at` (components from the root) or one of
@@ -135,35 +204,6 @@ fn in_skill(root_fd: RawFd, at: &[Vec<u8>]) -> bool {
         };
         sys::lstatat(root_fd, &p).is_ok()
     })
-}
-
-/// Queues the components of `target` to walk from `at` (moved to the
-/// root for an absolute target under the root's own path). False for an
-/// absolute target elsewhere.
-fn push_target(
-    root_fd: RawFd,
-    at: &mut Vec<Vec<u8>>,
-    todo: &mut Vec<Vec<u8>>,
-    target: &[u8],
-) -> bool {
-    let rel = if target.starts_with(b"/") {
-        let Ok(root) = std::fs::read_link(format!("/proc/self/fd/{root_fd}")) else {
-            return false;
-        };
-        let root = root.as_os_str().as_bytes();
-        let Some(rest) = target.strip_prefix(root) else {
-            return false;
-        };
-        if !(rest.is_empty() || rest.starts_with(b"/")) {
-            return false; // a sibling whose name starts like the root's
-        }
-        at.clear();
-        rest
-    } else {
-        target
-    };
-    todo.extend(rel.split(|&b| b == b'/').rev().map(<[u8]>::to_vec));
-    true
 }
 
 /// Whether the rules hide an entry `name` of `kind` in visible directory

@@ -28,3 +28,4 @@ pub mod scan;
 pub mod store;
 pub mod sys;
 pub mod time;
+pub mod verify;

@@ -119,16 +119,6 @@ pub fn has_xattrs(f: &impl AsRawFd) -> bool {
     n != 0
 }
 
-/// `linkat(2)` of `from` (in `fromdir`) as `to` (in `todir`), never
-/// following a symlink.
-pub fn linkat(fromdir: RawFd, from: &[u8], todir: RawFd, to: &[u8]) -> io::Result<()> {
-    let (a, b) = (cpath(from)?, cpath(to)?);
-    // SAFETY: both strings are NUL-terminated and outlive the call; the fds are only numbers
-    // to the kernel.
-    check(unsafe { libc::linkat(fromdir, a.as_ptr(), todir, b.as_ptr(), 0) })?;
-    Ok(())
-}
-
 pub fn unlinkat(dir: RawFd, rel: &[u8], remove_dir: bool) -> io::Result<()> {
     let c = cpath(rel)?;
     let flags = if remove_dir { libc::AT_REMOVEDIR } else { 0 };

@@ -634,8 +634,14 @@ fn symlinks_are_judged_by_where_they_lead() {
     link(&m.path("cat/real").display().to_string(), "cat/abs.bak"); // absolute, into the root
     link("real/SKILL.md", "cat/file.bak"); // a file: *.bak hides directories only
     link("missing", "cat/dangling.bak"); // leads nowhere: judged by its name
-    link("loop2.bak", "cat/loop1.bak");
-    link("loop1.bak", "cat/loop2.bak");
+    link("loopb", "cat/loopa"); // a loop: judged by its name
+    link("loopa", "cat/loopb");
+    link("later.bak", "cat/dang"); // to a park's name not made yet
+    link(".history", "cat/hist"); // the history tree
+    link("../../skills/cat/gone.bak", "cat/up"); // out of the root and back in
+    let abs = m.path("cat/gone.bak").display().to_string();
+    let twisted = abs.replacen("/skills/", "//./skills/", 1);
+    link(&twisted, "cat/abs2"); // another spelling of a path into the root
     link("real", "cat/plain"); // an ordinary link, listed
     let listed = |m: &Mount| {
         let mut v = names(&m.path("cat"));
@@ -645,8 +651,8 @@ fn symlinks_are_judged_by_where_they_lead() {
     let want = [
         "dangling.bak",
         "file.bak",
-        "loop1.bak",
-        "loop2.bak",
+        "loopa",
+        "loopb",
         "old",
         "plain",
         "real",

@@ -460,24 +460,135 @@ fn hidden_entries_come_along_out_of_skills() {
     assert!(!home.join("gone").exists());
 }
 
-/// The home's files are plain: hard links made before the mount stay one
-/// file when written, and new ones can be made (not in skills/).
+/// Hard links in the home behave as in skills/: one made before the mount
+/// is split at the first write of one name (the other may be versioned),
+/// and none can be made through the mount.
 #[test]
-fn hard_links_in_the_home_are_plain() {
+fn hard_links_in_the_home_are_split_not_shared() {
     let m = home_mount("home-links", |home| {
         fs::create_dir(home.join("data")).unwrap();
         fs::write(home.join("data/a"), "orig").unwrap();
         fs::hard_link(home.join("data/a"), home.join("data/b")).unwrap();
+        fs::create_dir_all(home.join("skills/s")).unwrap();
+        fs::write(home.join("skills/s/v.md"), "versioned").unwrap();
+        fs::hard_link(home.join("skills/s/v.md"), home.join("alias.md")).unwrap();
     });
     let home = m.mount_point();
     fs::write(home.join("data/a"), "new").unwrap();
-    assert_eq!(fs::read(home.join("data/b")).unwrap(), b"new");
-    fs::hard_link(home.join("data/a"), home.join("data/c")).unwrap();
-    assert_eq!(fs::metadata(home.join("data/c")).unwrap().nlink(), 3);
-    fs::write(m.path("f"), "f").unwrap();
-    let err = fs::hard_link(m.path("f"), m.path("g")).unwrap_err();
-    assert_eq!(err.raw_os_error(), Some(libc::EPERM));
-    assert!(fs::hard_link(home.join("data/a"), m.path("x")).is_err());
+    assert_eq!(fs::read(home.join("data/b")).unwrap(), b"orig");
+    // The home's name of a versioned file: its write never reaches it.
+    fs::write(home.join("alias.md"), "changed in the home").unwrap();
+    assert_eq!(fs::read(m.path("s/v.md")).unwrap(), b"versioned");
+    for (from, to) in [("data/a", "data/c"), ("data/a", "skills/x")] {
+        let err = fs::hard_link(home.join(from), home.join(to)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+    }
+}
+
+/// A file of the home opened directly (passthrough) and renamed into
+/// skills/ while open: a truncate by path keeps its inode (no swap that the
+/// kernel's backing file would miss), its writes land in it and in no other
+/// file, what it held before is kept, and the history ends as the file.
+#[test]
+fn a_direct_writer_moved_into_skills_keeps_its_file() {
+    use std::os::unix::fs::FileExt;
+    let m = home_mount("home-direct", |home| {
+        fs::create_dir_all(home.join("skills/s")).unwrap();
+        for i in 0..20 {
+            fs::write(home.join(format!("skills/s/f{i}.md")), format!("f{i}")).unwrap();
+        }
+        fs::write(home.join("notes.md"), "before").unwrap();
+    });
+    let home = m.mount_point();
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(home.join("notes.md"))
+        .unwrap();
+    f.write_all_at(b"written directly", 0).unwrap();
+    fs::rename(home.join("notes.md"), m.path("s/notes.md")).unwrap();
+    f.write_all_at(b"precious", 0).unwrap();
+    // Truncated by path by another process: what was there is kept.
+    let t = fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("s/notes.md"))
+        .unwrap();
+    t.set_len(0).unwrap();
+    drop(t);
+    for i in 0..20 {
+        fs::write(m.path(&format!("s/f{i}.md")), format!("clean {i}")).unwrap();
+    }
+    f.write_all_at(b"after the truncate", 0).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    for i in 0..20 {
+        let got = fs::read_to_string(m.path(&format!("s/f{i}.md"))).unwrap();
+        assert_eq!(got, format!("clean {i}"), "a write landed in another file");
+    }
+    assert_eq!(
+        fs::read(m.path("s/notes.md")).unwrap(),
+        b"after the truncate"
+    );
+    let latest = m.path(".history/latest/s/notes.md");
+    assert_eq!(fs::read(latest).unwrap(), b"after the truncate");
+    let kept = fs::read_dir(m.path(".history"))
+        .unwrap()
+        .filter_map(|e| fs::read(e.unwrap().path().join("s/notes.md")).ok())
+        .any(|b| b.starts_with(b"precious"));
+    assert!(kept, "the content before the truncate is in history");
+}
+
+/// Opens of a home file replaced (or removed) while a direct handle holds
+/// it join that handle's kind: no EIO (the kernel refuses a mix).
+#[test]
+fn a_replaced_home_file_still_opens() {
+    let m = home_mount("home-replaced", |home| {
+        fs::write(home.join("u"), "data\n").unwrap();
+        fs::write(home.join("u.new"), "new\n").unwrap();
+    });
+    let home = m.mount_point();
+    let held = fs::File::open(home.join("u")).unwrap();
+    fs::rename(home.join("u.new"), home.join("u")).unwrap();
+    let again = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held));
+    assert_eq!(fs::read(&again).unwrap(), b"data\n");
+    assert_eq!(fs::read(home.join("u")).unwrap(), b"new\n");
+    fs::remove_file(home.join("u")).unwrap();
+    assert_eq!(fs::read(&again).unwrap(), b"data\n");
+}
+
+/// A direct writer's bytes in skills/ are kept before an unlink or a
+/// rename over the file takes them (G1).
+#[test]
+fn direct_writes_are_kept_before_an_unlink() {
+    use std::os::unix::fs::FileExt;
+    let m = home_mount("home-direct-unlink", |home| {
+        fs::create_dir_all(home.join("skills/s")).unwrap();
+        fs::write(home.join("n"), "v1").unwrap();
+        fs::write(home.join("o"), "w1").unwrap();
+    });
+    let home = m.mount_point();
+    for (name, gone) in [("n", "unlink"), ("o", "rename")] {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(home.join(name))
+            .unwrap();
+        fs::rename(home.join(name), m.path(&format!("s/{name}"))).unwrap();
+        f.write_all_at(format!("{name} v2-precious").as_bytes(), 0)
+            .unwrap();
+        if gone == "unlink" {
+            fs::remove_file(m.path(&format!("s/{name}"))).unwrap();
+        } else {
+            fs::write(m.path("s/other"), "other").unwrap();
+            fs::rename(m.path("s/other"), m.path(&format!("s/{name}"))).unwrap();
+        }
+        drop(f);
+        let want = format!("{name} v2-precious");
+        let kept = fs::read_dir(m.path(".history"))
+            .unwrap()
+            .filter_map(|e| fs::read(e.unwrap().path().join(format!("s/{name}"))).ok())
+            .any(|b| b == want.as_bytes());
+        assert!(kept, "{want} is in history after the {gone}");
+    }
 }
 
 /// Mounted over the home or over skills/ alone, one store keeps all of

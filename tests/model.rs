@@ -74,7 +74,8 @@ fn hides(dir: &Path, name: &str, ft: Option<fs::FileType>, plain: bool) -> bool 
 /// to.
 fn judge_link(root: &Path, rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap();
-    match common::link_end(root, rel, &|dir, n, t| hides(dir, n, Some(t), true)) {
+    let hidden_at = |dir: &Path, n: &str, t| hides(dir, n, Some(t), true);
+    match common::link_end(root, rel, &hidden_at, &|n| hidden(n, true)) {
         None => true, // leads to, or through, a hidden entry
         Some(kind) => hidden(name, kind == 'f'),
     }

@@ -292,7 +292,8 @@ impl Plain {
             };
             self.hides(dir, n, kind)
         };
-        match common::link_end(&self.root, rel, &hidden_at) {
+        let hidden_name = |n: &str| hidden(n, 'd') || hidden(n, 'f');
+        match common::link_end(&self.root, rel, &hidden_at, &hidden_name) {
             None => true, // leads to, or through, a hidden entry
             Some(kind) => hidden(name, kind),
         }

@@ -219,6 +219,9 @@ impl SkillFs {
             {
                 self.publish_locked(&mut s, l, Op::Write, false, caller)?;
             }
+            if let Some(l) = loc {
+                self.keep_direct(&s, l, caller)?;
+            }
             self.ensure_staging(&mut s, size == 0, self.write_place(loc))?;
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;

@@ -41,26 +41,12 @@ impl SkillFs {
         }
     }
 
-    /// Hard links are refused in the versioned tree: a new version
-    /// replaces the live file by rename, which would silently split the
-    /// links. Between plain files of the home they are made, as anywhere
-    /// (each name is its own inode to the kernel).
-    pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Entry> {
-        if self.home.is_none() || is_virtual(ino) || is_virtual(newparent) {
-            return Err(FsError::EPERM);
-        }
-        check_name(newname)?;
-        {
-            let _ns = self.ns_write();
-            let (src, dir) = (self.loc(ino)?, self.loc(newparent)?);
-            if !self.outside(&src) || !self.outside(&dir) {
-                return Err(FsError::EPERM);
-            }
-            let to = dir.child(newname);
-            sys::linkat(src.dirfd, &src.phys, to.dirfd, &to.phys)?;
-            self.touched(&to);
-        }
-        self.lookup(newparent, newname)
+    /// Hard links are refused: a new version replaces the live file by
+    /// rename, which would silently split the links; and a link between the
+    /// home and the versioned tree would let a write to the home's name
+    /// change a versioned file with no version.
+    pub fn link(&self, _ino: Ino, _newparent: Ino, _newname: &[u8]) -> FsResult<Entry> {
+        Err(FsError::EPERM)
     }
 
     /// Extended attributes are not kept (a version would have to carry

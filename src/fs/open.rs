@@ -83,10 +83,30 @@ impl SkillFs {
     /// How a file at `loc` (`None`: no longer in the tree) is written.
     pub(super) fn write_place(&self, loc: Option<&Location>) -> WritePlace {
         match loc {
-            Some(l) if self.outside(l) => WritePlace::InPlace,
+            // A file of the home with another hard link is copied like a
+            // hidden one: the other name may be in the versioned tree.
             Some(l) if l.is_hidden() => WritePlace::InPlaceUnlinked,
             _ => WritePlace::Copy,
         }
+    }
+
+    /// Keeps, as a version, what direct writers of the open file `s` at
+    /// `loc` wrote, before a change that would lose it (a truncate, an
+    /// unlink, a rename over it) where it is in the versioned tree.
+    pub(super) fn keep_direct(
+        &self,
+        s: &OpenState,
+        loc: &Location,
+        caller: &Caller,
+    ) -> FsResult<()> {
+        if s.direct_writers == 0 {
+            return Ok(());
+        }
+        if let (Some(path), Some(file)) = (self.versioned(loc), &s.backing) {
+            self.store_and_record(file, &path, Op::Write, false, caller)
+                .context(format_args!("version {} written directly", loc.logical))?;
+        }
+        Ok(())
     }
 
     /// Gives the open file a staging copy if it has none (`empty`: start
@@ -98,6 +118,14 @@ impl SkillFs {
         empty: bool,
         place: WritePlace,
     ) -> FsResult<()> {
+        // An inode with direct handles is never swapped: the kernel writes
+        // it through its own backing file, which a swap would leave behind
+        // (and a recycle would hand to another file).
+        let place = if s.direct > 0 {
+            WritePlace::InPlace
+        } else {
+            place
+        };
         if let Some(stg) = &mut s.staging {
             if empty {
                 sys::ftruncate(&*stg.file, 0)?;
@@ -192,9 +220,10 @@ impl SkillFs {
                 }
                 Err(e) => {
                     // What a writer puts in it is lost, as on ext4: it
-                    // is no longer any file's content.
+                    // is no longer any file's content. (Direct if its
+                    // other handles are: the kernel takes no mix.)
                     let of = self.open_live(ino, Err(e))?;
-                    self.finish_open(ino, None, of, flags, false, caller)
+                    self.finish_open(ino, None, of, flags, true, caller)
                 }
             }
         })
@@ -215,7 +244,7 @@ impl SkillFs {
         // `O_RDONLY | O_TRUNC` truncates too (with FUSE_ATOMIC_O_TRUNC the
         // kernel counts on the open to have done it).
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
-        if may_pass && let Some(backing) = self.open_direct(&of, loc, flags, write)? {
+        if may_pass && let Some(backing) = self.open_direct(&of, loc, flags, write, caller)? {
             let fh = self.new_handle(Handle::File {
                 ino,
                 write,
@@ -288,6 +317,7 @@ impl SkillFs {
         loc: Option<&Location>,
         flags: i32,
         write: bool,
+        caller: &Caller,
     ) -> FsResult<Option<Arc<File>>> {
         if !self.passthrough.load(Ordering::Relaxed) {
             return Ok(None);
@@ -295,7 +325,10 @@ impl SkillFs {
         let mut s = of.state.lock();
         let others = s.handles - 1;
         let outside = loc.is_some_and(|l| self.outside(l));
-        if !(s.direct > 0 || (outside && others == 0 && s.staging.is_none())) {
+        // A file with another hard link is served by the daemon, which
+        // splits it at its first write (the other name may be versioned).
+        let single = || sys::fstat(&*s.live).is_ok_and(|st| st.st_nlink <= 1);
+        if !(s.direct > 0 || (outside && others == 0 && s.staging.is_none() && single())) {
             return Ok(None);
         }
         let backing = match &s.backing {
@@ -315,6 +348,10 @@ impl SkillFs {
             }
         };
         if flags & libc::O_TRUNC != 0 {
+            // What direct writers wrote is kept before it goes (G1).
+            if let Some(l) = loc {
+                self.keep_direct(&s, l, caller)?;
+            }
             sys::ftruncate(&*backing, 0)?;
         }
         s.direct += 1;

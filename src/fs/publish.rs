@@ -38,6 +38,7 @@ impl SkillFs {
                 self.publish_locked(&mut s, &loc, Op::Write, false, caller)
                     .context(format_args!("publish {} before it changed", loc.logical))?;
             }
+            self.keep_direct(&s, &loc, caller)?;
         }
         Ok(())
     }

@@ -510,12 +510,14 @@ pub fn copy_dir(from: &Path, to: &Path) {
 /// Where the symlink at `rel` of the plain tree at `root` leads, walked as
 /// skillfs's `follow::seen` walks it (relative targets only, `..` never
 /// above the root, at most 40 links): `None` when it leads to or through
-/// an entry `hidden(dir, name, type)` calls hidden, else the kind it ends
-/// at: 'd', 'f', or 'l' when that is not known (nowhere, outside, a loop).
+/// an entry `hidden(dir, name, type)` calls hidden, to a missing name that
+/// `hidden_name` calls hidden, or to `.history`; else the kind it ends at:
+/// 'd', 'f', or 'l' when that is not known (nowhere, outside, a loop).
 pub fn link_end(
     root: &Path,
     rel: &str,
     hidden: &dyn Fn(&Path, &str, fs::FileType) -> bool,
+    hidden_name: &dyn Fn(&str) -> bool,
 ) -> Option<char> {
     let Ok(target) = fs::read_link(root.join(rel)) else {
         return Some('l');
@@ -551,8 +553,12 @@ pub fn link_end(
         if dir.join(&c) == root.join(rel) {
             return Some('l'); // back to itself: a loop
         }
+        if c == ".history" {
+            return None; // the history tree
+        }
         let Ok(m) = fs::symlink_metadata(dir.join(&c)) else {
-            return Some('l');
+            // Missing: judged by the name it would have.
+            return if hidden_name(&c) { None } else { Some('l') };
         };
         if hidden(&dir, &c, m.file_type()) {
             return None;

@@ -1,0 +1,497 @@
+//! `skillfs verify`: whether a store is sound, read at disk speed, changing
+//! nothing.
+//!
+//! Owns the checks and their report: the journal (every line's CRC, ids
+//! with no gap: the journal reader's own rules, a torn tail told from
+//! damage), every pack entry against its header (and, `--full`, its hash),
+//! every loose blob's name (and, `--full`, its hash), every record's blob
+//! present, and (`--full`) the live tree against the newest state the
+//! journal gives it.
+//!
+//! Invariants: nothing is written, renamed or locked; every file is opened
+//! read-only and never through a symlink (`O_NOFOLLOW`). A problem is one
+//! line naming the file (and line, offset or blob) and what is wrong. A
+//! torn tail of the journal or of a pack (a crash mid-append, recovered by
+//! the next mount) and, unmounted, a live tree changed since the last
+//! mount (recorded by the next mount) are notes, not problems.
+//! Locks: none. Run against a mounted store it reads what the daemon has
+//! written so far; a record being appended meanwhile is a torn tail.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{IsTerminal, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::catalog::Fold;
+use crate::hide::HideRules;
+use crate::relpath::{RelPath, hex};
+use crate::store::Layout;
+use crate::store::journal::{self, Kind, Record};
+use crate::store::packs::PACK_MAX;
+
+/// What `verify` found.
+#[derive(Default)]
+pub struct Report {
+    pub problems: Vec<String>,
+    pub notes: Vec<String>,
+    pub records: usize,
+    pub ids: Option<(u64, u64)>,
+    pub packs: usize,
+    pub pack_entries: usize,
+    pub loose: usize,
+    pub bytes_read: u64,
+    pub elapsed: Duration,
+}
+
+/// A pack entry's header: "SKB1", the sha256, the length (u64 LE).
+const MAGIC: &[u8; 4] = b"SKB1";
+const HEADER: u64 = 4 + 32 + 8;
+
+/// Progress on a terminal, once a check has run for a second.
+struct Progress {
+    started: Instant,
+    last: Instant,
+    on: bool,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        let now = Instant::now();
+        Progress {
+            started: now,
+            last: now,
+            on: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn show(&mut self, what: &str, bytes: u64) {
+        let now = Instant::now();
+        if !self.on
+            || now - self.started < Duration::from_secs(1)
+            || now - self.last < Duration::from_millis(200)
+        {
+            return;
+        }
+        self.last = now;
+        let secs = (now - self.started).as_secs_f64();
+        let mib = bytes as f64 / (1 << 20) as f64;
+        let _ = write!(
+            std::io::stderr(),
+            "\rverify: {what}, {mib:.0} MiB read ({:.0} MiB/s)   ",
+            mib / secs
+        );
+    }
+
+    fn done(&self) {
+        if self.on && Instant::now() - self.started >= Duration::from_secs(1) {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
+
+fn open_ro(p: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(p)
+}
+
+/// Checks the store at `layout` (versioning `root`); `live_is_mounted`:
+/// the live tree is read through the mount (a difference is a problem),
+/// else directly (a difference is a change made while unmounted).
+pub fn verify(layout: &Layout, root: &Path, full: bool, live_is_mounted: bool) -> Report {
+    let started = Instant::now();
+    let mut r = Report::default();
+    let mut progress = Progress::new();
+    let records = check_journal(layout, &mut r);
+    let mut present = HashSet::new();
+    check_packs(layout, full, &mut r, &mut present, &mut progress);
+    check_loose(layout, full, &mut r, &mut present, &mut progress);
+    if let Some(records) = &records {
+        for rec in records {
+            let Some(blob) = rec.state.as_ref().and_then(|s| s.blob.as_ref()) else {
+                continue;
+            };
+            if !present.contains(blob.as_str()) {
+                r.problems.push(format!(
+                    "journal: record {} ({} {}): its blob {blob} is in no pack and no loose file",
+                    rec.seq,
+                    rec.op.name(),
+                    rec.path
+                ));
+            }
+        }
+        if full {
+            check_live(
+                layout,
+                root,
+                records,
+                live_is_mounted,
+                &mut r,
+                &mut progress,
+            );
+        }
+    }
+    progress.done();
+    r.elapsed = started.elapsed();
+    r
+}
+
+fn check_journal(layout: &Layout, r: &mut Report) -> Option<Vec<Record>> {
+    let contents = match journal::read_dir(&layout.journal()) {
+        Ok(c) => c,
+        Err(e) => {
+            r.problems.push(format!("journal: {e}"));
+            return None;
+        }
+    };
+    if contents.torn_lines > 0 {
+        // Whole lines that fail their check with nothing after them to
+        // vouch they were durable: damage, or a crash in the middle of a
+        // group of appends; either way records the history may lack.
+        r.problems.push(format!(
+            "journal/{}: {} bytes ({} whole lines) after record {} fail their check (damaged, \
+             or cut by a crash); the next mount sets them aside in journal/torn-*",
+            contents.segment_name(),
+            contents.torn_bytes,
+            contents.torn_lines,
+            contents.records.last().map_or(0, |r| r.seq)
+        ));
+    } else if contents.torn_bytes > 0 {
+        r.notes.push(format!(
+            "journal/{}: {} bytes after its last record are a torn tail (a crash while \
+             appending); the next mount sets them aside",
+            contents.segment_name(),
+            contents.torn_bytes
+        ));
+    }
+    for w in contents.records.windows(2) {
+        if w[1].seq != w[0].seq + 1 {
+            r.problems.push(format!(
+                "journal: ids jump from {} to {}: records are missing",
+                w[0].seq, w[1].seq
+            ));
+        }
+    }
+    r.records = contents.records.len();
+    r.ids = contents
+        .records
+        .first()
+        .zip(contents.records.last())
+        .map(|(a, b)| (a.seq, b.seq));
+    Some(contents.records)
+}
+
+fn check_packs(
+    layout: &Layout,
+    full: bool,
+    r: &mut Report,
+    present: &mut HashSet<String>,
+    progress: &mut Progress,
+) {
+    let dir = layout.blobs().join(crate::store::packs::PACKS);
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let mut packs: Vec<(u32, PathBuf)> = rd
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let n = e
+                .file_name()
+                .to_str()?
+                .strip_suffix(".pack")?
+                .parse()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    packs.sort();
+    for (_, path) in packs {
+        r.packs += 1;
+        let name = format!(
+            "blobs/packs/{}",
+            path.file_name().unwrap_or_default().to_string_lossy()
+        );
+        let file = match open_ro(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                r.problems.push(format!("{name}: cannot be read: {e}"));
+                continue;
+            }
+        };
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut off = 0u64;
+        let mut head = [0u8; HEADER as usize];
+        while off + HEADER <= size {
+            let header = file.read_exact_at(&mut head, off).ok().and_then(|()| {
+                let len = u64::from_le_bytes(head[36..44].try_into().expect("8 bytes"));
+                (&head[..4] == MAGIC && len <= PACK_MAX && off + HEADER + len <= size)
+                    .then_some(len)
+            });
+            let Some(len) = header else {
+                // Damage, or a tail cut off by a crash: which, the next
+                // entry (if any) tells.
+                match next_entry(&file, off + 1, size) {
+                    Some(next) => {
+                        r.problems.push(format!(
+                            "{name}: {} bytes at offset {off} are not a valid entry (damaged); \
+                             a content stored there is lost from this pack",
+                            next - off
+                        ));
+                        off = next;
+                        continue;
+                    }
+                    None => {
+                        r.notes.push(format!(
+                            "{name}: {} bytes after offset {off} are not a whole entry (a crash \
+                             while appending); ignored",
+                            size - off
+                        ));
+                        off = size;
+                        break;
+                    }
+                }
+            };
+            let id = hex(&head[4..36]);
+            let body = off + HEADER;
+            if full {
+                let mut data = vec![0u8; len as usize];
+                let ok = file.read_exact_at(&mut data, body).is_ok()
+                    && Sha256::digest(&data).as_slice() == &head[4..36];
+                r.bytes_read += len;
+                if !ok {
+                    r.problems.push(format!(
+                        "{name}: the entry at offset {off} ({id}, {len} bytes) does not match its \
+                         hash"
+                    ));
+                    off = body + len;
+                    continue;
+                }
+            }
+            present.insert(id);
+            r.pack_entries += 1;
+            off = body + len;
+            progress.show(&format!("{} pack entries", r.pack_entries), r.bytes_read);
+        }
+        if off < size {
+            r.notes.push(format!(
+                "{name}: {} bytes after offset {off} are not a whole entry; ignored",
+                size - off
+            ));
+        }
+    }
+}
+
+/// The offset of the next well-formed entry header after `from`.
+fn next_entry(file: &File, from: u64, size: u64) -> Option<u64> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut at = from;
+    while at + HEADER <= size {
+        let n = file.read_at(&mut buf, at).ok()?;
+        if n < 4 {
+            return None;
+        }
+        for i in 0..n - 3 {
+            if &buf[i..i + 4] == MAGIC {
+                let off = at + i as u64;
+                let mut head = [0u8; HEADER as usize];
+                if file.read_exact_at(&mut head, off).is_ok() {
+                    let len = u64::from_le_bytes(head[36..44].try_into().expect("8 bytes"));
+                    if len <= PACK_MAX && off + HEADER + len <= size {
+                        let mut data = vec![0u8; len as usize];
+                        if file.read_exact_at(&mut data, off + HEADER).is_ok()
+                            && Sha256::digest(&data).as_slice() == &head[4..36]
+                        {
+                            return Some(off);
+                        }
+                    }
+                }
+            }
+        }
+        at += (n - 3) as u64;
+    }
+    None
+}
+
+fn check_loose(
+    layout: &Layout,
+    full: bool,
+    r: &mut Report,
+    present: &mut HashSet<String>,
+    progress: &mut Progress,
+) {
+    let Ok(rd) = std::fs::read_dir(layout.blobs()) else {
+        r.problems
+            .push(format!("{}: cannot be listed", layout.blobs().display()));
+        return;
+    };
+    let mut fans: Vec<PathBuf> = rd
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().len() == 2)
+        .map(|e| e.path())
+        .collect();
+    fans.sort();
+    for fan in fans {
+        let Ok(rd) = std::fs::read_dir(&fan) else {
+            continue;
+        };
+        let fan_name = fan
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        for e in rd.filter_map(Result::ok) {
+            let id = e.file_name().to_string_lossy().into_owned();
+            let name = format!("blobs/{fan_name}/{id}");
+            let well_named = id.len() == 64
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                && id.starts_with(&fan_name);
+            if !well_named {
+                r.problems.push(format!(
+                    "{name}: not a blob's name (sha256 hex, in its fan-out)"
+                ));
+                continue;
+            }
+            if full {
+                match hash_file(&e.path(), &mut r.bytes_read) {
+                    Ok(h) if h == id => {}
+                    Ok(h) => {
+                        r.problems
+                            .push(format!("{name}: its content's hash is {h}, not its name"));
+                        continue;
+                    }
+                    Err(err) => {
+                        r.problems.push(format!("{name}: cannot be read: {err}"));
+                        continue;
+                    }
+                }
+            }
+            r.loose += 1;
+            present.insert(id);
+            progress.show(&format!("{} loose blobs", r.loose), r.bytes_read);
+        }
+    }
+}
+
+fn hash_file(p: &Path, counted: &mut u64) -> std::io::Result<String> {
+    let mut f = open_ro(p)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        *counted += n as u64;
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// The live tree at `root` against the newest state of every path.
+fn check_live(
+    layout: &Layout,
+    root: &Path,
+    records: &[Record],
+    mounted: bool,
+    r: &mut Report,
+    progress: &mut Progress,
+) {
+    let rules = match crate::hide::Config::load(&layout.dir)
+        .and_then(|c| HideRules::build(&c, &crate::hide::RuleArgs::default()))
+    {
+        Ok(rules) => rules,
+        Err(e) => {
+            r.problems
+                .push(format!("{}: {}", layout.dir.display(), e.message));
+            return;
+        }
+    };
+    let fold = Fold::replay(records);
+    let catalog = fold.catalog();
+    let mut seen: HashSet<RelPath> = HashSet::new();
+    let differ = |r: &mut Report, what: String| {
+        if mounted {
+            r.problems.push(what);
+        } else {
+            r.notes.push(format!(
+                "{what} (changed while unmounted: the next mount records it)"
+            ));
+        }
+    };
+    let mut stack = vec![RelPath::root()];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(root.join(dir.as_os_str())) else {
+            continue;
+        };
+        for e in rd.filter_map(Result::ok) {
+            let name = e.file_name();
+            let path = dir.join(name.as_bytes());
+            if rules.is_untracked(&path) {
+                continue;
+            }
+            let Ok(md) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            let ft = md.file_type();
+            let kind = if ft.is_dir() {
+                Kind::Dir
+            } else if ft.is_symlink() {
+                Kind::Symlink
+            } else if ft.is_file() {
+                Kind::File
+            } else {
+                continue; // FIFOs and sockets are never versioned
+            };
+            let Some(want) = catalog.get(&path) else {
+                differ(r, format!("live {path}: in no record"));
+                continue;
+            };
+            seen.insert(path.clone());
+            if want.kind != kind {
+                differ(
+                    r,
+                    format!("live {path}: a {kind:?}, recorded as a {:?}", want.kind),
+                );
+                continue;
+            }
+            match kind {
+                Kind::Dir => stack.push(path),
+                Kind::Symlink => {
+                    let t = std::fs::read_link(e.path()).unwrap_or_default();
+                    if want.target.as_ref().map(|t| t.0.as_slice())
+                        != Some(t.as_os_str().as_bytes())
+                    {
+                        differ(
+                            r,
+                            format!("live {path}: its target differs from the newest record"),
+                        );
+                    }
+                }
+                Kind::File => match hash_file(&e.path(), &mut r.bytes_read) {
+                    Ok(h) if want.blob.as_deref() == Some(h.as_str()) => {}
+                    Ok(_) => differ(
+                        r,
+                        format!("live {path}: its content differs from the newest record"),
+                    ),
+                    Err(err) => r
+                        .problems
+                        .push(format!("live {path}: cannot be read: {err}")),
+                },
+            }
+            progress.show(&format!("{} live entries", seen.len()), r.bytes_read);
+        }
+    }
+    for (path, _) in catalog.iter() {
+        if !seen.contains(path) && !path.is_root() && !rules.is_untracked(path) {
+            differ(r, format!("live {path}: recorded, but not in the tree"));
+        }
+    }
+}

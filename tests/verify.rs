@@ -1,0 +1,169 @@
+//! `skillfs verify`: a sound store answers 0, each kind of damage one line
+//! naming the file and what is wrong with exit 5, and nothing is changed.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::{Mount, describe, skillfs};
+
+/// Every file of the store's journal and blobs with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.join("journal"), dir.join("blobs")];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(p.clone(), fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+fn verify(m: &Mount, full: bool) -> std::process::Output {
+    let root = m.root().display().to_string();
+    let mut args = vec!["verify", "--root", &root];
+    if full {
+        args.push("--full");
+    }
+    skillfs(&args)
+}
+
+/// A store with versions in a pack and a loose blob, unmounted.
+fn store_with_history(tag: &str) -> Mount {
+    let mut m = Mount::new(tag);
+    for i in 0..20 {
+        fs::write(m.path(&format!("f{}.md", i % 4)), format!("version {i}")).unwrap();
+    }
+    fs::write(m.path("big.bin"), vec![7u8; 300_000]).unwrap();
+    // A durable write: its record vouches for every record before it.
+    let f = fs::File::create(m.path("synced.md")).unwrap();
+    std::io::Write::write_all(&mut &f, b"synced").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    fs::write(m.path("last.md"), "after the sync").unwrap();
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("last.md"))
+        .unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    m.umount();
+    m
+}
+
+#[test]
+fn a_sound_store_verifies_mounted_or_not() {
+    let mut m = store_with_history("verify-sound");
+    for full in [false, true] {
+        let out = verify(&m, full);
+        assert!(out.status.success(), "{}", describe(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("sound: "), "{text}");
+        assert!(text.contains("1 loose blobs"), "{text}");
+    }
+    let before = snapshot(&m.store());
+    assert!(verify(&m, true).status.success());
+    assert!(snapshot(&m.store()) == before, "verify changes nothing");
+    m.remount();
+    fs::write(m.path("f1.md"), "while mounted").unwrap();
+    let out = verify(&m, true);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("live tree compared"));
+    m.umount();
+    // Changed while unmounted: a note (the next mount records it), not a problem.
+    fs::write(m.path("f2.md"), "offline").unwrap();
+    let out = verify(&m, true);
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("note: live f2.md: its content differs"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_damaged_journal_record_is_named_by_file_and_line() {
+    let m = store_with_history("verify-journal");
+    let seg = fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    let mut bytes = fs::read(&seg).unwrap();
+    // A byte of the third line flipped: later records vouch it was durable.
+    let third = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .unwrap()
+        .0
+        + 5;
+    bytes[third] ^= 0x20;
+    fs::write(&seg, &bytes).unwrap();
+    let before = snapshot(&m.store());
+    let out = verify(&m, false);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let name = seg.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(text.contains(&name) && text.contains("line 3"), "{text}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("problem"));
+    assert!(snapshot(&m.store()) == before, "verify changes nothing");
+}
+
+#[test]
+fn missing_and_damaged_blobs_are_named() {
+    let m = store_with_history("verify-blobs");
+    let blobs = m.store().join("blobs");
+    let loose = fs::read_dir(&blobs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().len() == 2)
+        .flat_map(|d| fs::read_dir(d).unwrap().map(|e| e.unwrap().path()))
+        .next()
+        .expect("the 300 KB blob is loose");
+    let id = loose.file_name().unwrap().to_string_lossy().into_owned();
+    // A loose blob damaged: found by --full only.
+    let mut b = fs::read(&loose).unwrap();
+    b[1000] ^= 1;
+    fs::write(&loose, &b).unwrap();
+    assert!(verify(&m, false).status.success());
+    let out = verify(&m, true);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&id) && text.contains("hash"), "{text}");
+    // A pack entry damaged.
+    let pack = fs::read_dir(blobs.join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "pack"))
+        .unwrap();
+    let pack_name = pack.file_name().unwrap().to_string_lossy().into_owned();
+    let mut p = fs::read(&pack).unwrap();
+    let at = p.len() - 3;
+    p[at] ^= 1;
+    fs::write(&pack, &p).unwrap();
+    let out = verify(&m, true);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("blobs/packs/{pack_name}"))
+            && text.contains("does not match its hash"),
+        "{text}"
+    );
+    // A loose blob gone: every record that names it is reported.
+    fs::remove_file(&loose).unwrap();
+    let out = verify(&m, false);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("big.bin") && text.contains(&id) && text.contains("no loose file"),
+        "{text}"
+    );
+}
