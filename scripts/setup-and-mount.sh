@@ -9,12 +9,42 @@
 #
 # Directories are created if missing. Builds the release binary, installs
 # it as $PREFIX/bin/skillfs (PREFIX defaults to ~/.local), installs fuse3
-# (fusermount3) when an unprivileged user needs it, then mounts (see
-# mount-scripts/skillfs-mount). Safe to run again.
+# (fusermount3) when an unprivileged user needs it (with sudo only where
+# there is one), then mounts (see mount-scripts/skillfs-mount). Without
+# Rust it says how to get it; with $PREFIX/bin not on PATH it says how to
+# add it. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PREFIX="${PREFIX:-$HOME/.local}"
+
+# Rust: the rust-version Cargo.toml states, else 1.88 (edition 2024 needs
+# 1.85, and the code's `if let … && let …` chains 1.88).
+min_rust="$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml)"
+min_rust="${min_rust:-1.88}"
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "setup: cargo is not installed: skillfs needs Rust $min_rust or newer. Get it with rustup:" >&2
+    echo "setup:   curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh" >&2
+    echo "setup: then open a new shell (or run '. \"\$HOME/.cargo/env\"') and run this again" >&2
+    exit 1
+fi
+have_rust="$(rustc --version 2>/dev/null | sed -n 's/^rustc \([0-9][0-9.]*\).*/\1/p')"
+if [ -n "$have_rust" ] && [ "$(printf '%s\n%s\n' "$min_rust" "$have_rust" | sort -V | head -n1)" != "$min_rust" ]; then
+    echo "setup: Rust $have_rust is too old: skillfs needs $min_rust or newer ('rustup update')" >&2
+    exit 1
+fi
+
+# Root needs no sudo; a user without sudo is told what to run as root.
+as_root() {
+    if [ "$(id -u)" = 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        echo "setup: this needs root and there is no sudo here: run as root: $*" >&2
+        exit 1
+    fi
+}
 
 if [ ! -e /dev/fuse ]; then
     echo "setup: /dev/fuse is missing: this kernel or container has no FUSE (try 'modprobe fuse')" >&2
@@ -23,23 +53,30 @@ fi
 
 if [ "$(id -u)" != 0 ] && ! command -v fusermount3 >/dev/null 2>&1; then
     echo "setup: an unprivileged mount needs fusermount3; installing the fuse3 package" >&2
-    if command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-        sudo apt-get update -qq && sudo apt-get install -y -qq fuse3
+    if command -v apt-get >/dev/null 2>&1; then
+        as_root apt-get update -qq && as_root apt-get install -y -qq fuse3
     else
-        echo "setup: cannot install fuse3 here (no sudo/apt-get); install it as root, then rerun" >&2
+        echo "setup: cannot install fuse3 here (no apt-get); install fuse3 as root, then run this again" >&2
         exit 1
     fi
 fi
 
 if [ "$(id -u)" != 0 ] && { [ ! -r /dev/fuse ] || [ ! -w /dev/fuse ]; }; then
     echo "setup: /dev/fuse is not usable by users here (mode $(stat -c %a /dev/fuse)); setting 0666 as distributions do" >&2
-    sudo chmod 0666 /dev/fuse
+    as_root chmod 0666 /dev/fuse
 fi
 
 cargo build --release --locked
 mkdir -p "$PREFIX/bin"
 install -m 0755 target/release/skillfs "$PREFIX/bin/skillfs"
 echo "setup: installed $PREFIX/bin/skillfs"
+case ":$PATH:" in
+    *":$PREFIX/bin:"*) ;;
+    *)
+        echo "setup: $PREFIX/bin is not on your PATH, so 'skillfs' alone will not be found; add it with:" >&2
+        echo "setup:   echo 'export PATH=\"$PREFIX/bin:\$PATH\"' >> ~/.profile   (then open a new shell)" >&2
+        ;;
+esac
 # The systemd user unit, with this binary's real path (not enabled here).
 unit_dir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
 mkdir -p "$unit_dir"

@@ -1,6 +1,6 @@
-//! `show`, `diff` and `restore`: history read from the store (mounted or
-//! not), and a restore written through the mount so that it is itself an
-//! ordinary, versioned change.
+//! `show`, `diff`, `restore` and an undo's removal: history read from the
+//! store (mounted or not), and a restore or removal written through the
+//! mount so that it is itself an ordinary, versioned change.
 //!
 //! Invariant: a restore writes only inside ROOT. The directory that will
 //! hold the restored entry is reached from ROOT one component at a time
@@ -142,10 +142,9 @@ impl Store {
 }
 
 /// Splits `ID:PATH` (an alias may itself hold `:`, as in `@…T18:09:30Z`).
-pub fn split_spec(spec: &str) -> Result<(&str, RelPath), Failure> {
+pub fn split_spec(spec: &str) -> Result<(&str, &str), Failure> {
     let now = crate::time::now_ns();
-    let (id, path) = spec
-        .match_indices(':')
+    spec.match_indices(':')
         .map(|(i, _)| (&spec[..i], &spec[i + 1..]))
         .find(|(id, _)| parse_alias(id, now).is_some())
         .or_else(|| spec.split_once(':'))
@@ -154,16 +153,13 @@ pub fn split_spec(spec: &str) -> Result<(&str, RelPath), Failure> {
                 Exit::Usage,
                 format!("'{spec}' is not ID:PATH (for example latest:cat/foo/SKILL.md)"),
             )
-        })?;
-    let rel = RelPath::parse(path.as_bytes())
-        .ok_or_else(|| Failure::new(Exit::Usage, format!("'{path}' must not contain '..'")))?;
-    Ok((id, rel))
+        })
 }
 
-pub fn show(store: &Store, spec: &str) -> Result<(), Failure> {
-    let (id_text, path) = split_spec(spec)?;
+/// Prints `path` as it was just after change `id_text`.
+pub fn show(store: &Store, id_text: &str, path: &RelPath) -> Result<(), Failure> {
     let id = store.resolve(id_text)?;
-    let (idx, st) = store.lookup(&path, id)?;
+    let (idx, st) = store.lookup(path, id)?;
     let mut out = std::io::stdout().lock();
     let res = match st.map(|s| s.kind) {
         Some(Kind::File) => out.write_all(&store.content(st.expect("file"))?),
@@ -360,20 +356,8 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     // listing shows any of it, whatever kind the restored entry is; what
     // the swap replaces stays there, hidden, until the park sweep (its
     // hidden and untracked entries, which are in no history, are kept).
-    let park_name = format!(
-        ".rollback-staging-skillfs-restore-{}-{}",
-        std::process::id(),
-        crate::time::now_ns()
-    );
+    let park_name = staging_dir(&parent_fd, &target, "restore")?;
     let park = parent.join(&park_name);
-    sys::mkdirat(parent_fd.as_raw_fd(), park_name.as_bytes(), 0o700).map_err(|e| {
-        Failure::io(
-            Exit::Internal,
-            "create",
-            &target.with_file_name(&park_name),
-            &e,
-        )
-    })?;
     let stage = park.join(std::ffi::OsStr::from_bytes(name));
     let mut stage_rel = park_name.as_bytes().to_vec();
     stage_rel.push(b'/');
@@ -436,6 +420,42 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
         let _ = sys::unlinkat(dir, park_name.as_bytes(), true);
     }
     Ok(done)
+}
+
+/// A new directory beside `target`, in the directory `parent_fd`, by a
+/// name the default rules hide wherever it is (`.rollback-staging-*`):
+/// what is built or set aside in it is in no listing, and what stays in it
+/// is swept with the parks.
+fn staging_dir(parent_fd: &OwnedFd, target: &Path, what: &str) -> Result<String, Failure> {
+    let name = format!(
+        ".rollback-staging-skillfs-{what}-{}-{}",
+        std::process::id(),
+        crate::time::now_ns()
+    );
+    sys::mkdirat(parent_fd.as_raw_fd(), name.as_bytes(), 0o700)
+        .map_err(|e| Failure::io(Exit::Internal, "create", &target.with_file_name(&name), &e))?;
+    Ok(name)
+}
+
+/// Takes `path` out of the tree through the mounted `root`, by one rename
+/// into a hidden staging directory beside it: journaled as a `park`
+/// (history keeps it, as removed), and its hidden entries, which no
+/// history has, stay there until the park sweep instead of being deleted.
+pub fn remove(root: &Path, path: &RelPath) -> Result<(), Failure> {
+    if path.is_root() {
+        return Err(Failure::new(Exit::Usage, "ROOT itself cannot be removed"));
+    }
+    let target = root.join(path.as_os_str());
+    let parent_fd = open_parent(root, path)?;
+    let park_name = staging_dir(&parent_fd, &target, "undo")?;
+    let mut to = park_name.clone().into_bytes();
+    to.push(b'/');
+    to.extend_from_slice(path.file_name());
+    let dir = parent_fd.as_raw_fd();
+    sys::renameat2(dir, path.file_name(), dir, &to, 0).map_err(|e| {
+        let _ = sys::unlinkat(dir, park_name.as_bytes(), true);
+        Failure::io(Exit::Internal, "set aside", &target, &e)
+    })
 }
 
 /// The directory that holds `path`, reached from ROOT one component at a

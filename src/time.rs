@@ -84,6 +84,34 @@ pub fn format_utc(ns: i64) -> String {
     )
 }
 
+/// A duration in the largest whole unit that fits: `7d`, `12h`, `90s`
+/// (the units `--park-max-age` takes).
+pub fn format_age(ns: i64) -> String {
+    let s = ns.max(0) / 1_000_000_000;
+    for (unit, secs) in [("d", 86_400), ("h", 3600), ("m", 60)] {
+        if s >= secs && s % secs == 0 {
+            return format!("{}{unit}", s / secs);
+        }
+    }
+    format!("{s}s")
+}
+
+/// How long ago `ns` was, in the largest unit that counts it: `5 minutes
+/// ago`, `3 days ago` (`in the future` for a clock stepped back).
+pub fn ago(ns: i64, now: i64) -> String {
+    let s = now.saturating_sub(ns) / 1_000_000_000;
+    if s < 0 {
+        return "in the future".to_string();
+    }
+    let (n, unit) = match s {
+        0..60 => (s, "second"),
+        60..3600 => (s / 60, "minute"),
+        3600..86_400 => (s / 3600, "hour"),
+        _ => (s / 86_400, "day"),
+    };
+    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +128,18 @@ mod tests {
             format_utc(951_782_400 * 1_000_000_000),
             "2000-02-29T00:00:00Z"
         );
+    }
+
+    #[test]
+    fn ages_print_in_their_largest_whole_unit() {
+        let s = 1_000_000_000;
+        assert_eq!(format_age(7 * 86_400 * s), "7d");
+        assert_eq!(format_age(3 * 86_400 * s), "3d");
+        assert_eq!(format_age(90 * 60 * s), "90m");
+        assert_eq!(format_age(61 * s), "61s");
+        assert_eq!(ago(0, 90 * s), "1 minute ago");
+        assert_eq!(ago(0, 2 * 86_400 * s), "2 days ago");
+        assert_eq!(ago(10 * s, 0), "in the future");
     }
 
     #[test]

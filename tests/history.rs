@@ -398,7 +398,7 @@ fn show_diff_and_restore_commands() {
     let out = skillfs(&["status", "--root", &r]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("mounted (daemon pid") && text.contains("changes:"),
+        text.contains("mounted (daemon pid") && text.contains(" changes, "),
         "{text}"
     );
 }

@@ -395,7 +395,7 @@ fn commands_given_the_home_mean_its_skills() {
     let out = skillfs(&["status", "--root", h]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains(&format!("root:     {}", m.root().display())),
+        text.contains(&format!("root:      {}", m.root().display())),
         "{text}"
     );
 }

@@ -216,3 +216,23 @@ fn the_daemon_tells_the_service_manager_when_it_is_ready() {
     assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn setup_without_rust_says_how_to_get_it() {
+    // A PATH with the shell's tools and no cargo.
+    let out = Command::new("bash")
+        .arg("scripts/setup-and-mount.sh")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/nonexistent-home")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs Rust 1.") && err.contains("rustup") && err.contains("sh.rustup.rs"),
+        "{err}"
+    );
+    assert!(!err.contains("command not found"), "{err}");
+}

@@ -71,7 +71,7 @@ fn an_unprivileged_owner_mounts_writes_and_unmounts() {
     ]);
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(out.stdout, b"name: mine");
-    let out = as_user(&[bin, "log", "--root", r]);
+    let out = as_user(&[bin, "log", "--all", "--root", r]);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("write       SKILL.md"),
         "{}",

@@ -209,9 +209,10 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         started.elapsed()
     );
     let rules_text = format!(
-        "hidden: {}\nuntracked: {}\n",
+        "hidden: {}\nuntracked: {}\nparks swept after: {}\n",
         rules.describe().join("  "),
-        rules.describe_untracked().join("  ")
+        rules.describe_untracked().join("  "),
+        crate::time::format_age(rules.park_max_age_ns)
     );
     fds.top
         .replace(store::RULES, rules_text.as_bytes())

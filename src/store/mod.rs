@@ -292,8 +292,23 @@ pub fn check_placement(root: &Path, store: &Path, existing: &Path) -> StoreResul
     }
     // Asked, not tried: a probe file would be a write outside ROOT and the
     // store (G8). The kernel answers EROFS for a read-only mount too.
-    sys::access_write(existing)
-        .map_err(|e| StoreError::io(ErrorKind::Store, "write to store directory", existing, e))?;
+    sys::access_write(existing).map_err(|e| {
+        if existing == store {
+            StoreError::io(ErrorKind::Store, "write to store directory", existing, e)
+        } else {
+            // The store is yet to be made: name it, and the directory that
+            // stops it.
+            StoreError::refused(
+                ErrorKind::Store,
+                store,
+                format!(
+                    "store '{}' does not exist and cannot be made: '{}' is not writable ({e})",
+                    store.display(),
+                    existing.display()
+                ),
+            )
+        }
+    })?;
     Ok(())
 }
 

@@ -1,0 +1,286 @@
+//! `skillfs log`: the journal's records, filtered (PATH, `--since`,
+//! `--until`, `--actor`), grouped by operation, the newest `-n` of them,
+//! paged and coloured on a terminal (`output`).
+//!
+//! An operation is what one process did in one go: consecutive records of
+//! one process (pid, name and uid) each within [`GROUP_GAP_NS`] of the one
+//! before (a `sed -i` is a create, a write and a rename; a `restore` or a
+//! `copytree` one record per entry). `--all` and `--json` show every record.
+//!
+//! Locks: none; it reads the journal once.
+
+use crate::error::{Exit, Failure};
+use crate::relpath::RelPath;
+use crate::store::journal::{self, Op, Record};
+
+use super::output::{Out, Style};
+
+/// Records of one process further apart than this are two operations.
+pub const GROUP_GAP_NS: i64 = 2_000_000_000;
+
+/// What to show.
+#[derive(Default)]
+pub struct Filter {
+    pub path: Option<RelPath>,
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+    pub actor: Option<String>,
+}
+
+impl Filter {
+    fn keeps(&self, r: &Record) -> bool {
+        if let Some(f) = &self.path {
+            let hit = r.path.starts_with(f) || r.to.as_ref().is_some_and(|t| t.starts_with(f));
+            if !hit {
+                return false;
+            }
+        }
+        if self.since.is_some_and(|s| r.ts < s) || self.until.is_some_and(|u| r.ts > u) {
+            return false;
+        }
+        match &self.actor {
+            Some(a) => r.actor.comm == *a || r.actor.pid.to_string() == *a,
+            None => true,
+        }
+    }
+}
+
+/// `1h`, `30m`, `2d` ago (also `-1h`, `@-1h`), or a UTC time
+/// (`2026-11-30T18:09:30Z`, taken to the end of its second if `end`).
+pub fn parse_when(text: &str, now: i64, end: bool) -> Result<i64, Failure> {
+    let t = text.trim().trim_start_matches('@');
+    let age = t.strip_prefix('-').unwrap_or(t);
+    if let Some(ago) = crate::hide::parse_age(age) {
+        return Ok(now.saturating_sub(ago));
+    }
+    crate::time::parse_utc(t)
+        .map(|ns| if end { ns.saturating_add(999_999_999) } else { ns })
+        .ok_or_else(|| {
+            Failure::new(
+                Exit::Usage,
+                format!("'{text}' is not a time: give an age (30m, 1h, 2d) or a UTC time (2026-11-30T18:09:30Z)"),
+            )
+        })
+}
+
+/// The operations of `records`: runs of consecutive records of one process,
+/// each within [`GROUP_GAP_NS`] of the one before.
+pub fn group(records: &[Record]) -> Vec<&[Record]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=records.len() {
+        let split = i == records.len() || {
+            let (a, b) = (&records[i - 1], &records[i]);
+            a.actor != b.actor || b.ts.saturating_sub(a.ts) > GROUP_GAP_NS || b.seq != a.seq + 1
+        };
+        if split {
+            out.push(&records[start..i]);
+            start = i;
+        }
+    }
+    out
+}
+
+/// The paths an operation leaves changed: every path and rename target,
+/// less the temporary names renamed away within it (a `sed -i`'s temp
+/// file), in the order first touched.
+pub fn touched(group: &[&Record]) -> Vec<RelPath> {
+    let mut out: Vec<RelPath> = Vec::new();
+    let moved_away = |p: &RelPath| {
+        group
+            .iter()
+            .any(|r| r.op == Op::Rename && r.path == *p && r.to.as_ref() != Some(p))
+            && group.iter().any(|r| r.path == *p && r.op == Op::Create)
+    };
+    for r in group {
+        if matches!(r.op, Op::Sweep | Op::Orphan) {
+            continue; // store-side paths, not the visible tree
+        }
+        for p in std::iter::once(&r.path).chain(r.to.as_ref()) {
+            if !moved_away(p) && !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+    }
+    out
+}
+
+fn op_style(op: Op) -> Style {
+    match op {
+        Op::Create | Op::Write | Op::Mkdir | Op::Symlink | Op::Scan | Op::Unpark => Style::Green,
+        Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park | Op::Sweep | Op::Orphan => Style::Red,
+        Op::Rename | Op::Exchange => Style::Cyan,
+        _ => Style::Yellow,
+    }
+}
+
+fn actor(out: &Out, r: &Record) -> String {
+    out.paint(
+        Style::Dim,
+        &format!("{}[{}] uid={}", r.actor.comm, r.actor.pid, r.actor.uid),
+    )
+}
+
+/// One record: `id  time  operation  path[ -> to]  process[pid] uid=N`.
+fn record_line(out: &Out, r: &Record) -> String {
+    let to =
+        r.to.as_ref()
+            .map(|t| format!(" -> {t}"))
+            .unwrap_or_default();
+    format!(
+        "{}  {}  {} {}{}  {}",
+        out.paint(Style::Yellow, &format!("{:>9}", r.seq)),
+        crate::time::format_utc(r.ts),
+        out.paint(op_style(r.op), &format!("{:<11}", r.op.name())),
+        r.path,
+        to,
+        actor(out, r)
+    )
+}
+
+/// One operation of several records: `first-last  time  N changes  paths
+/// (operations)  process[pid] uid=N`.
+fn group_line(out: &Out, g: &[&Record]) -> String {
+    let (first, last) = (g[0], g[g.len() - 1]);
+    let mut ops: Vec<&str> = Vec::new();
+    for r in g {
+        if !ops.contains(&r.op.name()) {
+            ops.push(r.op.name());
+        }
+    }
+    let paths = touched(g);
+    let what = match paths.as_slice() {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [one, rest @ ..] => format!("{one} (+{} more)", rest.len()),
+    };
+    format!(
+        "{}  {}  {} {}  ({})  {}",
+        out.paint(
+            Style::Yellow,
+            &format!("{:>9}", format!("{}-{}", first.seq, last.seq))
+        ),
+        crate::time::format_utc(last.ts),
+        out.paint(
+            Style::Cyan,
+            &format!("{:<11}", format!("{} changes", g.len()))
+        ),
+        what,
+        ops.join(", "),
+        actor(out, last)
+    )
+}
+
+/// How `log` shows what it keeps.
+pub struct Show {
+    pub json: bool,
+    pub all: bool,
+    pub count: Option<usize>,
+    pub page: bool,
+}
+
+pub fn print(records: &[Record], filter: &Filter, show: &Show) -> Result<(), Failure> {
+    // Grouped over the whole journal (an operation is what one process
+    // did, whatever the filter), then filtered inside each operation.
+    let groups: Vec<Vec<&Record>> = if show.json || show.all {
+        records
+            .iter()
+            .filter(|r| filter.keeps(r))
+            .map(|r| vec![r])
+            .collect()
+    } else {
+        group(records)
+            .into_iter()
+            .map(|g| g.iter().filter(|r| filter.keeps(r)).collect::<Vec<_>>())
+            .filter(|g| !g.is_empty())
+            .collect()
+    };
+    let skip = show.count.map_or(0, |n| groups.len().saturating_sub(n));
+    let mut out = Out::open(show.page && !show.json);
+    for g in &groups[skip..] {
+        let ok = if show.json {
+            out.bytes(&journal::encode(g[0]))
+        } else if g.len() == 1 {
+            out.line(&record_line(&out, g[0]))
+        } else {
+            out.line(&group_line(&out, g))
+        };
+        if !ok {
+            break; // the reader went away (`| head`, `q`)
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::journal::Actor;
+
+    fn rec(seq: u64, ts_s: i64, op: Op, path: &str, to: Option<&str>, pid: u32) -> Record {
+        let p = |s: &str| RelPath::parse(s.as_bytes()).unwrap();
+        Record {
+            seq,
+            ts: ts_s * 1_000_000_000,
+            op,
+            path: p(path),
+            to: to.map(p),
+            noreplace: false,
+            hidden: None,
+            state: None,
+            actor: Actor {
+                uid: 0,
+                pid,
+                comm: "sed".into(),
+            },
+            acked_through: None,
+        }
+    }
+
+    #[test]
+    fn one_process_in_one_go_is_one_operation_and_its_temp_names_are_not_shown() {
+        let rs = vec![
+            rec(1, 100, Op::Create, "cat/foo/sedAb12", None, 7),
+            rec(2, 100, Op::Write, "cat/foo/sedAb12", None, 7),
+            rec(
+                3,
+                101,
+                Op::Rename,
+                "cat/foo/sedAb12",
+                Some("cat/foo/SKILL.md"),
+                7,
+            ),
+            // Another process, then the same one much later.
+            rec(4, 101, Op::Write, "cat/bar/SKILL.md", None, 8),
+            rec(5, 200, Op::Write, "cat/foo/SKILL.md", None, 7),
+        ];
+        let g = group(&rs);
+        assert_eq!(g.iter().map(|g| g.len()).collect::<Vec<_>>(), [3, 1, 1]);
+        let first: Vec<&Record> = g[0].iter().collect();
+        assert_eq!(
+            touched(&first),
+            [RelPath::parse(b"cat/foo/SKILL.md").unwrap()]
+        );
+    }
+
+    #[test]
+    fn times_are_ages_or_utc() {
+        let now = 10_000 * 1_000_000_000;
+        assert_eq!(
+            parse_when("1h", now, false).unwrap(),
+            now - 3600 * 1_000_000_000
+        );
+        assert_eq!(
+            parse_when("@-1h", now, false).unwrap(),
+            now - 3600 * 1_000_000_000
+        );
+        assert_eq!(
+            parse_when("1970-01-01T00:00:01Z", now, true).unwrap(),
+            1_999_999_999
+        );
+        assert_eq!(
+            parse_when("yesterday", now, false).unwrap_err().exit,
+            Exit::Usage
+        );
+    }
+}

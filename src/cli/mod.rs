@@ -1,0 +1,417 @@
+//! The command line: the arguments, help, completions and man page of
+//! every command (one clap definition for all four), and the exit code
+//! each failure ends with. Errors end as one line on stderr and the exit
+//! code of [`crate::error::Exit`].
+//!
+//! One question a file:
+//! - `locate`: which ROOT and store a command means (git-style, from PATH
+//!   or the current directory inside a mount);
+//! - `log`: `skillfs log`, its filters and its grouping by operation;
+//! - `undo`: `skillfs undo`;
+//! - `status`: `skillfs status`;
+//! - `output`: paging and colour on a terminal.
+//!
+//! Locks: none (it parses, then calls `commands` or `daemon`).
+
+mod locate;
+mod log;
+mod output;
+mod status;
+mod undo;
+mod verify;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+use crate::daemon::{self, MountArgs};
+use crate::error::{Exit, Failure};
+use crate::relpath::RelPath;
+
+pub use locate::{Where, default_root};
+
+const EXAMPLES: &str = "\
+Examples:
+  skillfs mount ~/.hermes --versioned skills   version the agent's skills
+  ls ~/.hermes/skills/.history                 every change id, oldest first
+  cat ~/.hermes/skills/.history/@-10m/cat/foo/SKILL.md
+                                               a file as it was 10 minutes ago
+  cd ~/.hermes/skills/cat/foo && skillfs log SKILL.md
+                                               that file's changes
+  skillfs diff @-1h cat/foo                    what changed in the last hour
+  skillfs undo                                 put back the state before the newest change
+  skillfs restore 42 cat/foo                   cat/foo as it was just after change 42
+  skillfs status                               mount, history and store at a glance
+
+Inside a mount, commands find ROOT and the store themselves (as git finds
+its repository); elsewhere ROOT is $HERMES_HOME/skills or ~/.hermes/skills.
+Every directory of a mount answers `.history` (never listed):
+.history/<id>/ and .history/<alias>/ (latest, @2026-11-30T18:09:30Z, @-10m,
+@-2h, @-3d) hold the tree as it was then, read-only; `cp -a` restores.
+
+Exit codes:
+  0 success             1 internal failure      2 usage error
+  3 bad ROOT (missing, not mounted, a dead mount)
+  4 bad store           5 damaged journal       6 the mount was refused
+  7 bad hide rules or config                    8 not in history";
+
+/// A versioning filesystem for an AI agent's skills directory: every write
+/// is a copy-on-write version kept in a store beside the directory.
+#[derive(Parser)]
+#[command(name = "skillfs", version, after_help = EXAMPLES)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Mount skillfs over ROOT itself; the files stay plain files underneath.
+    ///
+    /// Over an agent's home (`skillfs mount ~/.hermes --versioned skills`)
+    /// only ROOT/skills is versioned; the rest of the home is plain, written
+    /// in place, and an entry can be renamed between the two (the agent's
+    /// batch rollback parks a skill in ~/.hermes/.skill-rollback-asides).
+    #[command(after_help = "\
+Examples:
+  skillfs mount ~/.hermes --versioned skills   the agent's home, versioning skills/
+  skillfs mount ~/.claude/skills               a skills directory alone")]
+    Mount(MountCmd),
+    /// Publish what is open, then unmount ROOT.
+    #[command(
+        visible_alias = "unmount",
+        after_help = "Example:\n  skillfs umount ~/.hermes"
+    )]
+    Umount {
+        /// The mount point (a home mounted with --versioned, or the
+        /// versioned directory itself).
+        root: PathBuf,
+        /// Seconds to wait for the daemon to finish.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Mount state, history (changes, versions, oldest and newest), store
+    /// size and what dedup saves, parks waiting for the sweep, rules.
+    #[command(after_help = "Example:\n  skillfs status")]
+    Status {
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Check the store, changing nothing: the journal's lines and CRCs,
+    /// ids with no gap, every pack entry, every record's blob present; with
+    /// --full every blob re-hashed and the live tree against the newest
+    /// state. Exit 0 when sound, 5 with one line per problem.
+    #[command(after_help = "Examples:\n  skillfs verify\n  skillfs verify --full")]
+    Verify {
+        /// Also re-hash every blob and compare the live tree.
+        #[arg(long)]
+        full: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// List recorded changes, oldest first, one line per operation (the
+    /// records of one process in one go, as a `sed -i` or a restore).
+    #[command(after_help = "\
+Examples:
+  skillfs log -n 10                 the ten newest operations
+  skillfs log --since 2h cat/foo    what happened to cat/foo in two hours
+  skillfs log --actor python3 --all every record made by python3
+
+A line is `id  time  operation  path[ -> to]  process[pid] uid=N`; an
+operation of several records shows `first-last  time  N changes  path
+(+M more) (operations)`. On a terminal it pages ($PAGER, else less) and
+colours; piped, it prints plain text.")]
+    Log {
+        /// Only changes at or below this path (relative to the current
+        /// directory inside the mount, else to ROOT; or absolute).
+        path: Option<PathBuf>,
+        /// Only the newest N operations (records with --all or --json).
+        #[arg(short = 'n', long = "max-count", value_name = "N")]
+        count: Option<usize>,
+        /// Only changes made since then: an age (30m, 1h, 2d) or a UTC
+        /// time (2026-11-30T18:09:30Z).
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// Only changes made until then (an age or a UTC time).
+        #[arg(long, value_name = "WHEN")]
+        until: Option<String>,
+        /// Only changes made by this process name (or pid).
+        #[arg(long, value_name = "NAME")]
+        actor: Option<String>,
+        /// Every record on its own line, not grouped by operation.
+        #[arg(long)]
+        all: bool,
+        /// One JSON object per record, as stored in the journal.
+        #[arg(long)]
+        json: bool,
+        /// Never page, even on a terminal.
+        #[arg(long)]
+        no_pager: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Print a path as it was just after a change: a file's bytes, a
+    /// symlink's target, a directory's entries. ID is an id or an alias
+    /// (latest, @2026-11-30T18:09:30Z, @-10m).
+    #[command(after_help = "Example:\n  skillfs show @-1h:cat/foo/SKILL.md")]
+    Show {
+        /// ID:PATH (e.g. latest:cat/foo/SKILL.md); PATH as for log.
+        spec: String,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Unified diff between two changes (the second defaults to the newest),
+    /// for the whole tree or below PATH. A PATH that looks like an id is
+    /// written ./PATH.
+    #[command(after_help = "Example:\n  skillfs diff @-1d latest cat/foo")]
+    Diff {
+        id: String,
+        /// A second ID, then an optional PATH.
+        rest: Vec<String>,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Put PATH back as it was just after change ID, through the mount, as
+    /// one swap; entries that did not exist then are removed. The replaced
+    /// state stays in history, so a restore can itself be undone.
+    #[command(after_help = "Example:\n  skillfs restore @-10m cat/foo")]
+    Restore {
+        id: String,
+        /// Relative to the current directory inside the mount, else to
+        /// ROOT; or absolute under ROOT.
+        path: PathBuf,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Put back the state before the newest operation (of PATH, or of the
+    /// whole tree), through the mount, as an operation of its own: `undo`
+    /// again undoes the undo.
+    #[command(after_help = "\
+Examples:
+  skillfs undo --dry-run          the diff an undo would reverse
+  skillfs undo cat/foo/SKILL.md   that file as it was before its newest change")]
+    Undo {
+        /// Only this path (as for log).
+        path: Option<PathBuf>,
+        /// Print the diff the undo would reverse; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Print a completion script for a shell.
+    #[command(after_help = "\
+Examples:
+  skillfs completions bash > ~/.local/share/bash-completion/completions/skillfs
+  skillfs completions zsh > \"${fpath[1]}/_skillfs\"
+  skillfs completions fish > ~/.config/fish/completions/skillfs.fish")]
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff), made from this help.
+    #[command(after_help = "\
+Example:
+  skillfs man > ~/.local/share/man/man1/skillfs.1")]
+    Man,
+}
+
+/// The arguments of `skillfs mount`.
+#[derive(clap::Args)]
+struct MountCmd {
+    /// The directory to mount over (it must exist): the versioned
+    /// directory itself, or with --versioned the home around it.
+    root: PathBuf,
+    /// Version only this directory of ROOT (made if missing); the rest
+    /// of ROOT is a plain pass-through with no hide rules and no history.
+    #[arg(long, value_name = "NAME")]
+    versioned: Option<PathBuf>,
+    /// Store directory [default: <parent of ROOT>/.skillfs/<name of ROOT>].
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Stay in the foreground instead of returning once the mount is ready.
+    #[arg(long)]
+    foreground: bool,
+    /// Threads serving requests.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Let other users (a service account, root's processes) enter the
+    /// mount; the kernel checks each entry's mode and owner, as on any
+    /// filesystem. Unprivileged, it needs `user_allow_other` in
+    /// /etc/fuse.conf.
+    #[arg(long)]
+    allow_other: bool,
+    /// Also hide names matching this rule: `[/]GLOB[:dir|file|root|outside-skills|keep,…]`.
+    #[arg(long, value_name = "RULE")]
+    hide: Vec<String>,
+    /// Stop hiding what a default rule hides (give its text or pattern).
+    #[arg(long, value_name = "RULE")]
+    show: Vec<String>,
+    /// Parks untouched for longer than this are swept at mount (e.g. 12h, 7d; at least 1h) [default: 7d].
+    #[arg(long, value_name = "AGE")]
+    park_max_age: Option<String>,
+    /// Accept a park age below 1h (for tests: it sweeps the temp files
+    /// of atomic writers still at work).
+    #[arg(long, hide = true)]
+    allow_short_park_max_age: bool,
+    /// Keep no versions of visible files matching this rule (written
+    /// copy-on-write all the same). Defaults: /.usage.json, /.curator_ledger.jsonl.
+    #[arg(long, value_name = "RULE")]
+    untracked: Vec<String>,
+    /// Version again what a default untracked rule excludes.
+    #[arg(long, value_name = "RULE")]
+    tracked: Vec<String>,
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { Exit::Usage as u8 } else { 0 });
+        }
+    };
+    crate::logging::init();
+    let code = match run(cli.cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            crate::logging::flush();
+            // Not `eprintln!`: it panics when stderr fails (a full disk).
+            let _ = writeln!(std::io::stderr(), "skillfs: {}", f.message);
+            ExitCode::from(f.exit as u8)
+        }
+    };
+    crate::logging::flush();
+    code
+}
+
+fn run(cmd: Cmd) -> Result<(), Failure> {
+    match cmd {
+        Cmd::Mount(m) => daemon::mount(MountArgs {
+            root: m.root,
+            versioned: m.versioned,
+            store: m.store,
+            foreground: m.foreground,
+            threads: m.threads,
+            allow_other: m.allow_other,
+            rules: crate::hide::RuleArgs {
+                hide: m.hide,
+                show: m.show,
+                untracked: m.untracked,
+                tracked: m.tracked,
+                park_max_age: m.park_max_age,
+                allow_short_park_max_age: m.allow_short_park_max_age,
+            },
+        }),
+        Cmd::Umount { root, timeout } => {
+            let msg = daemon::umount(&root, Duration::from_secs(timeout))?;
+            println!("{msg}");
+            Ok(())
+        }
+        Cmd::Status { at } => status::status(&locate::locate(&at, None)?),
+        Cmd::Verify { full, at } => verify::verify(&locate::locate(&at, None)?, full),
+        Cmd::Show { spec, at } => {
+            let (id, path) = crate::commands::split_spec(&spec)?;
+            let t = locate::locate(&at, Some(std::path::Path::new(path)))?;
+            let rel = t.rel(std::path::Path::new(path))?;
+            let st = crate::commands::Store::open(t.layout.clone())?;
+            crate::commands::show(&st, id, &rel)
+        }
+        Cmd::Diff { id, rest, at } => {
+            let looks_like_id =
+                |t: &str| crate::history::parse_alias(t, crate::time::now_ns()).is_some();
+            let (b, path) = match rest.as_slice() {
+                [] => (None, None),
+                [x] if looks_like_id(x) => (Some(x.as_str()), None),
+                [x] => (None, Some(x.as_str())),
+                [x, y] => (Some(x.as_str()), Some(y.as_str())),
+                _ => return Err(Failure::new(Exit::Usage, "diff takes ID [ID] [PATH]")),
+            };
+            let path = path.map(std::path::Path::new);
+            let t = locate::locate(&at, path)?;
+            let rel = match path {
+                None => RelPath::root(),
+                Some(p) => t.rel(p)?,
+            };
+            let st = crate::commands::Store::open(t.layout.clone())?;
+            crate::commands::diff(&st, &id, b, &rel)
+        }
+        Cmd::Restore { id, path, at } => restore(&id, &path, &at),
+        Cmd::Undo { path, dry_run, at } => {
+            let t = locate::locate(&at, path.as_deref())?;
+            let rel = path.as_deref().map(|p| t.rel(p)).transpose()?;
+            undo::undo(&t, rel, dry_run)
+        }
+        Cmd::Log {
+            path,
+            count,
+            since,
+            until,
+            actor,
+            all,
+            json,
+            no_pager,
+            at,
+        } => {
+            let t = locate::locate(&at, path.as_deref())?;
+            let now = crate::time::now_ns();
+            let filter = log::Filter {
+                path: path.as_deref().map(|p| t.rel(p)).transpose()?,
+                since: since.map(|s| log::parse_when(&s, now, false)).transpose()?,
+                until: until.map(|s| log::parse_when(&s, now, true)).transpose()?,
+                actor,
+            };
+            let records = crate::commands::read_records(&t.layout)?;
+            log::print(
+                &records,
+                &filter,
+                &log::Show {
+                    json,
+                    all,
+                    count,
+                    page: !no_pager,
+                },
+            )
+        }
+        Cmd::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "skillfs",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Cmd::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map_err(|e| {
+                Failure::new(Exit::Internal, format!("could not write the man page: {e}"))
+            }),
+    }
+}
+
+fn restore(id: &str, path: &std::path::Path, at: &Where) -> Result<(), Failure> {
+    let t = locate::locate(at, Some(path))?;
+    t.live_mount()?;
+    let rel = t.rel(path)?;
+    let store = crate::commands::Store::open(t.layout.clone())?;
+    let id = store.resolve(id)?;
+    let done = crate::commands::restore(&store, &t.root, id, &rel)?;
+    let when = store
+        .index
+        .time_of(id)
+        .map(crate::time::format_utc)
+        .unwrap_or_default();
+    println!(
+        "restored {rel} as of change {id} ({when}): files {}, directories {}, symlinks {}{}",
+        done.files,
+        done.dirs,
+        done.symlinks,
+        if done.replaced {
+            "; what it replaced stays in history"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! `skillfs verify`'s report: problems and notes on stdout, one line each,
+//! then the summary; exit 5 if there is any problem (see `crate::verify`).
+
+use std::io::Write;
+
+use super::locate::Target;
+use crate::error::{Exit, Failure};
+
+pub fn verify(t: &Target, full: bool) -> Result<(), Failure> {
+    let (root, layout) = (&t.root, &t.layout);
+    if !layout.journal().is_dir() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "no skillfs store at '{}' (it has no journal/)",
+                layout.dir.display()
+            ),
+        ));
+    }
+    let r = crate::verify::verify(layout, root, full, t.mount.is_some());
+    let mut out = std::io::stdout().lock();
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    for p in &r.problems {
+        let _ = writeln!(out, "{p}");
+    }
+    let ids = r
+        .ids
+        .map_or("none".to_string(), |(a, b)| format!("{a}-{b}"));
+    let mib = r.bytes_read as f64 / (1 << 20) as f64;
+    let secs = r.elapsed.as_secs_f64().max(1e-6);
+    let what = format!(
+        "{} records (ids {ids}), {} packs ({} entries), {} loose blobs{}; {mib:.1} MiB read in \
+         {secs:.2} s ({:.0} MiB/s)",
+        r.records,
+        r.packs,
+        r.pack_entries,
+        r.loose,
+        if full { ", live tree compared" } else { "" },
+        mib / secs
+    );
+    if r.problems.is_empty() {
+        let _ = writeln!(out, "sound: {what}");
+        return Ok(());
+    }
+    Err(Failure::new(
+        Exit::DamagedJournal,
+        format!(
+            "{} problem(s) in store '{}': {what}",
+            r.problems.len(),
+            layout.dir.display()
+        ),
+    ))
+}
