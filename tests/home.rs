@@ -324,6 +324,14 @@ fn a_skills_only_store_is_carried_over() {
     let before = String::from_utf8(out.stdout).unwrap();
     mount(&["umount", skills.to_str().unwrap()]);
     assert!(old_store.join("journal").is_dir());
+    // The move is told on the terminal of the background mount.
+    let home = s.mount_point();
+    let h = home.to_str().unwrap();
+    let out = skillfs(&["mount", h, "--versioned", "skills"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("skillfs: warning: moved the store"), "{err}");
+    mount(&["umount", h]);
     let m = Mount::over(s, Vec::new());
     assert!(!old_store.exists(), "the old store is moved, not copied");
     assert!(!m.mount_point().join(".skillfs").exists());

@@ -56,7 +56,8 @@ pub(crate) struct Prepared {
     /// The store directory, held open (the daemon's log is opened from it).
     pub(super) top: Arc<Dir>,
     pub(super) layout: Layout,
-    pub(super) repaired: Vec<fsutil::Repair>,
+    /// Start-up warnings (repairs of the store, a store carried over).
+    pub(super) warnings: Vec<String>,
     _lock: StoreLock,
     pub(crate) fs: Arc<SkillFs>,
 }
@@ -67,6 +68,9 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let mount_point = mount_point
         .canonicalize()
         .map_err(|e| Failure::io(Exit::BadRoot, "resolve ROOT", &mount_point, &e))?;
+    // What the user should hear of, on the terminal of a background mount
+    // as in the log (see `run`).
+    let mut warnings: Vec<String> = Vec::new();
     let name = args.versioned.as_deref().map(versioned_name).transpose()?;
     let root = match &name {
         None => mount_point.clone(),
@@ -96,7 +100,7 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     if let Some(n) = &name {
         make_versioned_root(&mount_point, n)?;
         if args.store.is_none() {
-            carry_over(&root, &wanted)?;
+            warnings.extend(carry_over(&root, &wanted)?);
         }
     }
     let (anc, store_path) = resolve(&wanted);
@@ -225,7 +229,10 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         root,
         top,
         layout,
-        repaired: repairs,
+        warnings: warnings
+            .into_iter()
+            .chain(repairs.iter().map(|r| r.to_string()))
+            .collect(),
         _lock: lock,
         fs: Arc::new(fs),
     })
@@ -321,17 +328,17 @@ fn make_versioned_root(home: &Path, name: &std::ffi::OsStr) -> Result<(), Failur
 /// store, `wanted`, keeping every id. Only a store of this very root that
 /// no daemon holds, and only when `wanted` does not exist yet; a move that
 /// cannot be one rename (another filesystem) is refused with the command
-/// that makes it.
-fn carry_over(root: &Path, wanted: &Path) -> Result<(), Failure> {
+/// that makes it. Says what it moved.
+fn carry_over(root: &Path, wanted: &Path) -> Result<Option<String>, Failure> {
     let Some(old) = Layout::default_dir(root) else {
-        return Ok(());
+        return Ok(None);
     };
     if !store::is_store(&old) {
-        return Ok(());
+        return Ok(None);
     }
     let old_layout = Layout::new(old.clone());
     if store::RootId::of(root)?.check(&old_layout).is_err() {
-        return Ok(()); // another root's store: not ours to move
+        return Ok(None); // another root's store: not ours to move
     }
     if fs::symlink_metadata(wanted).is_ok() {
         return Err(Failure::new(
@@ -376,11 +383,10 @@ fn carry_over(root: &Path, wanted: &Path) -> Result<(), Failure> {
     }
     // The `.skillfs` directory it leaves, if nothing else is in it.
     let _ = fs::remove_dir(old_parent);
-    tracing::warn!(
+    Ok(Some(format!(
         "moved the store of {} from {} to {}: a store lives outside the mount",
         root.display(),
         old.display(),
         wanted.display()
-    );
-    Ok(())
+    )))
 }

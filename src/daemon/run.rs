@@ -67,8 +67,12 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     if background {
         redirect_stderr(&prepared.top);
     }
-    for r in &prepared.repaired {
-        tracing::warn!("{r}");
+    // Logged, and told to the `skillfs mount` waiting on the terminal.
+    for w in &prepared.warnings {
+        tracing::warn!("{w}");
+        if let Some(f) = ready.as_mut() {
+            let _ = std::io::Write::write_all(f, format!("warn {w}\n").as_bytes());
+        }
     }
 
     let fsname = format!("{SOURCE_PREFIX}{}", prepared.layout.dir.display());

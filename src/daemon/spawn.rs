@@ -1,6 +1,7 @@
 //! `skillfs mount` in the background: it starts the daemon in a session of
 //! its own and waits for its readiness report on a pipe, which the daemon
-//! writes once: `ok`, or `err <exit code> <reason>`.
+//! writes once: start-up warnings (`warn <text>`, printed on stderr), then
+//! `ok`, or `err <exit code> <reason>`.
 //!
 //! Invariants: `mount` without `--foreground` returns only once the mount
 //! is ready (exit 0) or has failed (the daemon's one-line reason and exit
@@ -113,7 +114,19 @@ pub(super) fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     drop(wr);
     let mut msg = String::new();
     let _ = File::from(rd).read_to_string(&mut msg);
-    let line = msg.lines().next().unwrap_or("").to_string();
+    // Start-up warnings first (one line each), then the verdict.
+    let mut lines = msg.lines();
+    let mut line = "";
+    for l in lines.by_ref() {
+        match l.strip_prefix("warn ") {
+            Some(w) => eprintln!("skillfs: warning: {w}"),
+            None => {
+                line = l;
+                break;
+            }
+        }
+    }
+    let line = line.to_string();
     if line == "ok" {
         return Ok(());
     }

@@ -62,9 +62,12 @@ impl Scratch {
         Scratch::at(&std::env::temp_dir(), tag)
     }
 
-    /// A scratch directory in `parent` (another filesystem, say).
+    /// A scratch directory in `parent` (another filesystem, say). With
+    /// `SKILLFS_TEST_HOME` set, a home around `skills/` that the harness
+    /// mounts with `--versioned skills`: the suites that pass over a skills
+    /// directory run again over an agent's home.
     pub fn at(parent: &Path, tag: &str) -> Scratch {
-        Scratch::make(parent, tag, false)
+        Scratch::make(parent, tag, std::env::var_os("SKILLFS_TEST_HOME").is_some())
     }
 
     /// A scratch directory with an agent's home, `home/skills/`.
