@@ -61,6 +61,12 @@ fi
 # with the daemon serving them itself, as for an unprivileged user.
 SKILLFS_NO_PASSTHROUGH=1 cargo test --locked --test home --test agent
 
+# The suites that mount through the harness, again over an agent's home
+# (`--versioned skills`): skills/ must behave exactly as a skills-only mount.
+# (The others mount ROOT by hand, or keep a plain tree beside ROOT, which
+# over a home would be inside the mount.)
+SKILLFS_TEST_HOME=1 cargo test --locked --test posix --test versioning --test history --test crash --test agent --test cache
+
 # Both fsync strategies: the one-commit path runs where the filesystem has a
 # journal (ext4 with its journal, XFS), the step-by-step path elsewhere.
 # Force the step-by-step one here, and, as root, run the durability tests
