@@ -31,7 +31,18 @@ impl SkillFs {
         }
         let live = match at {
             Ok(loc) => {
-                let f = sys::openat(loc.dirfd, &loc.phys, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?;
+                // The daemon's own reads of it (a copy for a writer, the
+                // pages handed to the kernel after a close) must not move
+                // its access time: a utime just set would be lost to them
+                // (relatime updates an atime older than the mtime). Not
+                // the owner (another user's file, --allow-other): without.
+                let flags = libc::O_RDONLY | libc::O_NOFOLLOW;
+                let f = match sys::openat(loc.dirfd, &loc.phys, flags | libc::O_NOATIME, 0) {
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                        sys::openat(loc.dirfd, &loc.phys, flags, 0)?
+                    }
+                    r => r?,
+                };
                 self.note_if_shared(&f, 1);
                 f
             }
@@ -578,6 +589,9 @@ impl SkillFs {
     pub(super) fn offer_pages(&self, ino: Ino, s: &OpenState) {
         if s.writers == 0 && !s.staging.as_ref().is_some_and(|stg| stg.dirty) {
             let file = s.staging.as_ref().map_or(&s.live, |stg| &stg.file);
+            // The store's reads must not move the file's access time (a
+            // utime set right after the close would be lost to them).
+            sys::set_noatime(&**file);
             self.pages.queue(ino, Arc::clone(file));
         }
     }
