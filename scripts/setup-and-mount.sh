@@ -12,7 +12,8 @@
 # (fusermount3) when an unprivileged user needs it (with sudo only where
 # there is one), then mounts (see mount-scripts/skillfs-mount). Without
 # Rust it says how to get it; with $PREFIX/bin not on PATH it says how to
-# add it. Safe to run again.
+# add it. Safe to run again: after an update it restarts a daemon still
+# running the older binary (its unmount publishes what is open first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

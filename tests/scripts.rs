@@ -236,3 +236,55 @@ fn setup_without_rust_says_how_to_get_it() {
     );
     assert!(!err.contains("command not found"), "{err}");
 }
+
+/// After an update (the installed binary replaced), the mount script run
+/// again restarts the daemon on the new binary (its unmount publishes what
+/// is open), and says so; run again, it leaves it alone.
+#[test]
+fn the_mount_script_restarts_a_daemon_of_an_older_binary() {
+    let s = Scratch::new("restart");
+    let home = s.dir.join("hermes");
+    let bin_dir = s.dir.join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let bin = bin_dir.join("skillfs");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    let _guard = Detach(home.clone());
+    let run = || {
+        Command::new(format!(
+            "{}/mount-scripts/skillfs-mount",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .env("HERMES_HOME", &home)
+        .env("SKILLFS_BIN", &bin)
+        .output()
+        .unwrap()
+    };
+    let out = run();
+    assert!(out.status.success(), "{}", describe(&out));
+    let store = s.dir.join(".skillfs/hermes");
+    let first = common::daemon_pid(&store).unwrap();
+    std::fs::write(home.join("skills/kept.md"), "kept").unwrap();
+    // The update: a new file at the installed path.
+    std::fs::remove_file(&bin).unwrap();
+    std::fs::copy(common::BIN, &bin).unwrap();
+    let out = run();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("older skillfs"),
+        "{}",
+        describe(&out)
+    );
+    let second = common::daemon_pid(&store).unwrap();
+    assert_ne!(first, second, "a new daemon");
+    assert!(is_mounted(&home));
+    assert_eq!(std::fs::read(home.join("skills/kept.md")).unwrap(), b"kept");
+    let out = run();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already mounted"));
+    assert_eq!(common::daemon_pid(&store).unwrap(), second);
+    let out = Command::new(&bin)
+        .arg("umount")
+        .arg(&home)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+}
