@@ -330,10 +330,12 @@ impl SkillFs {
         write: bool,
         caller: &Caller,
     ) -> FsResult<Option<Arc<File>>> {
-        if !self.passthrough.load(Ordering::Relaxed) {
+        let mut s = of.state.lock();
+        // (Turned off after a refusal: an inode that still has direct
+        // handles keeps joining them, as the kernel takes no mix.)
+        if !self.passthrough.load(Ordering::Relaxed) && s.direct == 0 {
             return Ok(None);
         }
-        let mut s = of.state.lock();
         let others = s.handles - 1;
         let outside = loc.is_some_and(|l| self.outside(l));
         // A file with another hard link is served by the daemon, which
