@@ -238,6 +238,25 @@ pub enum Exit {
     NotFound = 8,
 }
 
+/// `message` with its control characters escaped: one line, which no
+/// path, rule or config value in it can turn into another.
+pub fn one_line(message: String) -> String {
+    if !message.chars().any(char::is_control) {
+        return message;
+    }
+    message
+        .chars()
+        .flat_map(|c| {
+            let esc: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            esc
+        })
+        .collect()
+}
+
 /// The one line a failed command prints, and its exit code.
 #[derive(Debug)]
 pub struct Failure {
@@ -250,23 +269,10 @@ impl Failure {
     /// value) are escaped, so the failure stays one line and cannot forge
     /// another.
     pub fn new(exit: Exit, message: impl Into<String>) -> Failure {
-        let message = message.into();
-        let message = if message.chars().any(char::is_control) {
-            message
-                .chars()
-                .flat_map(|c| {
-                    let esc: Vec<char> = if c.is_control() {
-                        c.escape_default().collect()
-                    } else {
-                        vec![c]
-                    };
-                    esc
-                })
-                .collect()
-        } else {
-            message
-        };
-        Failure { exit, message }
+        Failure {
+            exit,
+            message: one_line(message.into()),
+        }
     }
 
     /// "could not {what} '{path}': {err}" in the style of gitoxide.

@@ -396,6 +396,9 @@ fn hash_file(p: &Path, counted: &mut u64) -> std::io::Result<String> {
 }
 
 /// The live tree at `root` against the newest state of every path.
+/// Mounted, the tree may move on while it is read: a difference is checked
+/// again against the journal read anew, and one whose entry changed while
+/// `verify` ran is a note; what stays is a problem.
 fn check_live(
     layout: &Layout,
     root: &Path,
@@ -404,6 +407,7 @@ fn check_live(
     r: &mut Report,
     progress: &mut Progress,
 ) {
+    let started = std::time::SystemTime::now();
     let rules = match crate::hide::Config::load(&layout.dir)
         .and_then(|c| HideRules::build(&c, &crate::hide::RuleArgs::default()))
     {
@@ -417,81 +421,115 @@ fn check_live(
     let fold = Fold::replay(records);
     let catalog = fold.catalog();
     let mut seen: HashSet<RelPath> = HashSet::new();
-    let differ = |r: &mut Report, what: String| {
-        if mounted {
-            r.problems.push(what);
-        } else {
-            r.notes.push(format!(
-                "{what} (changed while unmounted: the next mount records it)"
-            ));
-        }
-    };
+    let mut diffs: Vec<(RelPath, String)> = Vec::new();
     let mut stack = vec![RelPath::root()];
     while let Some(dir) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(root.join(dir.as_os_str())) else {
             continue;
         };
         for e in rd.filter_map(Result::ok) {
-            let name = e.file_name();
-            let path = dir.join(name.as_bytes());
+            let path = dir.join(e.file_name().as_bytes());
             if rules.is_untracked(&path) {
                 continue;
             }
-            let Ok(md) = std::fs::symlink_metadata(e.path()) else {
-                continue;
-            };
-            let ft = md.file_type();
-            let kind = if ft.is_dir() {
-                Kind::Dir
-            } else if ft.is_symlink() {
-                Kind::Symlink
-            } else if ft.is_file() {
-                Kind::File
-            } else {
-                continue; // FIFOs and sockets are never versioned
-            };
-            let Some(want) = catalog.get(&path) else {
-                differ(r, format!("live {path}: in no record"));
-                continue;
+            let Some(kind) = live_kind(&root.join(path.as_os_str())) else {
+                continue; // gone, or a FIFO or socket (never versioned)
             };
             seen.insert(path.clone());
-            if want.kind != kind {
-                differ(
-                    r,
-                    format!("live {path}: a {kind:?}, recorded as a {:?}", want.kind),
-                );
-                continue;
+            if kind == Kind::Dir && catalog.get(&path).is_some_and(|w| w.kind == Kind::Dir) {
+                stack.push(path.clone());
             }
-            match kind {
-                Kind::Dir => stack.push(path),
-                Kind::Symlink => {
-                    let t = std::fs::read_link(e.path()).unwrap_or_default();
-                    if want.target.as_ref().map(|t| t.0.as_slice())
-                        != Some(t.as_os_str().as_bytes())
-                    {
-                        differ(
-                            r,
-                            format!("live {path}: its target differs from the newest record"),
-                        );
-                    }
-                }
-                Kind::File => match hash_file(&e.path(), &mut r.bytes_read) {
-                    Ok(h) if want.blob.as_deref() == Some(h.as_str()) => {}
-                    Ok(_) => differ(
-                        r,
-                        format!("live {path}: its content differs from the newest record"),
-                    ),
-                    Err(err) => r
-                        .problems
-                        .push(format!("live {path}: cannot be read: {err}")),
-                },
+            if let Some(d) = compare(root, &path, catalog.get(&path), &mut r.bytes_read) {
+                diffs.push((path, d));
             }
             progress.show(&format!("{} live entries", seen.len()), r.bytes_read);
         }
     }
     for (path, _) in catalog.iter() {
         if !seen.contains(path) && !path.is_root() && !rules.is_untracked(path) {
-            differ(r, format!("live {path}: recorded, but not in the tree"));
+            diffs.push((path.clone(), "recorded, but not in the tree".to_string()));
         }
+    }
+    if diffs.is_empty() {
+        return;
+    }
+    if !mounted {
+        for (path, d) in diffs {
+            r.notes.push(format!(
+                "live {path}: {d} (changed while unmounted: the next mount records it)"
+            ));
+        }
+        return;
+    }
+    let again = journal::read_dir(&layout.journal())
+        .map(|c| Fold::replay(&c.records))
+        .ok();
+    for (path, d) in diffs {
+        let full = root.join(path.as_os_str());
+        let now = again.as_ref().map(|f| f.catalog().get(&path).cloned());
+        if let Some(want) = now
+            && compare(root, &path, want.as_ref(), &mut r.bytes_read).is_none()
+        {
+            continue; // recorded since the first read
+        }
+        let moved_on = std::fs::symlink_metadata(&full).map_or(true, |m| {
+            use std::os::unix::fs::MetadataExt;
+            let ctime = std::time::UNIX_EPOCH
+                + Duration::new(m.ctime().max(0) as u64, m.ctime_nsec().max(0) as u32);
+            ctime + Duration::from_secs(2) >= started
+        });
+        if moved_on {
+            r.notes
+                .push(format!("live {path}: {d} (it changed while verify ran)"));
+        } else {
+            r.problems.push(format!("live {path}: {d}"));
+        }
+    }
+}
+
+/// The kind of the live entry at `p`, if versioned kinds hold it.
+fn live_kind(p: &Path) -> Option<Kind> {
+    let ft = std::fs::symlink_metadata(p).ok()?.file_type();
+    if ft.is_dir() {
+        Some(Kind::Dir)
+    } else if ft.is_symlink() {
+        Some(Kind::Symlink)
+    } else if ft.is_file() {
+        Some(Kind::File)
+    } else {
+        None
+    }
+}
+
+/// How the live entry at `path` differs from `want` (its newest recorded
+/// state), if it does.
+fn compare(
+    root: &Path,
+    path: &RelPath,
+    want: Option<&crate::store::journal::EntryState>,
+    bytes: &mut u64,
+) -> Option<String> {
+    let full = root.join(path.as_os_str());
+    let Some(kind) = live_kind(&full) else {
+        return want.map(|_| "recorded, but not in the tree".to_string());
+    };
+    let Some(want) = want else {
+        return Some("in no record".to_string());
+    };
+    if want.kind != kind {
+        return Some(format!("a {kind:?}, recorded as a {:?}", want.kind));
+    }
+    match kind {
+        Kind::Dir => None,
+        Kind::Symlink => {
+            let t = std::fs::read_link(&full).unwrap_or_default();
+            (want.target.as_ref().map(|t| t.0.as_slice()) != Some(t.as_os_str().as_bytes()))
+                .then(|| "its target differs from the newest record".to_string())
+        }
+        Kind::File => match hash_file(&full, bytes) {
+            Ok(h) if want.blob.as_deref() == Some(h.as_str()) => None,
+            Ok(_) => Some("its content differs from the newest record".to_string()),
+            Err(e) => Some(format!("cannot be read: {e}")),
+        },
     }
 }

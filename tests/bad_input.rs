@@ -300,3 +300,30 @@ fn umount_after_daemon_death_detaches_the_stale_mount() {
     assert!(!common::is_mounted(&m.root()));
     m.remount();
 }
+
+/// A start-up warning reaches the terminal of a background mount as one
+/// line, whatever the path in it holds: a newline cannot forge a verdict.
+#[test]
+fn a_warning_with_a_newline_in_its_path_stays_one_line() {
+    let s = Scratch::new("warn-line");
+    let store = s.dir.join("st\nerr 6 injected failure");
+    let (r, st) = (s.root().display().to_string(), store.display().to_string());
+    let ok = |out: std::process::Output| {
+        assert!(out.status.success(), "{}", describe(&out));
+        out
+    };
+    ok(skillfs(&["mount", &r, "--store", &st]));
+    ok(skillfs(&["umount", &r]));
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&store, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = ok(skillfs(&["mount", &r, "--store", &st]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with("skillfs: warning: repaired the mode"),
+        "{err}"
+    );
+    assert!(lines[0].contains("st\\nerr 6"), "{err}");
+    ok(skillfs(&["umount", &r]));
+}

@@ -167,3 +167,32 @@ fn missing_and_damaged_blobs_are_named() {
         "{text}"
     );
 }
+
+/// A healthy store in use is sound: the tree moving on while `verify
+/// --full` reads it is no problem.
+#[test]
+fn a_store_being_written_verifies_sound() {
+    let m = Mount::new("verify-busy");
+    fs::create_dir(m.path("cat")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (dir, stop) = (m.path("cat"), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                fs::write(dir.join(format!("small{}", i % 5)), i.to_string()).unwrap();
+                fs::write(dir.join("mid"), vec![(i % 251) as u8; 300_000]).unwrap();
+                if i.is_multiple_of(7) {
+                    let _ = fs::remove_file(dir.join("small3"));
+                }
+                i += 1;
+            }
+        })
+    };
+    for _ in 0..3 {
+        let out = verify(&m, true);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.join().unwrap();
+}

@@ -69,6 +69,9 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     }
     // Logged, and told to the `skillfs mount` waiting on the terminal.
     for w in &prepared.warnings {
+        // One line each, whatever paths it names (a newline would forge a
+        // verdict on the pipe).
+        let w = crate::error::one_line(w.clone());
         tracing::warn!("{w}");
         if let Some(f) = ready.as_mut() {
             let _ = std::io::Write::write_all(f, format!("warn {w}\n").as_bytes());
