@@ -79,7 +79,7 @@ impl Catalog {
                 effects.extend(gone(self.remove_tree(&r.path)));
             }
             // Store-side housekeeping of hidden entries: not in the visible tree.
-            Op::Orphan | Op::Sweep => {}
+            Op::Orphan | Op::Sweep | Op::Lost => {}
             Op::Rename => {
                 let Some(to) = &r.to else { return effects };
                 let moved = self.remove_tree(&r.path);

@@ -196,3 +196,71 @@ fn a_store_being_written_verifies_sound() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     writer.join().unwrap();
 }
+
+/// `skillfs repair` after damage: every sound record kept with its id, the
+/// damaged one's id filled with a `lost` record, the segment set aside
+/// whole, and the store mounts and verifies again. Refused while mounted;
+/// a sound journal is left alone.
+#[test]
+fn repair_keeps_every_sound_record_and_sets_the_damage_aside() {
+    let mut m = store_with_history("verify-repair");
+    let root = m.root().display().to_string();
+    let out = skillfs(&["repair", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to repair"));
+    let before: Vec<serde_json::Value> = m.log();
+    let seg = fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    let original = fs::read(&seg).unwrap();
+    let mut bytes = original.clone();
+    let third = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .unwrap()
+        .0
+        + 5;
+    bytes[third] ^= 0x20;
+    fs::write(&seg, &bytes).unwrap();
+    // The mount refuses, naming the file, the line and the repair.
+    let out = skillfs(&["mount", &root]);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 3") && err.contains("skillfs repair"),
+        "{err}"
+    );
+    let out = skillfs(&["repair", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("now `lost`: 3"), "{text}");
+    // The damaged segment is kept whole beside the journal.
+    let aside = fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("damaged-")
+        })
+        .expect("the segment set aside");
+    assert_eq!(fs::read(aside).unwrap(), bytes);
+    assert!(verify(&m, false).status.success());
+    m.remount();
+    let after = m.log();
+    assert_eq!(after[2]["op"], "lost");
+    for (i, (a, b)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(b["seq"].as_u64(), Some(i as u64 + 1), "ids have no gap");
+        if i != 2 {
+            assert_eq!(a, b, "every sound record kept as it was");
+        }
+    }
+    let out = skillfs(&["repair", "--root", &root]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    m.umount();
+}

@@ -93,7 +93,7 @@ pub fn touched(group: &[&Record]) -> Vec<RelPath> {
             && group.iter().any(|r| r.path == *p && r.op == Op::Create)
     };
     for r in group {
-        if matches!(r.op, Op::Sweep | Op::Orphan) {
+        if matches!(r.op, Op::Sweep | Op::Orphan | Op::Lost) {
             continue; // store-side paths, not the visible tree
         }
         for p in std::iter::once(&r.path).chain(r.to.as_ref()) {
@@ -108,7 +108,9 @@ pub fn touched(group: &[&Record]) -> Vec<RelPath> {
 fn op_style(op: Op) -> Style {
     match op {
         Op::Create | Op::Write | Op::Mkdir | Op::Symlink | Op::Scan | Op::Unpark => Style::Green,
-        Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park | Op::Sweep | Op::Orphan => Style::Red,
+        Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park | Op::Sweep | Op::Orphan | Op::Lost => {
+            Style::Red
+        }
         Op::Rename | Op::Exchange => Style::Cyan,
         _ => Style::Yellow,
     }

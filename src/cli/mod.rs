@@ -112,6 +112,15 @@ Examples:
         #[command(flatten)]
         at: Where,
     },
+    /// Make a damaged journal readable again, the store unmounted: every
+    /// sound record is kept with its id, every id a damaged line held gets
+    /// a `lost` record, and each changed segment is first copied whole into
+    /// journal/damaged-*; nothing is deleted.
+    #[command(after_help = "Example:\n  skillfs verify; skillfs repair; skillfs verify")]
+    Repair {
+        #[command(flatten)]
+        at: Where,
+    },
     /// List recorded changes, oldest first, one line per operation (the
     /// records of one process in one go, as a `sed -i` or a restore).
     #[command(after_help = "\
@@ -310,6 +319,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         }
         Cmd::Status { at } => status::status(&locate::locate(&at, None)?),
         Cmd::Verify { full, at } => verify::verify(&locate::locate(&at, None)?, full),
+        Cmd::Repair { at } => verify::repair(&locate::locate(&at, None)?),
         Cmd::Show { spec, at } => {
             let (id, path) = crate::commands::split_spec(&spec)?;
             let t = locate::locate(&at, Some(std::path::Path::new(path)))?;

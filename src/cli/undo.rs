@@ -44,7 +44,7 @@ pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Fail
         .rev()
         .find(|g| {
             g.iter().any(|r| {
-                !matches!(r.op, Op::Sweep | Op::Orphan)
+                !matches!(r.op, Op::Sweep | Op::Orphan | Op::Lost)
                     && path.as_ref().is_none_or(|p| touches(r, p))
             })
         })

@@ -1,5 +1,7 @@
 //! `skillfs verify`'s report: problems and notes on stdout, one line each,
 //! then the summary; exit 5 if there is any problem (see `crate::verify`).
+//! And `skillfs repair`, what a damaged journal needs then
+//! (`store::journal::repair`).
 
 use std::io::Write;
 
@@ -52,4 +54,60 @@ pub fn verify(t: &Target, full: bool) -> Result<(), Failure> {
             layout.dir.display()
         ),
     ))
+}
+
+/// `skillfs repair`: the journal of an unmounted store made readable.
+pub fn repair(t: &Target) -> Result<(), Failure> {
+    let layout = &t.layout;
+    if !layout.journal().is_dir() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "no skillfs store at '{}' (it has no journal/)",
+                layout.dir.display()
+            ),
+        ));
+    }
+    if let Some(m) = &t.mount {
+        return Err(Failure::new(
+            Exit::BadRoot,
+            format!(
+                "'{}' is mounted: unmount it (skillfs umount '{}') before a repair",
+                m.mount_point.display(),
+                m.mount_point.display()
+            ),
+        ));
+    }
+    crate::store::StoreLock::refuse_if_held(layout)?;
+    if crate::store::journal::read_dir(&layout.journal()).is_ok() {
+        println!(
+            "the journal of '{}' is sound: nothing to repair",
+            layout.dir.display()
+        );
+        return Ok(());
+    }
+    let dir = crate::store::Dir::open_path(&layout.journal())
+        .map_err(|e| Failure::io(Exit::BadStore, "open", &layout.journal(), &e))?;
+    let done = crate::store::journal::repair(&dir)
+        .map_err(|e| Failure::io(Exit::BadStore, "repair", &layout.journal(), &e))?;
+    let ids: Vec<String> = done.lost.iter().map(u64::to_string).collect();
+    println!(
+        "repaired the journal of '{}': {} records kept; ids held by damaged lines, now `lost`: \
+         {}; {} out-of-sequence records left out; set aside, whole: {}; the next mount records \
+         the live tree again",
+        layout.dir.display(),
+        done.kept,
+        if ids.is_empty() {
+            "none".to_string()
+        } else {
+            ids.join(", ")
+        },
+        done.dropped,
+        done.set_aside
+            .iter()
+            .map(|n| format!("journal/{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
 }

@@ -8,7 +8,9 @@
 //! - `read`: reading a journal directory at mount: its segments, a torn
 //!   tail, damage, and the `acked_through` watermark that tells them apart;
 //! - `append`: the open [`Journal`] that appends, reserves room ahead of its
-//!   end, and syncs.
+//!   end, and syncs;
+//! - `repair`: a damaged journal made readable, every id kept, nothing
+//!   deleted (`skillfs repair`).
 //!
 //! The paths the rest of skillfs uses (`journal::{Journal, Record, ...,
 //! read_dir, encode}`) are re-exported here; the files are private.
@@ -22,8 +24,10 @@ mod encoding;
 mod fixtures;
 mod read;
 mod record;
+mod repair;
 
 pub use append::Journal;
 pub use encoding::{crc32, decode, encode};
 pub use read::{Contents, read_dir, read_in};
 pub use record::{Actor, Change, EntryState, Kind, Op, Record};
+pub use repair::{Repaired, repair};

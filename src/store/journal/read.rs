@@ -99,7 +99,7 @@ pub(super) fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}.jsonl")
 }
 
-fn list_segments(dir: &Dir) -> io::Result<Vec<String>> {
+pub(super) fn list_segments(dir: &Dir) -> io::Result<Vec<String>> {
     let mut segs: Vec<String> = dir
         .list()?
         .into_iter()
@@ -112,14 +112,14 @@ fn list_segments(dir: &Dir) -> io::Result<Vec<String>> {
 
 /// One line of a segment: its byte range (newline excluded) and what it
 /// decodes to.
-struct Line {
-    start: usize,
-    next: usize,
-    complete: bool,
-    parsed: Result<Record, String>,
+pub(super) struct Line {
+    pub(super) start: usize,
+    pub(super) next: usize,
+    pub(super) complete: bool,
+    pub(super) parsed: Result<Record, String>,
 }
 
-fn split_lines(data: &[u8]) -> Vec<Line> {
+pub(super) fn split_lines(data: &[u8]) -> Vec<Line> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while pos < data.len() {
@@ -231,7 +231,8 @@ fn damaged(seg: &Path, lineno: usize, why: &str) -> StoreError {
         seg,
         format!(
             "journal '{}' is damaged at line {lineno}: {why}; refusing to continue \
-             (nothing was changed)",
+             (nothing was changed); `skillfs verify` lists the damage, and `skillfs repair` \
+             keeps every sound record and sets the damaged lines aside",
             seg.display()
         ),
     )

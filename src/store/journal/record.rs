@@ -56,6 +56,11 @@ pub enum Op {
     /// An old park or orphan removed for good (`path` is what, in the store
     /// or by its hidden name).
     Sweep,
+    /// Put by `skillfs repair` in the place of a record that was damaged:
+    /// its id is kept, what it said is lost (the damaged line is set aside
+    /// in the journal directory), and the next mount's scan records the
+    /// live tree again.
+    Lost,
 }
 
 impl Op {
@@ -80,6 +85,7 @@ impl Op {
             Op::Unpark => "unpark",
             Op::Orphan => "orphan",
             Op::Sweep => "sweep",
+            Op::Lost => "lost",
         }
     }
 }
