@@ -10,15 +10,7 @@ use crate::error::{Exit, Failure};
 
 pub fn verify(t: &Target, full: bool) -> Result<(), Failure> {
     let (root, layout) = (&t.root, &t.layout);
-    if !layout.journal().is_dir() {
-        return Err(Failure::new(
-            Exit::BadStore,
-            format!(
-                "no skillfs store at '{}' (it has no journal/)",
-                layout.dir.display()
-            ),
-        ));
-    }
+    has_journal(layout)?;
     let r = crate::verify::verify(layout, root, full, t.mount.is_some());
     let mut out = std::io::stdout().lock();
     for n in &r.notes {
@@ -59,15 +51,7 @@ pub fn verify(t: &Target, full: bool) -> Result<(), Failure> {
 /// `skillfs repair`: the journal of an unmounted store made readable.
 pub fn repair(t: &Target) -> Result<(), Failure> {
     let layout = &t.layout;
-    if !layout.journal().is_dir() {
-        return Err(Failure::new(
-            Exit::BadStore,
-            format!(
-                "no skillfs store at '{}' (it has no journal/)",
-                layout.dir.display()
-            ),
-        ));
-    }
+    has_journal(layout)?;
     if let Some(m) = &t.mount {
         return Err(Failure::new(
             Exit::BadRoot,
@@ -110,4 +94,18 @@ pub fn repair(t: &Target) -> Result<(), Failure> {
             .join(", ")
     );
     Ok(())
+}
+
+/// A store is there: it has a journal.
+fn has_journal(layout: &crate::store::Layout) -> Result<(), Failure> {
+    if layout.journal().is_dir() {
+        return Ok(());
+    }
+    Err(Failure::new(
+        Exit::BadStore,
+        format!(
+            "no skillfs store at '{}' (it has no journal/)",
+            layout.dir.display()
+        ),
+    ))
 }
