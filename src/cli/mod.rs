@@ -36,7 +36,7 @@ pub use locate::{Where, default_root};
 const EXAMPLES: &str = "\
 Examples:
   skillfs mount ~/.hermes --versioned skills   version the agent's skills
-  ls ~/.hermes/skills/.history                 every change id, oldest first
+  ls -v ~/.hermes/skills/.history              every change id, oldest first
   cat ~/.hermes/skills/.history/@-10m/cat/foo/SKILL.md
                                                a file as it was 10 minutes ago
   cd ~/.hermes/skills/cat/foo && skillfs log SKILL.md
