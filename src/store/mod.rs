@@ -416,13 +416,28 @@ impl RootId {
 }
 
 /// Size in bytes of every regular file under `dir`.
+///
+/// A mounted store changes while it is walked (the janitor renames spares
+/// from `tmp/` into `staging/`, publishes remove staging files): an entry
+/// gone between its listing and its stat is skipped, not an error that
+/// would make the whole size unknown.
 pub fn disk_usage(dir: &Path) -> io::Result<u64> {
+    let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for ent in fs::read_dir(&d)? {
+        let rd = match fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) if gone(&e) && d != dir => continue,
+            Err(e) => return Err(e),
+        };
+        for ent in rd {
             let ent = ent?;
-            let md = ent.metadata()?;
+            let md = match ent.metadata() {
+                Ok(md) => md,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            };
             if md.is_dir() {
                 stack.push(ent.path());
             } else {
