@@ -1,7 +1,7 @@
 //! `SkillFs`: the filesystem core, free of any FUSE type.
 //!
 //! Every handler takes plain values (inode numbers, names, a [`Caller`]) and
-//! returns `FsResult`; `fuse.rs` only converts and replies.
+//! returns `FsResult`; `fuse` only converts and replies.
 //!
 //! One question per file, all of them `impl SkillFs` blocks over the state
 //! declared here:
@@ -16,6 +16,7 @@
 //! - `janitor`: the background thread (spares, reuse, late frees);
 //! - `sweep`: old parks and orphans swept while mounted;
 //! - `notify`: what the kernel must forget;
+//! - `home`: the home around the versioned root (a mount `--versioned`);
 //! - `history_view`, `pages`, `tree`: the `.history` tree, the page store,
 //!   the inode table.
 //!
@@ -62,6 +63,7 @@
 
 mod attr;
 mod history_view;
+mod home;
 mod janitor;
 mod listing;
 mod lookup;
@@ -104,6 +106,7 @@ use crate::sys::{self, Time};
 use unpark::{Freezes, UnparkPlan};
 
 use history_view::{HISTORY, HistoryView, VNode, check_writable, decode, is_virtual};
+pub use home::Home;
 use janitor::{put_spare, start_janitor};
 pub use listing::{DirectoryEntry, DirectoryReplier};
 use pages::{Claim, PageStore};
@@ -266,17 +269,6 @@ impl Staging {
     }
 }
 
-/// How a writer's bytes reach the file (see `open::ensure_staging`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum WritePlace {
-    /// A staging copy, published by swap (a versioned or untracked file).
-    Copy,
-    /// In place, unless the file has another hard link (a hidden file).
-    InPlaceUnlinked,
-    /// In place (a plain file of the home).
-    InPlace,
-}
-
 /// Per-inode state while at least one handle is open.
 struct OpenState {
     /// The live file as it was last published (kept open so readers and
@@ -308,13 +300,6 @@ enum Handle {
     },
     /// A file under `.history`: its blob, read-only.
     Blob { file: Arc<Opened> },
-}
-
-/// A mount over a home (`--versioned NAME`): the home's fd and the name
-/// of the versioned root in it (see `tree`).
-pub struct Home {
-    pub fd: OwnedFd,
-    pub versioned: Vec<u8>,
 }
 
 pub struct SkillFs {
@@ -619,49 +604,6 @@ impl SkillFs {
         self.dirs.parked.fd()
     }
 
-    /// The home's fd, or -1 over a skills directory (no location uses it).
-    fn home_raw(&self) -> RawFd {
-        self.home.as_ref().map_or(-1, |h| h.fd.as_raw_fd())
-    }
-
-    /// Whether `loc` is outside the versioned root, in the home around it:
-    /// plain files, written in place, no rule, no history.
-    fn outside(&self, loc: &Location) -> bool {
-        self.home.is_some() && loc.dirfd == self.home_raw()
-    }
-
-    /// Refuses changes under `.history` and to the name `.history` in the
-    /// versioned tree (see `history_view::check_writable`); outside it the
-    /// name is a plain one.
-    fn writable(&self, parent: Ino, name: &[u8], creating: bool) -> FsResult<()> {
-        if name == HISTORY && self.tree.lock().is_outside(parent) {
-            return Ok(());
-        }
-        check_writable(parent, name, creating)
-    }
-
-    /// The versioned root's own name in the home: it cannot be removed,
-    /// renamed or replaced through the mount (`EBUSY`, as a mount point).
-    fn pinned(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
-        match &self.home {
-            Some(h) if parent == ROOT_INO && name == h.versioned.as_slice() => {
-                Err(FsError::of(libc::EBUSY))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether the mount is over a home (its plain files outside the
-    /// versioned root).
-    pub fn has_home(&self) -> bool {
-        self.home.is_some()
-    }
-
-    /// The versioned root's inode: [`ROOT_INO`], or its child in a home.
-    pub fn versioned_root(&self) -> Ino {
-        self.vroot
-    }
-
     fn areas(&self) -> Areas {
         Areas {
             root_fd: self.root_raw(),
@@ -726,47 +668,4 @@ impl SkillFs {
             tracing::error!("syncfs at unmount: {e}");
         }
     }
-}
-
-/// Journals a file's new `state` at `path`, unless it is the version the
-/// catalog has already (same content, mode and owner: nothing to record).
-/// Whether it recorded.
-fn record_unless_same(
-    ledger: &mut Ledger,
-    path: &RelPath,
-    state: EntryState,
-    op: Op,
-    caller: &Caller,
-) -> FsResult<bool> {
-    let same = ledger.catalog().get(path).is_some_and(|old| {
-        old.kind == Kind::File
-            && old.blob == state.blob
-            && old.mode == state.mode
-            && old.uid == state.uid
-            && old.gid == state.gid
-    });
-    if !same
-        && let Err(e) = ledger.record(Change::new(op, path.clone(), Some(state)), caller.actor())
-    {
-        tracing::error!("could not journal {} of {path}: {e}", op.name());
-        return Err(e.into());
-    }
-    Ok(!same)
-}
-
-/// Fills `buf` from `offset` until it is full or the end is reached.
-fn read_full(
-    read_at: impl Fn(&mut [u8], u64) -> std::io::Result<usize>,
-    buf: &mut [u8],
-    offset: u64,
-) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        let n = read_at(&mut buf[got..], offset + got as u64)?;
-        if n == 0 {
-            break;
-        }
-        got += n;
-    }
-    Ok(got)
 }

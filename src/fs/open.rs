@@ -330,6 +330,9 @@ impl SkillFs {
         write: bool,
         caller: &Caller,
     ) -> FsResult<Option<Arc<File>>> {
+        if self.home.is_none() {
+            return Ok(None); // no plain files: never direct
+        }
         let mut s = of.state.lock();
         // (Turned off after a refusal: an inode that still has direct
         // handles keeps joining them, as the kernel takes no mix.)
@@ -642,4 +645,32 @@ impl SkillFs {
             .context(format_args!("version {} written directly", loc.logical))?;
         Ok(Some(want))
     }
+}
+
+/// Fills `buf` from `offset` until it is full or the end is reached.
+fn read_full(
+    read_at: impl Fn(&mut [u8], u64) -> std::io::Result<usize>,
+    buf: &mut [u8],
+    offset: u64,
+) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = read_at(&mut buf[got..], offset + got as u64)?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    Ok(got)
+}
+
+/// How a writer's bytes reach the file (see `open::ensure_staging`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum WritePlace {
+    /// A staging copy, published by swap (a versioned or untracked file).
+    Copy,
+    /// In place, unless the file has another hard link (a hidden file).
+    InPlaceUnlinked,
+    /// In place (a plain file of the home).
+    InPlace,
 }

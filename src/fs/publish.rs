@@ -541,3 +541,29 @@ pub(super) fn open_parent_of(loc: &Location) -> std::io::Result<File> {
     };
     Ok(File::from(sys::open_dir(loc.dirfd, parent_phys)?))
 }
+
+/// Journals a file's new `state` at `path`, unless it is the version the
+/// catalog has already (same content, mode and owner: nothing to record).
+/// Whether it recorded.
+fn record_unless_same(
+    ledger: &mut Ledger,
+    path: &RelPath,
+    state: EntryState,
+    op: Op,
+    caller: &Caller,
+) -> FsResult<bool> {
+    let same = ledger.catalog().get(path).is_some_and(|old| {
+        old.kind == Kind::File
+            && old.blob == state.blob
+            && old.mode == state.mode
+            && old.uid == state.uid
+            && old.gid == state.gid
+    });
+    if !same
+        && let Err(e) = ledger.record(Change::new(op, path.clone(), Some(state)), caller.actor())
+    {
+        tracing::error!("could not journal {} of {path}: {e}", op.name());
+        return Err(e.into());
+    }
+    Ok(!same)
+}

@@ -1,0 +1,60 @@
+//! The home around the versioned root, for a mount over it
+//! (`--versioned`): which locations are outside the versioned tree (plain,
+//! written in place, no rule, no history), the versioned root's name held
+//! like a mount point, and `.history` as a plain name out there.
+//!
+//! Locks: `tree` briefly (`writable`); the rest reads fixed state.
+
+use super::*;
+
+/// A mount over a home (`--versioned NAME`): the home's fd and the name
+/// of the versioned root in it (see `tree`).
+pub struct Home {
+    pub fd: OwnedFd,
+    pub versioned: Vec<u8>,
+}
+
+impl SkillFs {
+    /// The home's fd, or -1 over a skills directory (no location uses it).
+    pub(super) fn home_raw(&self) -> RawFd {
+        self.home.as_ref().map_or(-1, |h| h.fd.as_raw_fd())
+    }
+
+    /// Whether `loc` is outside the versioned root, in the home around it:
+    /// plain files, written in place, no rule, no history.
+    pub(super) fn outside(&self, loc: &Location) -> bool {
+        self.home.is_some() && loc.dirfd == self.home_raw()
+    }
+
+    /// Refuses changes under `.history` and to the name `.history` in the
+    /// versioned tree (see `history_view::check_writable`); outside it the
+    /// name is a plain one.
+    pub(super) fn writable(&self, parent: Ino, name: &[u8], creating: bool) -> FsResult<()> {
+        if name == HISTORY && self.tree.lock().is_outside(parent) {
+            return Ok(());
+        }
+        check_writable(parent, name, creating)
+    }
+
+    /// The versioned root's own name in the home: it cannot be removed,
+    /// renamed or replaced through the mount (`EBUSY`, as a mount point).
+    pub(super) fn pinned(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        match &self.home {
+            Some(h) if parent == ROOT_INO && name == h.versioned.as_slice() => {
+                Err(FsError::of(libc::EBUSY))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the mount is over a home (its plain files outside the
+    /// versioned root).
+    pub fn has_home(&self) -> bool {
+        self.home.is_some()
+    }
+
+    /// The versioned root's inode: [`ROOT_INO`], or its child in a home.
+    pub fn versioned_root(&self) -> Ino {
+        self.vroot
+    }
+}
