@@ -17,6 +17,24 @@ impl Drop for Detach {
     }
 }
 
+/// The unit's `KEY=/bin/sh -c '…'` line run by `sh` as systemd would (in
+/// the background: `--foreground` dropped), for `hermes_home`.
+fn unit_line(unit: &str, key: &str, hermes_home: &Path) -> Output {
+    let prefix = format!("{key}=/bin/sh -c '");
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|l| l.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("the unit's {key} line"))
+        .replace(" --foreground", "");
+    Command::new("sh")
+        .args(["-c", &line])
+        .env("HERMES_HOME", hermes_home)
+        .env("SKILLFS_BIN", common::BIN)
+        .output()
+        .unwrap()
+}
+
 fn script(name: &str, hermes_home: &Path) -> Output {
     script_args(name, hermes_home, &[])
 }
@@ -132,35 +150,14 @@ fn a_dead_mount_is_detached_and_mounted_again() {
                 env!("CARGO_MANIFEST_DIR")
             ))
             .unwrap();
-            let pre = unit
-                .lines()
-                .find_map(|l| l.strip_prefix("ExecStartPre=/bin/sh -c '"))
-                .and_then(|l| l.strip_suffix('\''))
-                .expect("the unit's ExecStartPre line");
-            let out = Command::new("sh")
-                .args(["-c", pre])
-                .env("HERMES_HOME", &home)
-                .env("SKILLFS_BIN", common::BIN)
-                .output()
-                .unwrap();
+            let out = unit_line(&unit, "ExecStartPre", &home);
             assert!(
                 out.status.success(),
                 "round 1, ExecStartPre: {}",
                 describe(&out)
             );
             assert!(!is_mounted(&home), "ExecStartPre left the dead mount");
-            let start = unit
-                .lines()
-                .find_map(|l| l.strip_prefix("ExecStart=/bin/sh -c '"))
-                .and_then(|l| l.strip_suffix('\''))
-                .expect("the unit's ExecStart line")
-                .replace(" --foreground", "");
-            let out = Command::new("sh")
-                .args(["-c", &start])
-                .env("HERMES_HOME", &home)
-                .env("SKILLFS_BIN", common::BIN)
-                .output()
-                .unwrap();
+            let out = unit_line(&unit, "ExecStart", &home);
             assert!(
                 out.status.success(),
                 "round 1, ExecStart: {}",

@@ -35,6 +35,29 @@ fn verify(m: &Mount, full: bool) -> std::process::Output {
     skillfs(&args)
 }
 
+/// Flips a byte of the journal's third record, which later (synced)
+/// records vouch was durable: damage, not a torn tail. The segment and its
+/// bytes now.
+fn damage_third_record(m: &Mount) -> (PathBuf, Vec<u8>) {
+    let seg = fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    let mut bytes = fs::read(&seg).unwrap();
+    let third = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .unwrap()
+        .0
+        + 5;
+    bytes[third] ^= 0x20;
+    fs::write(&seg, &bytes).unwrap();
+    (seg, bytes)
+}
+
 /// A store with versions in a pack and a loose blob, unmounted.
 fn store_with_history(tag: &str) -> Mount {
     let mut m = Mount::new(tag);
@@ -91,23 +114,7 @@ fn a_sound_store_verifies_mounted_or_not() {
 #[test]
 fn a_damaged_journal_record_is_named_by_file_and_line() {
     let m = store_with_history("verify-journal");
-    let seg = fs::read_dir(m.store().join("journal"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .unwrap();
-    let mut bytes = fs::read(&seg).unwrap();
-    // A byte of the third line flipped: later records vouch it was durable.
-    let third = bytes
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .nth(1)
-        .unwrap()
-        .0
-        + 5;
-    bytes[third] ^= 0x20;
-    fs::write(&seg, &bytes).unwrap();
+    let (seg, _) = damage_third_record(&m);
     let before = snapshot(&m.store());
     let out = verify(&m, false);
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
@@ -209,23 +216,7 @@ fn repair_keeps_every_sound_record_and_sets_the_damage_aside() {
     assert!(out.status.success(), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to repair"));
     let before: Vec<serde_json::Value> = m.log();
-    let seg = fs::read_dir(m.store().join("journal"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .unwrap();
-    let original = fs::read(&seg).unwrap();
-    let mut bytes = original.clone();
-    let third = bytes
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .nth(1)
-        .unwrap()
-        .0
-        + 5;
-    bytes[third] ^= 0x20;
-    fs::write(&seg, &bytes).unwrap();
+    let (_, bytes) = damage_third_record(&m);
     // The mount refuses, naming the file, the line and the repair.
     let out = skillfs(&["mount", &root]);
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
