@@ -179,16 +179,35 @@ pub fn bytes_serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error>
 }
 
 pub fn bytes_deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Repr {
-        Text(String),
-        Hex { hex: String },
+    // A visitor, not an untagged enum: an untagged enum buffers every
+    // value before trying its forms, and paths are most of what a journal
+    // read at mount parses.
+    struct Bytes;
+    impl<'de> serde::de::Visitor<'de> for Bytes {
+        type Value = Vec<u8>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(r#"a string, or {"hex": ".."}"#)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Vec<u8>, E> {
+            Ok(v.as_bytes().to_vec())
+        }
+        fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Vec<u8>, E> {
+            Ok(v.into_bytes())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Vec<u8>, A::Error> {
+            use serde::de::Error;
+            let mut out = None;
+            while let Some(key) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key != "hex" || out.is_some() {
+                    return Err(A::Error::custom("bad hex path"));
+                }
+                let h: std::borrow::Cow<'de, str> = m.next_value()?;
+                out = Some(unhex(&h).ok_or_else(|| A::Error::custom("bad hex path"))?);
+            }
+            out.ok_or_else(|| A::Error::custom("bad hex path"))
+        }
     }
-    match Repr::deserialize(d)? {
-        Repr::Text(t) => Ok(t.into_bytes()),
-        Repr::Hex { hex: h } => unhex(&h).ok_or_else(|| serde::de::Error::custom("bad hex path")),
-    }
+    d.deserialize_any(Bytes)
 }
 
 pub fn hex(b: &[u8]) -> String {
