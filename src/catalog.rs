@@ -79,7 +79,7 @@ impl Catalog {
                 effects.extend(gone(self.remove_tree(&r.path)));
             }
             // Store-side housekeeping of hidden entries: not in the visible tree.
-            Op::Orphan | Op::Sweep | Op::Lost => {}
+            Op::Orphan | Op::Sweep | Op::Lost | Op::Forget => {}
             Op::Rename => {
                 let Some(to) = &r.to else { return effects };
                 let moved = self.remove_tree(&r.path);
@@ -109,14 +109,26 @@ impl Catalog {
             }
             _ => {
                 if let Some(state) = &r.state {
+                    effects.push((r.path.clone(), Some(state.clone())));
+                    // Most records rewrite a file that exists: one search,
+                    // in place (folding a year's journal is mostly this).
+                    if let Some(old) = self.entries.get_mut(&r.path)
+                        && old.kind != Kind::Dir
+                    {
+                        *old = state.clone();
+                        return effects;
+                    }
+                    let mut gone = Vec::new();
                     if state.kind != Kind::Dir {
                         for d in self.descendants(&r.path) {
                             self.entries.remove(&d);
-                            effects.push((d, None));
+                            gone.push((d, None));
                         }
                     }
                     self.entries.insert(r.path.clone(), state.clone());
-                    effects.push((r.path.clone(), Some(state.clone())));
+                    // Removals before additions, as everywhere.
+                    gone.extend(effects);
+                    effects = gone;
                 }
             }
         }
@@ -146,7 +158,16 @@ impl Fold {
     /// Applies the next record to both.
     pub fn apply(&mut self, r: &Record) {
         let effects = self.catalog.apply(r);
-        self.history.add(r.seq, r.ts, &effects);
+        let removed = matches!(r.op, Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park)
+            && effects.iter().any(|(_, s)| s.is_none());
+        self.history.add(r.seq, r.ts, effects);
+        if removed {
+            self.history.note_removal(r.seq);
+        }
+        if r.op == Op::Forget {
+            self.history.forget(&r.forgot);
+            self.history.note_forget(r.seq);
+        }
     }
 
     pub fn catalog(&self) -> &Catalog {

@@ -79,6 +79,14 @@ impl Store {
             )
         })?;
         self.index.resolve(ROOT_IDX, alias).ok_or_else(|| {
+            if let crate::history::Alias::Id(id) = alias
+                && self.index.is_forgotten(id)
+            {
+                return Failure::new(
+                    Exit::NotFound,
+                    format!("change {id} was forgotten (skillfs forget): its tree is gone"),
+                );
+            }
             Failure::new(
                 Exit::NotFound,
                 format!(

@@ -35,14 +35,53 @@ pub type Effect = (RelPath, Option<EntryState>);
 
 #[derive(Default)]
 pub struct HistoryIndex {
-    paths: HashMap<RelPath, PathIdx>,
+    paths: HashMap<RelPath, PathIdx, PathHasher>,
     names: Vec<RelPath>,
+    /// `parents[i]`: the index of path `i`'s directory (the root's own).
+    parents: Vec<PathIdx>,
     children: Vec<Vec<PathIdx>>,
     versions: Vec<Vec<(u64, Option<EntryState>)>>,
     touched: Vec<Vec<u64>>,
     /// `times[id - 1]`: when change `id` was made, never decreasing (a clock
     /// stepping back is flattened, so time aliases stay monotonic).
     times: Vec<i64>,
+    /// Ids forgotten by `skillfs forget`: sorted, disjoint, inclusive
+    /// ranges. A forgotten id is listed and resolved nowhere; the states
+    /// it made stay in `versions`, since a kept id after it may show them.
+    forgotten: Vec<(u64, u64)>,
+    /// Ids of the changes that removed visible paths outright (unlink,
+    /// rmdir, a removal found at mount, a park): the tree just before each
+    /// holds a last version that retention never lets go.
+    removals: Vec<u64>,
+    /// Ids of the `forget` records: no change to the tree, never counted
+    /// as versions by a policy, never forgotten.
+    forgets: Vec<u64>,
+}
+
+/// FNV-1a over a path's bytes, not SipHash: hashing paths was most of
+/// folding a long journal. Names made to collide only slow the folds of
+/// the store of whoever can already write into its root.
+#[derive(Default, Clone, Copy)]
+pub struct PathHasher;
+
+impl std::hash::BuildHasher for PathHasher {
+    type Hasher = Fnv;
+    fn build_hasher(&self) -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+pub struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// A name that `.history` resolves by lookup.
@@ -97,6 +136,66 @@ impl HistoryIndex {
         &self.names[idx as usize]
     }
 
+    /// Ids `ranges` (inclusive, any order) are forgotten from now on.
+    pub fn forget(&mut self, ranges: &[[u64; 2]]) {
+        let mut all: Vec<(u64, u64)> = self.forgotten.clone();
+        all.extend(ranges.iter().filter(|r| r[0] <= r[1]).map(|r| (r[0], r[1])));
+        all.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(all.len());
+        for (a, b) in all {
+            match merged.last_mut() {
+                Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        self.forgotten = merged;
+    }
+
+    pub fn is_forgotten(&self, id: u64) -> bool {
+        let k = self.forgotten.partition_point(|r| r.1 < id);
+        self.forgotten.get(k).is_some_and(|r| r.0 <= id)
+    }
+
+    /// The forgotten ids: sorted, disjoint, inclusive ranges.
+    pub fn forgotten_ranges(&self) -> &[(u64, u64)] {
+        &self.forgotten
+    }
+
+    /// How many ids are forgotten.
+    pub fn forgotten_count(&self) -> u64 {
+        self.forgotten.iter().map(|r| r.1 - r.0 + 1).sum()
+    }
+
+    /// Change `seq` removed visible paths outright (see `removals`).
+    pub fn note_removal(&mut self, seq: u64) {
+        if self.removals.last() != Some(&seq) {
+            self.removals.push(seq);
+        }
+    }
+
+    pub fn removals(&self) -> &[u64] {
+        &self.removals
+    }
+
+    /// Change `seq` is a `forget` (see `forgets`).
+    pub fn note_forget(&mut self, seq: u64) {
+        self.forgets.push(seq);
+    }
+
+    pub fn is_forget(&self, id: u64) -> bool {
+        self.forgets.binary_search(&id).is_ok()
+    }
+
+    /// How many paths were ever seen (their indexes are `0..count`).
+    pub fn path_count(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Every version of path `idx`, by id: its state from then on.
+    pub fn versions(&self, idx: PathIdx) -> &[(u64, Option<EntryState>)] {
+        &self.versions[idx as usize]
+    }
+
     /// The index of `path`, added if it was never seen.
     pub fn intern(&mut self, path: &RelPath) -> PathIdx {
         if let Some(&i) = self.paths.get(path) {
@@ -106,6 +205,7 @@ impl HistoryIndex {
         let i = self.names.len() as PathIdx;
         self.paths.insert(path.clone(), i);
         self.names.push(path.clone());
+        self.parents.push(parent.unwrap_or(ROOT_IDX));
         self.children.push(Vec::new());
         self.versions.push(Vec::new());
         self.touched.push(Vec::new());
@@ -116,22 +216,27 @@ impl HistoryIndex {
     }
 
     /// Adds change `seq` (the next id) made at `ts`, with its effects.
-    pub fn add(&mut self, seq: u64, ts: i64, effects: &[Effect]) {
+    pub fn add(&mut self, seq: u64, ts: i64, effects: Vec<Effect>) {
         debug_assert_eq!(seq, self.last() + 1);
         // Strictly increasing: a listing's mtime (its newest id's time)
         // must move whenever it grows.
         let ts = ts.max(self.times.last().map_or(i64::MIN, |t| t + 1));
         self.times.push(ts);
         for (path, state) in effects {
-            let i = self.intern(path);
-            self.versions[i as usize].push((seq, state.clone()));
-            let mut cur = Some(path.clone());
-            while let Some(p) = cur {
-                let pi = self.paths[&p] as usize;
-                if self.touched[pi].last() != Some(&seq) {
-                    self.touched[pi].push(seq);
+            let i = self.intern(&path);
+            self.versions[i as usize].push((seq, state));
+            // Up to the root by index: a year's journal folds at mount,
+            // and this runs for every ancestor of every change.
+            let mut pi = i;
+            loop {
+                let t = &mut self.touched[pi as usize];
+                if t.last() != Some(&seq) {
+                    t.push(seq);
                 }
-                cur = p.parent();
+                if pi == ROOT_IDX {
+                    break;
+                }
+                pi = self.parents[pi as usize];
             }
         }
     }
@@ -175,10 +280,12 @@ impl HistoryIndex {
         }
     }
 
-    /// The id an alias names in directory `idx`'s `.history`, if any.
+    /// The id an alias names in directory `idx`'s `.history`, if any: a
+    /// forgotten id names nothing, and `latest` or a time name the newest
+    /// kept id at or before it.
     pub fn resolve(&self, idx: PathIdx, alias: Alias) -> Option<u64> {
         let ids = self.ids(idx);
-        let id = match alias {
+        let mut id = match alias {
             Alias::Id(id) => (1..=self.last()).contains(&id).then_some(id)?,
             Alias::Latest => ids.last()?,
             Alias::At(t) => {
@@ -187,6 +294,12 @@ impl HistoryIndex {
                 ids.last_at_or_before(upto)?
             }
         };
+        while self.is_forgotten(id) {
+            if matches!(alias, Alias::Id(_)) {
+                return None;
+            }
+            id = ids.last_at_or_before(id.checked_sub(1)?)?;
+        }
         self.exists_at(idx, id).then_some(id)
     }
 }

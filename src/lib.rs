@@ -24,6 +24,7 @@ pub mod ledger;
 pub mod logging;
 pub mod open;
 pub mod relpath;
+pub mod retention;
 pub mod scan;
 pub mod store;
 pub mod sys;

@@ -195,6 +195,28 @@ pub fn fchmodat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
     check(unsafe { libc::fchmodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
 }
 
+/// The uid of the process at the other end of a unix socket.
+pub fn peer_uid(sock: &impl AsRawFd) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given; the fd is borrowed for
+    // the call.
+    check(unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(cred.uid)
+}
+
 pub fn fchmod(fd: &impl AsRawFd, mode: u32) -> io::Result<()> {
     // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }).map(drop)

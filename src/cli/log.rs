@@ -182,6 +182,7 @@ pub struct Show {
 }
 
 pub fn print(records: &[Record], filter: &Filter, show: &Show) -> Result<(), Failure> {
+    let records = &crate::retention::unforgotten(records)[..];
     // Grouped over the whole journal (an operation is what one process
     // did, whatever the filter), then filtered inside each operation.
     let groups: Vec<Vec<&Record>> = if show.json || show.all {
@@ -235,6 +236,7 @@ mod tests {
                 pid,
                 comm: "sed".into(),
             },
+            forgot: Vec::new(),
             acked_through: None,
         }
     }

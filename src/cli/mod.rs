@@ -13,6 +13,7 @@
 //!
 //! Locks: none (it parses, then calls `commands` or `daemon`).
 
+mod forget;
 mod locate;
 mod log;
 mod output;
@@ -109,6 +110,45 @@ Examples:
         /// Also re-hash every blob and compare the live tree.
         #[arg(long)]
         full: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Forget old versions by a retention policy (restic's words), and
+    /// reclaim the bytes only they held. Kept ids keep their numbers and
+    /// their trees; forgotten ids leave .history and log. Always kept: the
+    /// newest id, and the tree just before each removal (a removed path's
+    /// last version). Mounted, the daemon does it while the agent writes.
+    #[command(after_help = "\
+Examples:
+  skillfs forget --keep-within 30d --keep-daily 90 --dry-run
+  skillfs forget --keep-last 200 --keep-weekly 52
+
+Counts keep the newest id of each of the last N hours, UTC days, ISO
+weeks or months that have one; --keep-within keeps every id within that
+age of the newest. Rules add up. A kill leaves the store sound; run the
+command again to finish reclaiming.")]
+    Forget {
+        /// Keep the N newest ids.
+        #[arg(long, value_name = "N")]
+        keep_last: Option<u64>,
+        /// Keep every id within this age of the newest (90m, 36h, 30d, 8w).
+        #[arg(long, value_name = "AGE")]
+        keep_within: Option<String>,
+        /// Keep the newest id of each of the last N hours.
+        #[arg(long, value_name = "N")]
+        keep_hourly: Option<u64>,
+        /// Keep the newest id of each of the last N days (UTC).
+        #[arg(long, value_name = "N")]
+        keep_daily: Option<u64>,
+        /// Keep the newest id of each of the last N ISO weeks.
+        #[arg(long, value_name = "N")]
+        keep_weekly: Option<u64>,
+        /// Keep the newest id of each of the last N months.
+        #[arg(long, value_name = "N")]
+        keep_monthly: Option<u64>,
+        /// Say what would be forgotten and freed; change nothing.
+        #[arg(long, short = 'n')]
+        dry_run: bool,
         #[command(flatten)]
         at: Where,
     },
@@ -320,6 +360,26 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         Cmd::Status { at } => status::status(&locate::locate(&at, None)?),
         Cmd::Verify { full, at } => verify::verify(&locate::locate(&at, None)?, full),
         Cmd::Repair { at } => verify::repair(&locate::locate(&at, None)?),
+        Cmd::Forget {
+            keep_last,
+            keep_within,
+            keep_hourly,
+            keep_daily,
+            keep_weekly,
+            keep_monthly,
+            dry_run,
+            at,
+        } => {
+            let policy = crate::retention::Policy {
+                keep_last,
+                keep_within,
+                keep_hourly,
+                keep_daily,
+                keep_weekly,
+                keep_monthly,
+            };
+            forget::forget(&locate::locate(&at, None)?, policy, dry_run)
+        }
         Cmd::Show { spec, at } => {
             let (id, path) = crate::commands::split_spec(&spec)?;
             let t = locate::locate(&at, Some(std::path::Path::new(path)))?;

@@ -66,6 +66,15 @@ pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Fail
         ));
     }
     let store = Store::open(t.layout.clone())?;
+    if store.index.is_forgotten(before) {
+        return Err(Failure::new(
+            Exit::NotFound,
+            format!(
+                "the state before change {} was forgotten (skillfs forget): nothing to go back to",
+                first.seq
+            ),
+        ));
+    }
     if dry_run {
         return crate::commands::diff(
             &store,

@@ -12,7 +12,9 @@
 //!   to it;
 //! - `run`: the daemon's life: the mount, the signal and sweep threads, the
 //!   shutdown;
-//! - `unmount`: `skillfs umount` and detaching a mount.
+//! - `unmount`: `skillfs umount` and detaching a mount;
+//! - `control`: the socket in the store by which a command asks the
+//!   mounted daemon to do work on it (`forget`).
 //!
 //! Store errors become exit codes through `error::Failure`.
 //!
@@ -24,6 +26,7 @@
 #![deny(clippy::unwrap_used)]
 
 mod checks;
+pub mod control;
 mod mountinfo;
 mod prepare;
 mod run;

@@ -120,6 +120,11 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
         prepared.layout.dir.display()
     );
     start_sweeper(Arc::clone(&prepared.fs));
+    // Without it the store's commands that need the daemon say so; the
+    // mount itself serves either way.
+    if let Err(e) = super::control::serve(&prepared.top, Arc::clone(&prepared.fs)) {
+        tracing::error!("could not open the control socket in the store: {e}");
+    }
     // What the start-up logged (repairs, the scan) is in the log before
     // `mount` returns.
     crate::logging::flush();
@@ -131,6 +136,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // `destroy` has published and synced; make sure of it for the paths
     // where the kernel never sent DESTROY (connection aborted).
     prepared.fs.shutdown();
+    let _ = prepared.top.unlink(super::control::CONTROL);
     tracing::info!("unmounted {}", prepared.mount_point.display());
     result.map_err(|e| Failure::new(Exit::Internal, format!("session ended with an error: {e}")))
 }

@@ -146,6 +146,8 @@ impl HistoryView<'_> {
                 drop(ledger);
                 self.virtual_dir_stat(t)?
             }
+            // Forgotten since the kernel learned of it.
+            VNode::Snap(_, id) if h.is_forgotten(id) => return Err(FsError::ENOENT),
             VNode::Snap(idx, id) if idx == ROOT_IDX => {
                 let t = h.time_of(id).ok_or(FsError::ENOENT)?;
                 drop(ledger);
@@ -172,8 +174,9 @@ impl HistoryView<'_> {
                     .history()
                     .resolve(scope, alias)
                     .ok_or(FsError::ENOENT)?;
+                // An id's name is looked up again soon: `forget` may take
+                // it away (what is below it never changes while it stays).
                 let ttl = match alias {
-                    Alias::Id(_) if scope != ROOT_IDX => Ttl::Immutable,
                     Alias::Id(_) => Ttl::Volatile,
                     _ => Ttl::Alias,
                 };
@@ -251,8 +254,9 @@ impl HistoryView<'_> {
                 for i in 0..ids.len() {
                     let id = ids.get(i).expect("in range");
                     // The change that removed or renamed away the directory
-                    // is one of its ids, but there is no directory to show.
-                    if !h.exists_at(scope, id) {
+                    // is one of its ids, but there is no directory to show;
+                    // a forgotten id shows nothing.
+                    if !h.exists_at(scope, id) || h.is_forgotten(id) {
                         continue;
                     }
                     entries.push(DirEntry {

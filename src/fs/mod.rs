@@ -15,6 +15,7 @@
 //! - `listing`: directory listings and `fsyncdir`;
 //! - `janitor`: the background thread (spares, reuse, late frees);
 //! - `sweep`: old parks and orphans swept while mounted;
+//! - `retention`: `forget` while mounted (the work is `crate::retention`'s);
 //! - `notify`: what the kernel must forget;
 //! - `home`: the home around the versioned root (a mount `--versioned`);
 //! - `history_view`, `pages`, `tree`: the `.history` tree, the page store,
@@ -57,6 +58,10 @@
 //! held, see `unpark`; only a plan something changed is walked again under
 //! the rename's lock).
 //! `stale`, `shared`, `parks`, `handles` and `listings` are leaves.
+//! The blob store's writing gate (`BlobStore::writing`, shared) is taken
+//! from storing a content to appending its record, wherever in this order
+//! that starts, but never while holding `ledger`: its one exclusive taker,
+//! a prune, holds nothing else while it waits, then takes `ledger`.
 //! - A file an unlink or a rename takes away stays reachable (`stale`)
 //!   while the kernel still names its inode; an inode seen with another
 //!   name while mounted (`shared`) is never emptied for reuse.
@@ -73,6 +78,7 @@ mod open;
 mod pages;
 mod place;
 mod publish;
+mod retention;
 mod sweep;
 mod tree;
 mod unpark;
@@ -316,6 +322,8 @@ pub struct SkillFs {
     ledger: Mutex<Ledger>,
     /// Syncs the journal outside `ledger`'s lock (see `ledger::GroupCommit`).
     commit: GroupCommit,
+    /// Held for a whole `forget` (one at a time; see `retention`).
+    forgetting: Mutex<()>,
     namespace: RwLock<()>,
     /// The subtrees unparks are being planned over (see `unpark`).
     freezes: Arc<Freezes>,
@@ -493,6 +501,7 @@ impl SkillFs {
             rules,
             blobs,
             commit: GroupCommit::new(ledger.durable_through()),
+            forgetting: Mutex::new(()),
             ledger: Mutex::new(ledger),
             namespace: RwLock::new(()),
             freezes: Arc::default(),

@@ -174,6 +174,9 @@ impl SkillFs {
             return Err(FsError::EINVAL);
         }
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        // An unpark's plan stores contents that its records name only
+        // under the rename's lock: no prune starts between.
+        let _writing = self.blobs.writing();
         let mut plan = if exchange {
             None
         } else {
@@ -610,6 +613,8 @@ impl SkillFs {
         }
         let ino = self.tree.lock().link(parent, name, kind, attached);
         if created && let Some(p) = &self.versioned(&loc) {
+            // From the content stored to its record: no prune starts between.
+            let _writing = self.blobs.writing();
             match self.blobs.put_bytes(b"", false) {
                 Ok(blob) => self.record(
                     Change::new(Op::Create, p.clone(), Some(empty_blob_state(&st, blob))),

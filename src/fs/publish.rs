@@ -411,6 +411,8 @@ impl SkillFs {
     /// (after a publish that recorded a version it could not make live).
     /// If even that fails, the next mount's scan records what the file holds.
     pub(super) fn record_live(&self, s: &OpenState, path: &RelPath, caller: &Caller) {
+        // From the content stored to its record: no prune starts between.
+        let _writing = self.blobs.writing();
         let done = self.stored_state(&s.live, false).and_then(|state| {
             record_unless_same(&mut self.ledger.lock(), path, state, Op::Write, caller)
         });
@@ -435,6 +437,8 @@ impl SkillFs {
         durable: bool,
         caller: &Caller,
     ) -> FsResult<(bool, u64)> {
+        // From the content stored to its record: no prune starts between.
+        let _writing = self.blobs.writing();
         let state = self.stored_state(file, false)?;
         if durable {
             self.blobs

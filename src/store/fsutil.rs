@@ -28,7 +28,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::error::{ErrorKind, StoreError, StoreResult};
@@ -328,6 +328,15 @@ fn walk(
     for ent in entries {
         let ent = ent.map_err(|e| StoreError::io(ErrorKind::Store, "list", dir, e))?;
         let path = ent.path();
+        // The daemon's control socket (`daemon::control`), left by one
+        // that died: its own, rebound at the next mount.
+        if top
+            && ent.file_name().as_bytes() == crate::daemon::control::CONTROL.as_bytes()
+            && fs::symlink_metadata(&path)
+                .is_ok_and(|m| m.file_type().is_socket() && m.uid() == uid)
+        {
+            continue;
+        }
         let Some(is_dir) = check_entry(&path, false, uid, repairs)? else {
             continue; // gone since listed
         };

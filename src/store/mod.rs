@@ -18,6 +18,7 @@
 //! ROOT              the root this store versions: its path, then its
 //!                   device and inode numbers (one store per root)
 //! daemon.log        the mounted daemon's log
+//! control           the mounted daemon's control socket (`daemon::control`)
 //! ```
 //!
 //! Invariants: the store is outside the root and on the same filesystem

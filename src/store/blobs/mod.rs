@@ -19,6 +19,9 @@
 //! version again (it is still hashed before it is served). Every sync goes
 //! through [`StoreIo`] (see `store::durable`).
 //!
+//! A prune (`gc`) removes contents no kept version shows; it is made safe
+//! against writers by `gate` and `pins`, as `gc` says.
+//!
 //! Locks (all leaves below the core's `ledger` and open-file locks):
 //! `sync_lock` before `unsynced` (see `pending`); `fans` and `known` are
 //! held only for a lookup or an insert; the packs' `writer` is taken before
@@ -33,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
 
 use super::dir::{Dir, Named};
@@ -46,7 +49,9 @@ use super::spares::Spares;
 use crate::relpath::hex;
 use crate::sys;
 
+mod gc;
 mod pending;
+pub use gc::Reclaimed;
 pub use pending::Pending;
 
 /// Hex SHA-256 of a blob's bytes.
@@ -78,10 +83,16 @@ pub struct BlobStore {
     spares: Option<Arc<Spares>>,
     packs: Packs,
     io: StoreIo,
+    /// Held (shared) by a writer from storing a content to appending the
+    /// record that names it; a prune takes it alone to start (see `gc`).
+    gate: RwLock<()>,
+    /// While a prune runs: every content a writer found present or stored
+    /// since it started, which it must not remove (see `gc`).
+    pins: Mutex<Option<HashSet<[u8; 32]>>>,
 }
 
 /// The 32 bytes behind a hex id (None for anything else).
-fn raw_id(id: &str) -> Option<[u8; 32]> {
+pub fn raw_id(id: &str) -> Option<[u8; 32]> {
     if id.len() != 64 {
         return None;
     }
@@ -110,6 +121,8 @@ impl BlobStore {
             packs: Packs::new(Arc::clone(&dir)),
             dir,
             io: StoreIo::real(),
+            gate: RwLock::new(()),
+            pins: Mutex::new(None),
         }
     }
 
@@ -163,6 +176,9 @@ impl BlobStore {
         let Some(raw) = raw_id(id) else {
             return false;
         };
+        // Every store and dedup asks here first: pinned before it looks, a
+        // content a prune is about to remove is either kept or not found.
+        self.pin(&raw);
         if self.known.lock().contains(&raw) {
             return true;
         }

@@ -112,7 +112,17 @@ impl BlobStore {
                         }
                     }
                     Pending::Pack(n) => {
-                        let f = self.packs.open_pack(*n)?;
+                        let f = match self.packs.open_pack(*n) {
+                            // Rewritten by a prune since it was marked: its
+                            // entries were synced in their new pack before
+                            // it was removed.
+                            Err(e)
+                                if e.kind() == io::ErrorKind::NotFound && !self.packs.holds(*n) =>
+                            {
+                                continue;
+                            }
+                            r => r?,
+                        };
                         self.io.sync_all(&f, &self.packs.path(*n))?;
                     }
                     Pending::PacksDir => {

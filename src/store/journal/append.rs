@@ -213,6 +213,7 @@ impl Journal {
             hidden: change.hidden,
             state: change.state,
             actor,
+            forgot: change.forgot,
             acked_through: Some(self.durable_through),
         };
         let line = encode(&rec);

@@ -31,6 +31,7 @@ pub(super) fn rec(seq: u64) -> Record {
             pid: 1,
             comm: "python3".into(),
         },
+        forgot: Vec::new(),
         acked_through: Some(seq.saturating_sub(1)),
     }
 }

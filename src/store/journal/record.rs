@@ -61,6 +61,10 @@ pub enum Op {
     /// in the journal directory), and the next mount's scan records the
     /// live tree again.
     Lost,
+    /// `skillfs forget`: the ids in `forgot` leave `.history` and `log`
+    /// (their content is kept only where a kept id still shows it); no
+    /// effect on the tree.
+    Forget,
 }
 
 impl Op {
@@ -86,6 +90,7 @@ impl Op {
             Op::Orphan => "orphan",
             Op::Sweep => "sweep",
             Op::Lost => "lost",
+            Op::Forget => "forget",
         }
     }
 }
@@ -151,6 +156,9 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<EntryState>,
     pub actor: Actor,
+    /// For `forget`: the ids forgotten, as inclusive ranges in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forgot: Vec<[u64; 2]>,
     /// The highest sequence number known durable when this record was
     /// appended (`None`: written before the watermark existed, read as
     /// "everything before me was durable").
@@ -181,6 +189,7 @@ impl Record {
             hidden: None,
             state,
             actor: Actor::daemon(),
+            forgot: Vec::new(),
             acked_through: None,
         }
     }
@@ -216,6 +225,7 @@ pub struct Change {
     pub noreplace: bool,
     pub hidden: Option<RelPath>,
     pub state: Option<EntryState>,
+    pub forgot: Vec<[u64; 2]>,
 }
 
 impl Change {
@@ -227,6 +237,7 @@ impl Change {
             noreplace: false,
             hidden: None,
             state,
+            forgot: Vec::new(),
         }
     }
 }

@@ -122,6 +122,7 @@ fn lost(seq: u64, ts: i64) -> Record {
             pid: std::process::id(),
             comm: "skillfs-repair".to_string(),
         },
+        forgot: Vec::new(),
         acked_through: Some(seq),
     }
 }

@@ -9,7 +9,9 @@
 //! entry = "SKB1" | sha256 (32 bytes) | length (u64, little-endian) | content
 //! ```
 //!
-//! Invariants: packs are append-only and entries are never rewritten; each
+//! Invariants: packs are append-only and entries are never rewritten in
+//! place (a pack with forgotten entries is copied whole into a new pack and
+//! then removed, `rewrite`); each
 //! daemon appends to a pack of its own, started after every pack that exists
 //! (so a tail cut off by a crash is never written after); an entry counts
 //! only when its whole content lies inside the file; bytes that are not a
@@ -40,6 +42,9 @@ use sha2::{Digest, Sha256};
 use super::dir::Dir;
 use super::durable::StoreIo;
 use super::fsutil;
+
+mod rewrite;
+pub use rewrite::{Plan, Rewrite};
 
 /// The directory of the packs, in `blobs/`.
 pub const PACKS: &str = "packs";

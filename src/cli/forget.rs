@@ -1,0 +1,136 @@
+//! `skillfs forget`: a retention policy applied to a store. Mounted, the
+//! daemon does the work (asked over its control socket, so the agent keeps
+//! writing meanwhile); unmounted, this process does it under the store's
+//! lock, as a daemon would.
+//!
+//! Invariant: a refused policy, a store that is not one, or a mount whose
+//! daemon does not answer changes nothing.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::locate::Target;
+use crate::daemon::control::{self, Request, Response};
+use crate::error::{Exit, Failure};
+use crate::ledger::Ledger;
+use crate::retention::Policy;
+use crate::retention::run::{Report, forget as run_forget};
+use crate::store::blobs::BlobStore;
+use crate::store::durable::StoreIo;
+use crate::store::journal::{self, Journal};
+use crate::store::{StoreFds, StoreLock};
+
+pub fn forget(t: &Target, policy: Policy, dry_run: bool) -> Result<(), Failure> {
+    policy.check().map_err(|m| Failure::new(Exit::Usage, m))?;
+    let layout = &t.layout;
+    if !layout.journal().is_dir() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "no skillfs store at '{}' (it has no journal/)",
+                layout.dir.display()
+            ),
+        ));
+    }
+    // A daemon holds the store's lock for its life: it is the one to ask.
+    let report = if StoreLock::holder(layout).is_some() {
+        by_daemon(t, policy, dry_run)?
+    } else {
+        offline(t, &policy, dry_run)?
+    };
+    print(&report);
+    Ok(())
+}
+
+fn by_daemon(t: &Target, policy: Policy, dry_run: bool) -> Result<Report, Failure> {
+    let asked = control::ask(&t.layout.dir, &Request::Forget { policy, dry_run });
+    match asked {
+        Ok(Response::Forgot(r)) => Ok(r),
+        Ok(Response::Refused(why)) => Err(Failure::new(Exit::Usage, why)),
+        Err(e) => Err(Failure::new(
+            Exit::MountRefused,
+            format!(
+                "the daemon serving the store '{}' did not answer on its control socket ({e}); \
+                 a daemon older than `forget` has none: remount it with this skillfs",
+                t.layout.dir.display()
+            ),
+        )),
+    }
+}
+
+/// The store unmounted: its lock taken, the journal read as a mount
+/// reads it, the forget done here.
+fn offline(t: &Target, policy: &Policy, dry_run: bool) -> Result<Report, Failure> {
+    let layout = &t.layout;
+    let fds = StoreFds::open(layout)?;
+    let _lock = StoreLock::acquire(&fds.top, layout)?;
+    let contents = journal::read_in(&fds.journal)?;
+    let store_err = |what: &str, e: std::io::Error| {
+        Failure::new(
+            Exit::BadStore,
+            format!("could not {what} in '{}': {e}", layout.dir.display()),
+        )
+    };
+    let j = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
+    let ledger = Mutex::new(Ledger::new(j, &contents.records));
+    drop(contents);
+    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp));
+    run_forget(
+        &ledger,
+        &blobs,
+        |_| ledger.lock().sync(&blobs),
+        policy,
+        dry_run,
+    )
+    .map_err(|e| store_err("forget", e))
+}
+
+fn print(r: &Report) {
+    let ranges: Vec<String> = r
+        .selection
+        .forget
+        .iter()
+        .map(|[a, b]| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    let n = r.selection.forget_count();
+    let kept = r.selection.keep.len();
+    let before = if r.forgotten_before > 0 {
+        format!("; {} forgotten before", r.forgotten_before)
+    } else {
+        String::new()
+    };
+    if r.dry_run {
+        if n == 0 {
+            println!("would forget nothing: the policy keeps all {kept} ids{before}");
+        } else {
+            println!(
+                "would forget {n} ids ({}), keep {kept}{before}; about {} of contents only they show",
+                ranges.join(", "),
+                super::status::human(r.dead_bytes)
+            );
+        }
+        return;
+    }
+    match r.record {
+        Some(seq) => println!(
+            "forgot {n} ids ({}) in change {seq}, kept {kept}{before}",
+            ranges.join(", ")
+        ),
+        None => println!("nothing new to forget: the policy keeps all {kept} ids{before}"),
+    }
+    let c = &r.reclaimed;
+    println!(
+        "freed {}: {} loose blobs removed, {} packs rewritten ({} entries dropped)",
+        super::status::human(c.bytes_freed),
+        c.loose_removed,
+        c.packs_rewritten,
+        c.entries_dropped
+    );
+}
