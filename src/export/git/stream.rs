@@ -134,6 +134,8 @@ impl<'a, W: Write> Stream<'a, W> {
         self.left_out.len()
     }
 
+    /// The stream of every group's commit, `done` last; `base` is the
+    /// change the branch holds now if git may build on its tree.
     pub fn all(
         &mut self,
         groups: &[Vec<u64>],
@@ -228,7 +230,12 @@ impl<'a, W: Write> Stream<'a, W> {
             Some(a) => (ident_name(&a.comm), format!("uid-{}", a.uid)),
             None => ("unknown".to_string(), "unknown".to_string()),
         };
-        let by = |r: &Record| format!("by {}[{}] uid={}", r.actor.comm, r.actor.pid, r.actor.uid);
+        let by = |r: &Record| {
+            // The process name as an ident holds it: no control character
+            // can start a line of its own (a trailer) in the message.
+            let comm = ident_name(&r.actor.comm);
+            format!("by {comm}[{}] uid={}", r.actor.pid, r.actor.uid)
+        };
         let mut msg = if g.len() == 1 {
             let (subject, by) = match records.get(&last) {
                 Some(r) => (describe(r), by(r)),
