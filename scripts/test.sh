@@ -65,7 +65,7 @@ SKILLFS_NO_PASSTHROUGH=1 cargo test --locked --test home --test agent
 # (`--versioned skills`): skills/ must behave exactly as a skills-only mount.
 # (The others mount ROOT by hand, or keep a plain tree beside ROOT, which
 # over a home would be inside the mount.)
-SKILLFS_TEST_HOME=1 cargo test --locked --test posix --test versioning --test history --test crash --test agent --test cache
+SKILLFS_TEST_HOME=1 cargo test --locked --test posix --test versioning --test history --test crash --test agent --test cache --test export
 
 # Both fsync strategies: the one-commit path runs where the filesystem has a
 # journal (ext4 with its journal, XFS), the step-by-step path elsewhere.

@@ -102,7 +102,11 @@ impl Store {
     }
 
     /// `path`'s index and state at `id` (the root has no recorded state).
-    fn lookup(&self, path: &RelPath, id: u64) -> Result<(PathIdx, Option<&EntryState>), Failure> {
+    pub fn lookup(
+        &self,
+        path: &RelPath,
+        id: u64,
+    ) -> Result<(PathIdx, Option<&EntryState>), Failure> {
         let missing = || {
             Failure::new(
                 Exit::NotFound,
@@ -117,7 +121,7 @@ impl Store {
         Ok((idx, Some(st)))
     }
 
-    fn content(&self, st: &EntryState) -> Result<Vec<u8>, Failure> {
+    pub fn content(&self, st: &EntryState) -> Result<Vec<u8>, Failure> {
         let blob = st.blob.as_deref().unwrap_or("");
         self.blobs.read(blob).map_err(|e| {
             let msg = if e.kind() == std::io::ErrorKind::InvalidData {

@@ -266,6 +266,32 @@ impl HistoryIndex {
         out
     }
 
+    /// The paths with a recorded change after change `a` up to change `b`
+    /// (`a < b`): every path whose state may differ between the two trees,
+    /// parents before children. It descends only into directories changed
+    /// at or below themselves in that span (`touched`), so it costs time in
+    /// the size of the change, not of the tree (an incremental export).
+    pub fn changed_between(&self, a: u64, b: u64) -> Vec<PathIdx> {
+        let mut out = Vec::new();
+        let mut stack = vec![ROOT_IDX];
+        while let Some(d) = stack.pop() {
+            for &c in &self.children[d as usize] {
+                let t = &self.touched[c as usize];
+                let k = t.partition_point(|&x| x <= a);
+                if t.get(k).is_none_or(|&x| x > b) {
+                    continue; // nothing at or below `c` changed in the span
+                }
+                let v = &self.versions[c as usize];
+                let k = v.partition_point(|(s, _)| *s <= a);
+                if v.get(k).is_some_and(|(s, _)| *s <= b) {
+                    out.push(c);
+                }
+                stack.push(c);
+            }
+        }
+        out
+    }
+
     /// The child `name` of `idx`, if such a path was ever seen.
     pub fn child(&self, idx: PathIdx, name: &[u8]) -> Option<PathIdx> {
         self.idx(&self.names[idx as usize].join(name))
@@ -429,6 +455,46 @@ mod tests {
             None,
             "cat/foo did not exist yet"
         );
+        // What changed in a span: every path with a version in it, and so
+        // every path whose state differs between its two ends.
+        let changed = |a, b| -> Vec<String> {
+            let mut v: Vec<String> = h
+                .changed_between(a, b)
+                .iter()
+                .map(|&i| h.path(i).to_string())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(changed(3, 4), ["cat/foo/SKILL.md"]);
+        assert_eq!(
+            changed(4, 6),
+            [
+                "cat/bar",
+                "cat/bar/SKILL.md",
+                "cat/foo",
+                "cat/foo/SKILL.md",
+                "other"
+            ]
+        );
+        assert!(changed(7, 7).is_empty());
+        let all = [
+            "cat",
+            "cat/foo",
+            "cat/foo/SKILL.md",
+            "cat/bar",
+            "cat/bar/SKILL.md",
+        ];
+        for a in 0..7 {
+            for b in a + 1..=7 {
+                for name in all.iter().chain(&["other"]) {
+                    let i = h.idx(&p(name)).unwrap();
+                    if h.state_at(i, a) != h.state_at(i, b) {
+                        assert!(changed(a, b).contains(&name.to_string()), "{name} {a}..{b}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod commands;
 pub mod daemon;
 pub mod error;
+pub mod export;
 pub mod follow;
 pub mod fs;
 pub mod fuse;

@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Mount, describe};
+use common::{Mount, agent_python, describe};
 
 fn run_python(m: &Mount, script: &str) {
     let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
@@ -26,22 +26,6 @@ fn agent_file_calls_through_the_mount() {
     m.umount();
     let skill = std::fs::read_to_string(m.path("cat/alpha/SKILL.md")).unwrap();
     assert!(skill.contains("patched"), "{skill}");
-}
-
-/// The interpreter of a venv holding the real agent (`hermes-agent` from
-/// PyPI), as `scripts/test.sh` makes it. Required under CI; elsewhere a
-/// run without it says so and does not pretend to pass.
-fn agent_python() -> Option<String> {
-    match std::env::var("SKILLFS_HERMES_PYTHON") {
-        Ok(p) => Some(p),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("SKILLFS_HERMES_PYTHON is not set: scripts/test.sh installs the agent for CI")
-        }
-        Err(_) => {
-            eprintln!("SKIPPED: SKILLFS_HERMES_PYTHON not set (scripts/test.sh sets it)");
-            None
-        }
-    }
 }
 
 /// The real agent's own code through a mount over its home: the bundled

@@ -443,6 +443,7 @@ fn help_teaches_and_typos_are_corrected() {
         "umount",
         "completions",
         "man",
+        "export",
     ] {
         let text = ok(&skillfs(&[cmd, "--help"]));
         assert!(

@@ -288,28 +288,7 @@ fn filetime_days_ago(days: i64) -> i64 {
 }
 
 fn set_mtime(p: &Path, secs: i64) {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-    let ts = [
-        libc::timespec {
-            tv_sec: secs,
-            tv_nsec: 0,
-        },
-        libc::timespec {
-            tv_sec: secs,
-            tv_nsec: 0,
-        },
-    ];
-    assert_eq!(
-        unsafe {
-            libc::utimensat(
-                libc::AT_FDCWD,
-                c.as_ptr(),
-                ts.as_ptr(),
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        },
-        0
-    );
+    common::set_mtime(p, secs, 0);
     assert_eq!(fs::symlink_metadata(p).unwrap().mtime(), secs);
 }
 

@@ -129,13 +129,7 @@ fn a_damaged_journal_record_is_named_by_file_and_line() {
 fn missing_and_damaged_blobs_are_named() {
     let m = store_with_history("verify-blobs");
     let blobs = m.store().join("blobs");
-    let loose = fs::read_dir(&blobs)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().len() == 2)
-        .flat_map(|d| fs::read_dir(d).unwrap().map(|e| e.unwrap().path()))
-        .next()
-        .expect("the 300 KB blob is loose");
+    let loose = common::a_loose_blob(&m.store());
     let id = loose.file_name().unwrap().to_string_lossy().into_owned();
     // A loose blob damaged: found by --full only.
     let mut b = fs::read(&loose).unwrap();

@@ -234,12 +234,16 @@ impl Target {
     /// The mount that serves ROOT, with a daemon alive behind it; exit 3
     /// otherwise (a restore writes through the mount so that it is versioned).
     pub fn live_mount(&self) -> Result<&MountInfo, Failure> {
+        self.live_mount_for("a restore writes through the mount so that it is versioned")
+    }
+
+    /// [`Target::live_mount`], saying `why` the command needs it.
+    pub fn live_mount_for(&self, why: &str) -> Result<&MountInfo, Failure> {
         let Some(m) = &self.mount else {
             return Err(Failure::new(
                 Exit::BadRoot,
                 format!(
-                    "'{}' is not mounted: a restore writes through the mount so that it is \
-                     versioned (mount it with `skillfs mount`)",
+                    "'{}' is not mounted: {why} (mount it with `skillfs mount`)",
                     self.root.display()
                 ),
             ));

@@ -9,10 +9,12 @@
 //! - `log`: `skillfs log`, its filters and its grouping by operation;
 //! - `undo`: `skillfs undo`;
 //! - `status`: `skillfs status`;
+//! - `export`: `skillfs export` (a tarball, a curator snapshot, git);
 //! - `output`: paging and colour on a terminal.
 //!
 //! Locks: none (it parses, then calls `commands` or `daemon`).
 
+mod export;
 mod forget;
 mod locate;
 mod log;
@@ -46,6 +48,7 @@ Examples:
   skillfs undo                                 put back the state before the newest change
   skillfs restore 42 cat/foo                   cat/foo as it was just after change 42
   skillfs status                               mount, history and store at a glance
+  skillfs export --git ~/skills-history        every change as a git commit
 
 Inside a mount, commands find ROOT and the store themselves (as git finds
 its repository); elsewhere ROOT is $HERMES_HOME/skills or ~/.hermes/skills.
@@ -251,6 +254,13 @@ Examples:
         #[command(flatten)]
         at: Where,
     },
+    /// Take history elsewhere: the tree at ID as a gzip tar laid out as the
+    /// agent's curator snapshots are (-o), such a snapshot where the agent's
+    /// rollback finds it (--curator), or every change as a git commit
+    /// (--git). Reads the store, mounted or not; never writes into ROOT
+    /// except --curator's snapshot.
+    #[command(after_help = export::EXAMPLES)]
+    Export(export::ExportCmd),
     /// Print a completion script for a shell.
     #[command(after_help = "\
 Examples:
@@ -407,6 +417,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             crate::commands::diff(&st, &id, b, &rel)
         }
         Cmd::Restore { id, path, at } => restore(&id, &path, &at),
+        Cmd::Export(c) => export::export(c),
         Cmd::Undo { path, dry_run, at } => {
             let t = locate::locate(&at, path.as_deref())?;
             let rel = path.as_deref().map(|p| t.rel(p)).transpose()?;

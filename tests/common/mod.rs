@@ -582,3 +582,49 @@ pub fn link_end(
     }
     Some('d')
 }
+
+/// Sets the access and modification times of `p` (not following a
+/// symlink) to `secs`.`nsec`.
+pub fn set_mtime(p: &Path, secs: i64, nsec: i64) {
+    let t = libc::timespec {
+        tv_sec: secs,
+        tv_nsec: nsec,
+    };
+    let c = cpath(p);
+    let r = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            [t, t].as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    assert_eq!(r, 0, "utimensat {}", p.display());
+}
+
+/// A loose blob of the store at `store` (a content past a pack's limit).
+pub fn a_loose_blob(store: &Path) -> PathBuf {
+    fs::read_dir(store.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().len() == 2)
+        .flat_map(|d| fs::read_dir(d).unwrap().map(|e| e.unwrap().path()))
+        .next()
+        .expect("a loose blob (a content over 128 KiB)")
+}
+
+/// The interpreter of a venv holding the real agent (`hermes-agent` from
+/// PyPI), as `scripts/test.sh` makes it. Required under CI; elsewhere a
+/// run without it says so and does not pretend to pass.
+pub fn agent_python() -> Option<String> {
+    match std::env::var("SKILLFS_HERMES_PYTHON") {
+        Ok(p) => Some(p),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("SKILLFS_HERMES_PYTHON is not set: scripts/test.sh installs the agent for CI")
+        }
+        Err(_) => {
+            eprintln!("SKIPPED: SKILLFS_HERMES_PYTHON not set (scripts/test.sh sets it)");
+            None
+        }
+    }
+}

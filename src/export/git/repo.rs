@@ -1,0 +1,194 @@
+//! The repository an export goes into: found, or made bare when DIR is
+//! missing or empty (and removed again if the run fails); the change its
+//! branch holds, read from the newest commit's trailers.
+//!
+//! Invariant: git is always run with an explicit `--git-dir` and none of
+//! the environment that could send it to another repository.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::{BRANCH, ID_TRAILER, TIME_TRAILER};
+use crate::error::{Exit, Failure};
+
+/// `git` with no environment that could send it to another repository.
+pub fn git(git_dir: Option<&Path>) -> Command {
+    let mut c = Command::new("git");
+    for v in [
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+    ] {
+        c.env_remove(v);
+    }
+    if let Some(d) = git_dir {
+        c.arg("--git-dir").arg(d);
+    }
+    c
+}
+
+/// Runs `cmd`; its stdout, or a failure naming what it was for.
+fn run(mut cmd: Command, what: &str, dir: &Path) -> Result<Vec<u8>, Failure> {
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| {
+        Failure::new(
+            Exit::Internal,
+            format!("could not run git (needed for --git): {e}"),
+        )
+    })?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(Failure::new(
+            Exit::Internal,
+            format!(
+                "could not {what} '{}': git says: {}",
+                dir.display(),
+                err.trim().replace('\n', "; ")
+            ),
+        ));
+    }
+    Ok(out.stdout)
+}
+
+/// A repository to export into, and what this run made of it (removed
+/// again if the run fails).
+pub struct Repo {
+    pub git_dir: PathBuf,
+    pub made: Option<PathBuf>,
+    /// DIR itself was made (else it was an empty directory).
+    made_dir: bool,
+}
+
+impl Repo {
+    /// DIR's repository; DIR missing or empty becomes a bare one whose HEAD
+    /// is [`BRANCH`] (`git clone DIR` checks the history out).
+    pub fn open(dir: &Path) -> Result<Repo, Failure> {
+        let usage = |m: String| Failure::new(Exit::Usage, m);
+        let empty = match std::fs::symlink_metadata(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Failure::io(Exit::Usage, "examine", dir, &e)),
+            Ok(md) if !md.is_dir() => {
+                return Err(usage(format!(
+                    "'{}' is not a directory: --git takes a git repository or a new directory",
+                    dir.display()
+                )));
+            }
+            Ok(_) => Some(
+                std::fs::read_dir(dir)
+                    .map_err(|e| Failure::io(Exit::Usage, "list", dir, &e))?
+                    .next()
+                    .is_none(),
+            ),
+        };
+        if empty == Some(false) {
+            let dot = dir.join(".git");
+            let git_dir = if dot.exists() { dot } else { dir.to_path_buf() };
+            let mut c = git(Some(&git_dir));
+            c.args(["rev-parse", "--git-dir"]);
+            if c.stdin(Stdio::null())
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
+                return Ok(Repo {
+                    git_dir,
+                    made: None,
+                    made_dir: false,
+                });
+            }
+            return Err(usage(format!(
+                "'{}' is neither a git repository nor empty: --git writes into a repository \
+                 or a new directory",
+                dir.display()
+            )));
+        }
+        let parent = dir.parent().unwrap_or(Path::new("/"));
+        if !parent.is_dir() {
+            return Err(usage(format!(
+                "'{}' does not exist: --git makes DIR, not its parents",
+                parent.display()
+            )));
+        }
+        let repo = Repo {
+            git_dir: dir.to_path_buf(),
+            made: Some(dir.to_path_buf()),
+            made_dir: empty.is_none(),
+        };
+        let mut c = git(None);
+        c.args(["init", "--bare", "--quiet"]).arg(dir);
+        let made = run(c, "make a git repository in", dir).and_then(|_| {
+            let mut c = git(Some(&repo.git_dir));
+            c.args(["symbolic-ref", "HEAD", BRANCH]);
+            run(c, "set HEAD of", dir)
+        });
+        match made {
+            Ok(_) => Ok(repo),
+            Err(f) => {
+                repo.unmake();
+                Err(f)
+            }
+        }
+    }
+
+    /// Removes what this run made: DIR, or what it put in the empty DIR.
+    pub fn unmake(&self) {
+        let Some(dir) = &self.made else { return };
+        if self.made_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        } else if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                let _ = if p.is_dir() && !p.is_symlink() {
+                    std::fs::remove_dir_all(&p)
+                } else {
+                    std::fs::remove_file(&p)
+                };
+            }
+        }
+    }
+
+    /// The change the branch's newest commit holds: its id and time, from
+    /// its trailers. `None` when there is no branch yet.
+    pub fn tip(&self, dir: &Path) -> Result<Option<(u64, i64)>, Failure> {
+        let mut c = git(Some(&self.git_dir));
+        c.args(["rev-parse", "--quiet", "--verify"])
+            .arg(format!("{BRANCH}^{{commit}}"));
+        let Ok(out) = c.stdin(Stdio::null()).output() else {
+            return Err(Failure::new(
+                Exit::Internal,
+                "could not run git (needed for --git)",
+            ));
+        };
+        if !out.status.success() {
+            return Ok(None);
+        }
+        let sha = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mut c = git(Some(&self.git_dir));
+        c.args(["cat-file", "commit", &sha]);
+        let text = run(c, "read the branch skillfs of", dir)?;
+        let text = String::from_utf8_lossy(&text);
+        let message = text.split_once("\n\n").map_or("", |(_, m)| m);
+        let trailer = |key: &str| {
+            message
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        };
+        match (trailer(ID_TRAILER), trailer(TIME_TRAILER)) {
+            (Some(id), Some(t)) if id > 0 => Ok(Some((id as u64, t))),
+            _ => Err(Failure::new(
+                Exit::Usage,
+                format!(
+                    "'{}': the newest commit of its branch skillfs ({}) was not made by skillfs \
+                     export (it has no {}trailer); export into another repository",
+                    dir.display(),
+                    &sha[..sha.len().min(12)],
+                    ID_TRAILER
+                ),
+            )),
+        }
+    }
+}
