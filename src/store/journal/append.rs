@@ -214,6 +214,7 @@ impl Journal {
             state: change.state,
             actor,
             acked_through: Some(self.durable_through),
+            origin: change.origin,
         };
         let line = encode(&rec);
         if let Err(e) = self.file.write_all_at(&line, self.len) {

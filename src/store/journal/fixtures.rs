@@ -32,6 +32,7 @@ pub(super) fn rec(seq: u64) -> Record {
             comm: "python3".into(),
         },
         acked_through: Some(seq.saturating_sub(1)),
+        origin: None,
     }
 }
 

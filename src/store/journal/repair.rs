@@ -123,5 +123,6 @@ fn lost(seq: u64, ts: i64) -> Record {
             comm: "skillfs-repair".to_string(),
         },
         acked_through: Some(seq),
+        origin: None,
     }
 }
