@@ -21,6 +21,7 @@ pub mod fuse;
 pub mod fusermount;
 pub mod hide;
 pub mod history;
+pub mod import;
 pub mod ledger;
 pub mod logging;
 pub mod open;

@@ -32,7 +32,7 @@ mod unmount;
 
 pub use checks::{absolute_root, default_store_of, store_dir};
 pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mount_serving, mounts, versioned_root_of};
-pub use prepare::MountArgs;
+pub use prepare::{MountArgs, import};
 pub(crate) use prepare::{Prepared, prepare};
 pub use run::mount;
 pub use unmount::{lazy_unmount, umount};
