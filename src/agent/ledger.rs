@@ -171,14 +171,13 @@ pub fn places(root: &Path) -> (PathBuf, PathBuf) {
 
 /// An item's path relative to the skills root, whose absolute names are
 /// `roots` (as given and canonical: the agent writes what `HERMES_HOME`
-/// says). A relative path counts from the root.
+/// says). A relative path (an agent run with a relative `HERMES_HOME`)
+/// counts from a directory no one recorded: it names nothing.
 pub fn relative(item: &str, roots: &[PathBuf]) -> Option<RelPath> {
-    let p = Path::new(item);
-    let rest = if p.is_absolute() {
-        roots.iter().find_map(|r| p.strip_prefix(r).ok())?
-    } else {
-        p
-    };
+    let rest = roots
+        .iter()
+        .filter(|r| r.is_absolute())
+        .find_map(|r| Path::new(item).strip_prefix(r).ok())?;
     RelPath::parse(rest.as_os_str().as_encoded_bytes()).filter(|r| !r.is_root())
 }
 
@@ -285,7 +284,8 @@ mod tests {
         assert_eq!(rel("/elsewhere/skills/x"), None);
         assert_eq!(rel("/h/.hermes/skills"), None);
         assert_eq!(rel("/h/.hermes/skills/../x"), None);
-        assert_eq!(rel("cat/x").as_deref(), Some("cat/x"));
+        assert_eq!(rel("cat/x"), None);
+        assert_eq!(rel("h/.hermes/skills/cat/x"), None);
     }
 
     #[test]
