@@ -216,9 +216,10 @@ Examples:
         at: Where,
     },
     /// Make the agent's own history the start of skillfs's: its curator
-    /// snapshots (ROOT/.curator_backups/<id>/skills.tar.gz) and its skill
-    /// ledger (ROOT/.curator_ledger.jsonl, blobs in
-    /// ROOT/../.curator_backups/blobs), oldest first, each at its own time.
+    /// snapshots (skills/.curator_backups/<id>/skills.tar.gz) and its skill
+    /// ledger (skills/.curator_ledger.jsonl, blobs in
+    /// .curator_backups/blobs beside skills/), oldest first, each at its
+    /// own time.
     /// The first mount of a root does this by itself; this command does it
     /// before, into a store that holds no history yet (it refuses one that
     /// does). A damaged part is one line on stderr and is skipped (exit 5);
