@@ -190,6 +190,19 @@ fn the_agents_history_is_the_start_of_history_at_the_first_mount() {
     ]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("delete bar"));
 
+    // undo finds the removal of a directory above a path (the ledger's
+    // delete of cat/bar), not the snapshot that made the path.
+    let root = m.root().to_str().unwrap().to_string();
+    let out = skillfs(&[
+        "undo",
+        "--dry-run",
+        "cat/bar/scripts/run.sh",
+        "--root",
+        &root,
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("-echo bar"));
+
     // A version made through the mount, then the agent's ledger entry for
     // it: log pairs them when it is read.
     let skill = m.path("cat/foo/SKILL.md");

@@ -28,7 +28,14 @@ fn touches(r: &Record, path: &RelPath) -> bool {
         || r.to.as_ref().is_some_and(at_or_below)
         || (matches!(
             r.op,
-            Op::Rename | Op::Exchange | Op::Park | Op::Rmdir | Op::Unlink | Op::Unpark
+            Op::Rename
+                | Op::Exchange
+                | Op::Park
+                | Op::Rmdir
+                | Op::Unlink
+                | Op::Unpark
+                | Op::ScanRemove
+                | Op::ImportRemove
         ) && (above(&r.path) || r.to.as_ref().is_some_and(above)))
 }
 
