@@ -50,6 +50,12 @@ impl Catalog {
         self.entries.iter()
     }
 
+    /// Every entry below `path`, in byte order.
+    pub fn below(&self, path: &RelPath) -> impl Iterator<Item = (&RelPath, &EntryState)> {
+        let (lo, hi) = path.descendants_range();
+        self.entries.range(lo..hi)
+    }
+
     fn descendants(&self, path: &RelPath) -> Vec<RelPath> {
         let (lo, hi) = path.descendants_range();
         self.entries.range(lo..hi).map(|(k, _)| k.clone()).collect()
@@ -75,7 +81,7 @@ impl Catalog {
         let gone = |v: Vec<(RelPath, EntryState)>| v.into_iter().map(|(p, _)| (p, None));
         let mut effects: Vec<Effect> = Vec::new();
         match r.op {
-            Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park => {
+            Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::ImportRemove | Op::Park => {
                 effects.extend(gone(self.remove_tree(&r.path)));
             }
             // Store-side housekeeping of hidden entries: not in the visible tree.
@@ -158,8 +164,10 @@ impl Fold {
     /// Applies the next record to both.
     pub fn apply(&mut self, r: &Record) {
         let effects = self.catalog.apply(r);
-        let removed = matches!(r.op, Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park)
-            && effects.iter().any(|(_, s)| s.is_none());
+        let removed = matches!(
+            r.op,
+            Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park | Op::ImportRemove
+        ) && effects.iter().any(|(_, s)| s.is_none());
         self.history.add(r.seq, r.ts, effects);
         if removed {
             self.history.note_removal(r.seq);

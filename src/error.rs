@@ -7,9 +7,11 @@
 //! Exit codes (documented in the README; one place for them):
 //! 0 success, 1 unexpected internal failure, 2 usage error,
 //! 3 bad ROOT (missing, not a directory, already mounted, not mounted),
-//! 4 bad store (inside ROOT, another filesystem, unwritable, in use),
-//! 5 damaged journal, 6 the kernel refused the mount, 7 bad hide rules or
-//! config file, 8 not in history (unknown id or alias, path absent then).
+//! 4 bad store (inside ROOT, another filesystem, unwritable, in use, or
+//! holding history already for `import`), 5 damaged journal (or damaged
+//! parts of the agent's history skipped by `import`), 6 the kernel refused
+//! the mount, 7 bad hide rules or config file, 8 not in history (unknown
+//! id or alias, path absent then).
 //!
 //! Locks: none; these are values.
 

@@ -213,7 +213,13 @@ impl Ledger {
     /// Appends `change` and applies it. The caller has already made every
     /// blob the change names exist (durably, if the record is to be).
     pub fn record(&mut self, change: Change, actor: Actor) -> io::Result<Record> {
-        let rec = self.journal.append(change, actor, crate::time::now_ns())?;
+        self.record_at(change, actor, crate::time::now_ns())
+    }
+
+    /// [`Ledger::record`] of a change made at `ts`, not now (the agent's
+    /// own history, imported: `crate::import`).
+    pub fn record_at(&mut self, change: Change, actor: Actor, ts: i64) -> io::Result<Record> {
+        let rec = self.journal.append(change, actor, ts)?;
         self.fold.apply(&rec);
         Ok(rec)
     }

@@ -9,6 +9,7 @@
 // Every `unsafe` says why it is sound, in a `// SAFETY:` line above it.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod agent;
 pub mod catalog;
 pub mod cli;
 pub mod commands;
@@ -21,6 +22,7 @@ pub mod fuse;
 pub mod fusermount;
 pub mod hide;
 pub mod history;
+pub mod import;
 pub mod ledger;
 pub mod logging;
 pub mod open;

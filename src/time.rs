@@ -70,6 +70,48 @@ pub fn parse_utc(s: &str) -> Option<i64> {
     i64::try_from(ns).ok()
 }
 
+/// Parses an RFC 3339 time with an optional fraction of a second and an
+/// offset, as Python's `datetime.isoformat()` writes it
+/// (`2026-05-01T13:05:42.123456+00:00`, or `…Z`), as nanoseconds since
+/// the epoch.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let (head, rest) = (s.get(..19)?, s.get(19..)?);
+    if head.as_bytes()[13] != b':' {
+        return None;
+    }
+    let secs = parse_utc(&format!("{head}Z"))?;
+    let (frac, zone) = match rest.strip_prefix('.') {
+        Some(r) => {
+            let n = r.bytes().take_while(u8::is_ascii_digit).count();
+            (&r[..n], &r[n..])
+        }
+        None => ("", rest),
+    };
+    if (rest.starts_with('.') && frac.is_empty()) || frac.len() > 9 {
+        return None;
+    }
+    let frac_ns: i64 = format!("{frac:0<9}").parse().ok()?;
+    let offset_s: i64 = match zone.as_bytes() {
+        b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let num = |a: u8, b: u8| -> Option<i64> {
+                (a.is_ascii_digit() && b.is_ascii_digit())
+                    .then(|| i64::from((a - b'0') * 10 + (b - b'0')))
+            };
+            let (h, m) = (num(*h1, *h2)?, num(*m1, *m2)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let off = h * 3600 + m * 60;
+            if *sign == b'+' { off } else { -off }
+        }
+        _ => return None,
+    };
+    // `+02:00` is two hours ahead of UTC: UTC is the local time less it.
+    secs.checked_sub(offset_s.checked_mul(1_000_000_000)?)?
+        .checked_add(frac_ns)
+}
+
 /// `2026-11-30T18:09:30Z` (seconds precision).
 pub fn format_utc(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);
@@ -140,6 +182,35 @@ mod tests {
         assert_eq!(ago(0, 90 * s), "1 minute ago");
         assert_eq!(ago(0, 2 * 86_400 * s), "2 days ago");
         assert_eq!(ago(10 * s, 0), "in the future");
+    }
+
+    #[test]
+    fn parses_python_isoformat_with_fraction_and_offset() {
+        let t = 1_796_062_170 * 1_000_000_000;
+        assert_eq!(parse_rfc3339("2026-11-30T18:09:30+00:00"), Some(t));
+        assert_eq!(
+            parse_rfc3339("2026-11-30T18:09:30.123456+00:00"),
+            Some(t + 123_456_000)
+        );
+        assert_eq!(
+            parse_rfc3339("2026-11-30T18:09:30.5Z"),
+            Some(t + 500_000_000)
+        );
+        assert_eq!(
+            parse_rfc3339("2026-11-30T20:09:30+02:00"),
+            Some(t),
+            "an offset is taken off"
+        );
+        for bad in [
+            "2026-11-30T18:09:30",
+            "2026-11-30T18-09-30Z",
+            "2026-11-30T18:09:30.+00:00",
+            "2026-11-30T18:09:30.1234567891Z",
+            "2026-11-30T18:09:30+0000",
+            "",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
     }
 
     #[test]

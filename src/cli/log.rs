@@ -5,9 +5,19 @@
 //! An operation is what one process did in one go: consecutive records of
 //! one process (pid, name and uid) each within [`GROUP_GAP_NS`] of the one
 //! before (a `sed -i` is a create, a write and a rename; a `restore` or a
-//! `copytree` one record per entry). `--all` and `--json` show every record.
+//! `copytree` one record per entry), or the records of one imported part
+//! of the agent's history (one `origin`). `--all` and `--json` show every
+//! record.
+//!
+//! The agent's own words go beside skillfs's: an imported record's
+//! `origin` (its snapshot or ledger entry), and for versions made through
+//! the mount the entries of the live ledger that describe them, matched
+//! when the log is read (`agent::ledger::annotations`). `--json` prints
+//! records as stored (an `origin` included, live matches not).
 //!
 //! Locks: none; it reads the journal once.
+
+use std::collections::HashMap;
 
 use crate::error::{Exit, Failure};
 use crate::relpath::RelPath;
@@ -71,7 +81,10 @@ pub fn group(records: &[Record]) -> Vec<&[Record]> {
     for i in 1..=records.len() {
         let split = i == records.len() || {
             let (a, b) = (&records[i - 1], &records[i]);
-            a.actor != b.actor || b.ts.saturating_sub(a.ts) > GROUP_GAP_NS || b.seq != a.seq + 1
+            a.actor != b.actor
+                || a.origin != b.origin
+                || b.ts.saturating_sub(a.ts) > GROUP_GAP_NS
+                || b.seq != a.seq + 1
         };
         if split {
             out.push(&records[start..i]);
@@ -93,7 +106,7 @@ pub fn touched(group: &[&Record]) -> Vec<RelPath> {
             && group.iter().any(|r| r.path == *p && r.op == Op::Create)
     };
     for r in group {
-        if matches!(r.op, Op::Sweep | Op::Orphan | Op::Lost) {
+        if matches!(r.op, Op::Sweep | Op::Orphan | Op::Lost | Op::Forget) {
             continue; // store-side paths, not the visible tree
         }
         for p in std::iter::once(&r.path).chain(r.to.as_ref()) {
@@ -107,10 +120,17 @@ pub fn touched(group: &[&Record]) -> Vec<RelPath> {
 
 fn op_style(op: Op) -> Style {
     match op {
-        Op::Create | Op::Write | Op::Mkdir | Op::Symlink | Op::Scan | Op::Unpark => Style::Green,
-        Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::Park | Op::Sweep | Op::Orphan | Op::Lost => {
-            Style::Red
+        Op::Create | Op::Write | Op::Mkdir | Op::Symlink | Op::Scan | Op::Unpark | Op::Import => {
+            Style::Green
         }
+        Op::Unlink
+        | Op::Rmdir
+        | Op::ScanRemove
+        | Op::ImportRemove
+        | Op::Park
+        | Op::Sweep
+        | Op::Orphan
+        | Op::Lost => Style::Red,
         Op::Rename | Op::Exchange => Style::Cyan,
         _ => Style::Yellow,
     }
@@ -181,7 +201,34 @@ pub struct Show {
     pub page: bool,
 }
 
-pub fn print(records: &[Record], filter: &Filter, show: &Show) -> Result<(), Failure> {
+/// The agent's words for a record: what the live ledger says of it, by
+/// record id (`agent::ledger::annotations`).
+pub type Notes = HashMap<u64, Vec<String>>;
+
+/// What the agent said of an operation: its imported part, else the live
+/// ledger's entries matched to its records.
+fn agent_words(out: &Out, g: &[&Record], notes: &Notes) -> String {
+    let mut words: Vec<String> = Vec::new();
+    for r in g {
+        let said = r.origin.iter().map(crate::agent::describe);
+        for w in said.chain(notes.get(&r.seq).into_iter().flatten().cloned()) {
+            if !words.contains(&w) {
+                words.push(w);
+            }
+        }
+    }
+    if words.is_empty() {
+        return String::new();
+    }
+    format!("  {}", out.paint(Style::Cyan, &words.join("; ")))
+}
+
+pub fn print(
+    records: &[Record],
+    notes: &Notes,
+    filter: &Filter,
+    show: &Show,
+) -> Result<(), Failure> {
     let records = &crate::retention::unforgotten(records)[..];
     // Grouped over the whole journal (an operation is what one process
     // did, whatever the filter), then filtered inside each operation.
@@ -203,10 +250,13 @@ pub fn print(records: &[Record], filter: &Filter, show: &Show) -> Result<(), Fai
     for g in &groups[skip..] {
         let ok = if show.json {
             out.bytes(&journal::encode(g[0]))
-        } else if g.len() == 1 {
-            out.line(&record_line(&out, g[0]))
         } else {
-            out.line(&group_line(&out, g))
+            let line = if g.len() == 1 {
+                record_line(&out, g[0])
+            } else {
+                group_line(&out, g)
+            };
+            out.line(&format!("{line}{}", agent_words(&out, g, notes)))
         };
         if !ok {
             break; // the reader went away (`| head`, `q`)
@@ -238,6 +288,7 @@ mod tests {
             },
             forgot: Vec::new(),
             acked_through: None,
+            origin: None,
         }
     }
 

@@ -10,12 +10,14 @@
 //! - `undo`: `skillfs undo`;
 //! - `status`: `skillfs status`;
 //! - `export`: `skillfs export` (a tarball, a curator snapshot, git);
+//! - `import`: `skillfs import`, the agent's own history into a new store;
 //! - `output`: paging and colour on a terminal.
 //!
 //! Locks: none (it parses, then calls `commands` or `daemon`).
 
 mod export;
 mod forget;
+mod import;
 mod locate;
 mod log;
 mod output;
@@ -59,7 +61,9 @@ Every directory of a mount answers `.history` (never listed):
 Exit codes:
   0 success             1 internal failure      2 usage error
   3 bad ROOT (missing, not mounted, a dead mount)
-  4 bad store           5 damaged journal       6 the mount was refused
+  4 bad store (for import: it holds history already)
+  5 damaged journal (for import: damaged parts skipped, the rest imported)
+  6 the mount was refused
   7 bad hide rules or config                    8 not in history";
 
 /// A versioning filesystem for an AI agent's skills directory: every write
@@ -261,6 +265,34 @@ Examples:
     /// except --curator's snapshot.
     #[command(after_help = export::EXAMPLES)]
     Export(export::ExportCmd),
+    /// Make the agent's own history the start of skillfs's: its curator
+    /// snapshots (skills/.curator_backups/<id>/skills.tar.gz) and its skill
+    /// ledger (skills/.curator_ledger.jsonl, blobs in
+    /// .curator_backups/blobs beside skills/), oldest first, each at its
+    /// own time.
+    /// The first mount of a root does this by itself; this command does it
+    /// before, into a store that holds no history yet (it refuses one that
+    /// does). A damaged part is one line on stderr and is skipped (exit 5);
+    /// the rest is imported.
+    #[command(after_help = "\
+Examples:
+  skillfs import ~/.hermes --versioned skills --dry-run   what would be taken and skipped
+  skillfs import ~/.hermes --versioned skills             then mount as usual")]
+    Import {
+        /// As for mount: the versioned directory, or with --versioned the
+        /// home around it.
+        root: PathBuf,
+        /// As for mount.
+        #[arg(long, value_name = "NAME")]
+        versioned: Option<PathBuf>,
+        /// As for mount [default: <parent of ROOT>/.skillfs/<name of ROOT>].
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// Read and check everything, say what would be imported and what
+        /// skipped; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Print a completion script for a shell.
     #[command(after_help = "\
 Examples:
@@ -362,6 +394,23 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 allow_short_park_max_age: m.allow_short_park_max_age,
             },
         }),
+        Cmd::Import {
+            root,
+            versioned,
+            store,
+            dry_run,
+        } => import::import(
+            &MountArgs {
+                root,
+                versioned,
+                store,
+                foreground: false,
+                threads: 1,
+                allow_other: false,
+                rules: crate::hide::RuleArgs::default(),
+            },
+            dry_run,
+        ),
         Cmd::Umount { root, timeout } => {
             let msg = daemon::umount(&root, Duration::from_secs(timeout))?;
             println!("{msg}");
@@ -443,8 +492,16 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 actor,
             };
             let records = crate::commands::read_records(&t.layout)?;
+            // The live ledger, read now: entries the agent appended since
+            // the versions they describe were recorded.
+            let (ledger, _) = crate::agent::ledger::places(&t.root);
+            let (entries, _) = crate::agent::ledger::read(&ledger);
+            let mut roots = vec![t.root.clone()];
+            roots.extend(t.root.canonicalize().ok().filter(|c| *c != t.root));
+            let notes = crate::agent::ledger::annotations(&records, &entries, &roots);
             log::print(
                 &records,
+                &notes,
                 &filter,
                 &log::Show {
                     json,

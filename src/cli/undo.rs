@@ -28,7 +28,14 @@ fn touches(r: &Record, path: &RelPath) -> bool {
         || r.to.as_ref().is_some_and(at_or_below)
         || (matches!(
             r.op,
-            Op::Rename | Op::Exchange | Op::Park | Op::Rmdir | Op::Unlink | Op::Unpark
+            Op::Rename
+                | Op::Exchange
+                | Op::Park
+                | Op::Rmdir
+                | Op::Unlink
+                | Op::Unpark
+                | Op::ScanRemove
+                | Op::ImportRemove
         ) && (above(&r.path) || r.to.as_ref().is_some_and(above)))
 }
 
@@ -44,7 +51,7 @@ pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Fail
         .rev()
         .find(|g| {
             g.iter().any(|r| {
-                !matches!(r.op, Op::Sweep | Op::Orphan | Op::Lost)
+                !matches!(r.op, Op::Sweep | Op::Orphan | Op::Lost | Op::Forget)
                     && path.as_ref().is_none_or(|p| touches(r, p))
             })
         })

@@ -7,7 +7,8 @@
 //! - `checks`: where ROOT and its store are, and whether they may be
 //!   mounted;
 //! - `prepare`: a core ready to serve, its store locked, built by the same
-//!   steps for a mount and for `open::open_core`;
+//!   steps for a mount and for `open::open_core` (and, up to the import of
+//!   the agent's own history, for `skillfs import`);
 //! - `spawn`: `mount` in the background, and the daemon's readiness report
 //!   to it;
 //! - `run`: the daemon's life: the mount, the signal and sweep threads, the
@@ -35,7 +36,7 @@ mod unmount;
 
 pub use checks::{absolute_root, default_store_of, store_dir};
 pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mount_serving, mounts, versioned_root_of};
-pub use prepare::MountArgs;
+pub use prepare::{MountArgs, import};
 pub(crate) use prepare::{Prepared, prepare};
 pub use run::mount;
 pub use unmount::{lazy_unmount, umount};

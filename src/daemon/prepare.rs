@@ -1,6 +1,8 @@
 //! A core ready to serve, its store locked: the checks, the store's layout
-//! and lock, the journal read into the ledger, and the scan of ROOT. The
-//! daemon and `open::open_core` take the very same steps.
+//! and lock, the journal read into the ledger, at the first mount the
+//! agent's own history imported (`crate::import`), and the scan of ROOT.
+//! The daemon and `open::open_core` take the very same steps; `skillfs
+//! import` takes them up to the import.
 //!
 //! Invariants: every check that can refuse a mount runs before anything in
 //! ROOT or an existing store is changed. The journal is read once per
@@ -62,7 +64,60 @@ pub(crate) struct Prepared {
     pub(crate) fs: Arc<SkillFs>,
 }
 
+/// A store opened for a mount (or an import), locked: everything of
+/// [`prepare`] up to the journal read under the lock and `tmp/` emptied.
+pub(crate) struct Opened {
+    mount_point: PathBuf,
+    root: PathBuf,
+    name: Option<std::ffi::OsString>,
+    layout: Layout,
+    warnings: Vec<String>,
+    rules: HideRules,
+    fds: store::StoreFds,
+    lock: StoreLock,
+    /// The journal as read under the lock.
+    contents: journal::Contents,
+    blobs: BlobStore,
+}
+
 pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
+    let mut o = open_store(args)?;
+    // The first mount of a root: the agent's own history goes first, whole
+    // or not at all (see `import`), and the scan below records the live
+    // tree against it.
+    if crate::import::may_import(&o.contents) {
+        let report = crate::import::into_new_store(&o.root, &o.rules, &o.fds, &o.blobs)?;
+        o.warnings.extend(report.lines());
+        if report.records > 0 {
+            o.contents = journal::read_in(&o.fds.journal)?;
+        }
+    }
+    settle(o)
+}
+
+/// `skillfs import`: the agent's history into the store of `args`, which
+/// must hold no record yet; the store is then as a first mount leaves it
+/// just before its scan.
+pub fn import(args: &MountArgs) -> Result<crate::import::Report, Failure> {
+    let o = open_store(args)?;
+    if !crate::import::may_import(&o.contents) {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "store '{}' already holds history ({} records): the agent's history is \
+                 imported only into a store with none, by the first mount or `skillfs import` \
+                 before it (ids and times must rise together)",
+                o.layout.dir.display(),
+                o.contents.records.len()
+            ),
+        ));
+    }
+    crate::import::into_new_store(&o.root, &o.rules, &o.fds, &o.blobs)
+}
+
+/// The versioned root and the store `args` mean, checked, made and locked
+/// (see the module's invariants), the journal read.
+pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
     let mount_point = absolute_root(&args.root)?;
     check_root(&mount_point)?;
     let mount_point = mount_point
@@ -152,9 +207,40 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         _ => journal::read_in(&fds.journal)?,
     };
     fds.clear_scratch()?;
+    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp));
+    Ok(Opened {
+        mount_point,
+        root,
+        name,
+        layout,
+        warnings: warnings
+            .into_iter()
+            .chain(repairs.iter().map(|r| r.to_string()))
+            .collect(),
+        rules,
+        fds,
+        lock,
+        contents,
+        blobs,
+    })
+}
+
+/// The rest of [`prepare`]: the journal opened, ROOT opened and scanned.
+fn settle(o: Opened) -> Result<Prepared, Failure> {
+    let Opened {
+        mount_point,
+        root,
+        name,
+        layout,
+        warnings,
+        rules,
+        fds,
+        lock,
+        contents,
+        blobs,
+    } = o;
     let journal = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
     let mut ledger = Ledger::new(journal, &contents.records);
-    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp));
 
     let open_dir = |p: &Path, exit: Exit| {
         crate::sys::openat(
@@ -229,10 +315,7 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         root,
         top,
         layout,
-        warnings: warnings
-            .into_iter()
-            .chain(repairs.iter().map(|r| r.to_string()))
-            .collect(),
+        warnings,
         _lock: lock,
         fs: Arc::new(fs),
     })

@@ -215,6 +215,7 @@ impl Journal {
             actor,
             forgot: change.forgot,
             acked_through: Some(self.durable_through),
+            origin: change.origin,
         };
         let line = encode(&rec);
         if let Err(e) = self.file.write_all_at(&line, self.len) {

@@ -33,6 +33,7 @@ pub(super) fn rec(seq: u64) -> Record {
         },
         forgot: Vec::new(),
         acked_through: Some(seq.saturating_sub(1)),
+        origin: None,
     }
 }
 

@@ -29,5 +29,5 @@ mod repair;
 pub use append::Journal;
 pub use encoding::{crc32, decode, encode};
 pub use read::{Contents, read_dir, read_in};
-pub use record::{Actor, Change, EntryState, Kind, Op, Record};
+pub use record::{Actor, Change, EntryState, Kind, Op, Origin, Record, Source};
 pub use repair::{Repaired, repair};

@@ -65,6 +65,13 @@ pub enum Op {
     /// (their content is kept only where a kept id still shows it); no
     /// effect on the tree.
     Forget,
+    /// The agent's own history, imported before the first mount's scan
+    /// (`crate::import`): an entry as a curator snapshot or a ledger entry
+    /// of the agent had it, at that time (`origin` says which).
+    Import,
+    /// The agent's own history: an entry the snapshot or ledger entry no
+    /// longer has (removed with everything below it).
+    ImportRemove,
 }
 
 impl Op {
@@ -91,6 +98,8 @@ impl Op {
             Op::Sweep => "sweep",
             Op::Lost => "lost",
             Op::Forget => "forget",
+            Op::Import => "import",
+            Op::ImportRemove => "import-remove",
         }
     }
 }
@@ -139,6 +148,34 @@ impl Actor {
     }
 }
 
+/// Where an imported record came from: one curator snapshot or one entry
+/// of the agent's skill ledger (every record of that entry carries it, so
+/// `log` shows them as one operation, with the agent's words).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub source: Source,
+    /// The snapshot's id (`2026-05-01T13-05-42Z`) or the ledger entry's.
+    pub id: String,
+    /// The ledger entry's action (`patch`, `delete`, `consolidate`…), or
+    /// the snapshot's reason from its `manifest.json` (`pre-curator-run`).
+    pub action: String,
+    /// The ledger entry's actor (`curator`, `agent`, `user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// The ledger entry's skill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skill: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// `skills/.curator_backups/<id>/skills.tar.gz`.
+    Snapshot,
+    /// An entry of `skills/.curator_ledger.jsonl`.
+    Ledger,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     pub seq: u64,
@@ -164,6 +201,9 @@ pub struct Record {
     /// "everything before me was durable").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acked_through: Option<u64>,
+    /// Imported records only: the agent's snapshot or ledger entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
 }
 
 /// Fixtures for the tests of the modules that fold records.
@@ -191,6 +231,7 @@ impl Record {
             actor: Actor::daemon(),
             forgot: Vec::new(),
             acked_through: None,
+            origin: None,
         }
     }
 }
@@ -226,6 +267,7 @@ pub struct Change {
     pub hidden: Option<RelPath>,
     pub state: Option<EntryState>,
     pub forgot: Vec<[u64; 2]>,
+    pub origin: Option<Origin>,
 }
 
 impl Change {
@@ -238,6 +280,7 @@ impl Change {
             hidden: None,
             state,
             forgot: Vec::new(),
+            origin: None,
         }
     }
 }

@@ -124,5 +124,6 @@ fn lost(seq: u64, ts: i64) -> Record {
         },
         forgot: Vec::new(),
         acked_through: Some(seq),
+        origin: None,
     }
 }
