@@ -206,6 +206,10 @@ pub struct Config {
     /// Default untracked rules removed (those files get versions again).
     #[serde(default)]
     pub tracked: Vec<String>,
+    /// A retention policy the mounted daemon applies on its own, every
+    /// `every` (as `skillfs forget` with the same rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::retention::Policy>,
 }
 
 /// The rule changes given on the command line.

@@ -368,3 +368,62 @@ fn kills_at_random_points_lose_nothing_kept() {
     assert_kept(&m, &before, &kept);
     assert_verifies(&m);
 }
+
+/// A policy in `config.json` is applied by the daemon on its schedule; a
+/// policy there that keeps nothing refuses the mount, naming the file.
+#[test]
+fn the_daemon_applies_the_configured_policy() {
+    let s = common::Scratch::new("forget-config");
+    fs::create_dir_all(s.store()).unwrap();
+    fs::write(
+        s.store().join("config.json"),
+        r#"{"retention": {"keep_last": 0}}"#,
+    )
+    .unwrap();
+    let out = skillfs(&["mount", s.root().to_str().unwrap()]);
+    assert_refused(&out, 7, &["config.json", "--keep-last 0"]);
+    fs::write(
+        s.store().join("config.json"),
+        r#"{"retention": {"keep_last": 3, "every": "1s"}}"#,
+    )
+    .unwrap();
+    let m = Mount::over(s, Vec::new());
+    for i in 0..12 {
+        fs::write(m.path("a.md"), format!("version {i}\n")).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ops: Vec<String> = m
+            .log()
+            .iter()
+            .map(|r| r["op"].as_str().unwrap().to_string())
+            .collect();
+        if ops.iter().any(|o| o == "forget") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no forget in 30 s: {ops:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The three newest versions stay, exactly.
+    let h = all_trees(&m);
+    let mut versions: Vec<Vec<u8>> = h
+        .values()
+        .filter_map(|t| t.get("a.md"))
+        .map(|e| e.3.clone())
+        .collect();
+    // The forget's own id shows the tree before it again.
+    versions.dedup();
+    assert!(
+        versions.ends_with(&[
+            b"version 9\n".to_vec(),
+            b"version 10\n".to_vec(),
+            b"version 11\n".to_vec()
+        ]),
+        "{versions:?}"
+    );
+    assert!(!versions.contains(&b"version 3\n".to_vec()), "{versions:?}");
+    assert_verifies(&m);
+}

@@ -436,6 +436,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 keep_daily,
                 keep_weekly,
                 keep_monthly,
+                every: None,
             };
             forget::forget(&locate::locate(&at, None)?, policy, dry_run)
         }

@@ -62,6 +62,8 @@ pub(crate) struct Prepared {
     pub(super) warnings: Vec<String>,
     _lock: StoreLock,
     pub(crate) fs: Arc<SkillFs>,
+    /// The retention policy of `config.json`, applied on its schedule.
+    pub(super) retention: Option<crate::retention::Policy>,
 }
 
 /// A store opened for a mount (or an import), locked: everything of
@@ -78,6 +80,7 @@ pub(crate) struct Opened {
     /// The journal as read under the lock.
     contents: journal::Contents,
     blobs: BlobStore,
+    retention: Option<crate::retention::Policy>,
 }
 
 pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
@@ -180,6 +183,17 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
     }
     let config = Config::load(&layout.dir)?;
     let rules = HideRules::build(&config, &args.rules)?;
+    if let Some(p) = &config.retention {
+        p.check().map_err(|why| {
+            Failure::new(
+                Exit::BadRules,
+                format!(
+                    "config file '{}': retention: {why}",
+                    layout.dir.join(crate::hide::CONFIG_FILE).display()
+                ),
+            )
+        })?;
+    }
     // The journal is read once, here: a damaged one refuses the mount
     // before anything exists, and what was read is what the ledger starts
     // from (a new store's, made below, is read there).
@@ -222,6 +236,7 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
         lock,
         contents,
         blobs,
+        retention: config.retention,
     })
 }
 
@@ -238,9 +253,12 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         lock,
         contents,
         blobs,
+        retention,
     } = o;
     let journal = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
     let mut ledger = Ledger::new(journal, &contents.records);
+    // Folded: a year's records are hundreds of MB the daemon need not keep.
+    drop(contents);
 
     let open_dir = |p: &Path, exit: Exit| {
         crate::sys::openat(
@@ -318,6 +336,7 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         warnings,
         _lock: lock,
         fs: Arc::new(fs),
+        retention,
     })
 }
 

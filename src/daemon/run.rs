@@ -120,6 +120,9 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
         prepared.layout.dir.display()
     );
     start_sweeper(Arc::clone(&prepared.fs));
+    if let Some(policy) = prepared.retention.clone() {
+        start_retention(Arc::clone(&prepared.fs), policy);
+    }
     // Without it the store's commands that need the daemon say so; the
     // mount itself serves either way.
     if let Err(e) = super::control::serve(&prepared.top, Arc::clone(&prepared.fs)) {
@@ -185,6 +188,31 @@ fn start_sweeper(fs: Arc<SkillFs>) {
         });
     if let Err(e) = spawned {
         tracing::error!("could not start the sweep thread: {e}");
+    }
+}
+
+/// Applies the retention policy of `config.json` every `every` while
+/// mounted (the first time one interval after the mount), as `skillfs
+/// forget` would: the agent keeps writing meanwhile.
+fn start_retention(fs: Arc<SkillFs>, policy: crate::retention::Policy) {
+    let every = policy.interval();
+    let spawned = std::thread::Builder::new()
+        .name("retention".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                match fs.forget_versions(&policy, false) {
+                    Ok(r) => tracing::info!(
+                        "retention: forgot {} ids, freed {} bytes",
+                        r.selection.forget_count(),
+                        r.reclaimed.bytes_freed
+                    ),
+                    Err(e) => tracing::error!("retention: {e}"),
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("could not start the retention thread: {e}");
     }
 }
 

@@ -60,6 +60,10 @@ pub struct Policy {
     pub keep_weekly: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_monthly: Option<u64>,
+    /// In `config.json` only: how often the mounted daemon applies the
+    /// policy (an age; one day if not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<String>,
 }
 
 impl Policy {
@@ -86,6 +90,13 @@ impl Policy {
                 }
             }
         }
+        if let Some(e) = &self.every
+            && !crate::hide::parse_age(e).is_some_and(|ns| ns >= 1_000_000_000)
+        {
+            return Err(format!(
+                "every '{e}' is not an age of a second or more: give one like 1h, 1d"
+            ));
+        }
         if counts.iter().all(|(_, n)| n.is_none()) && self.keep_within.is_none() {
             return Err(
                 "a policy that keeps nothing: give at least one of --keep-last, \
@@ -94,6 +105,12 @@ impl Policy {
             );
         }
         Ok(())
+    }
+
+    /// How often the daemon applies it (`every`, else a day).
+    pub fn interval(&self) -> std::time::Duration {
+        let ns = self.every.as_deref().and_then(crate::hide::parse_age);
+        std::time::Duration::from_nanos(ns.map_or(DAY_NS, |n| n.max(1_000_000_000)) as u64)
     }
 
     fn within_ns(&self) -> Option<i64> {
