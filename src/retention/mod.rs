@@ -91,7 +91,7 @@ impl Policy {
             }
         }
         if let Some(e) = &self.every
-            && !crate::hide::parse_age(e).is_some_and(|ns| ns >= 1_000_000_000)
+            && crate::hide::parse_age(e).is_none_or(|ns| ns < 1_000_000_000)
         {
             return Err(format!(
                 "every '{e}' is not an age of a second or more: give one like 1h, 1d"
