@@ -161,6 +161,51 @@ impl Fold {
         fold
     }
 
+    /// [`Fold::replay`] of records given away: the commonest record (a
+    /// file that exists given a new state) moves its path and state in
+    /// instead of copying them, which is most of folding a long journal.
+    pub fn replay_owned(records: Vec<Record>) -> Fold {
+        let mut fold = Fold {
+            catalog: Catalog::default(),
+            history: HistoryIndex::new(),
+        };
+        for r in records {
+            fold.apply_owned(r);
+        }
+        fold
+    }
+
+    /// [`Fold::apply`] of a record given away.
+    pub fn apply_owned(&mut self, r: Record) {
+        let plain = !matches!(
+            r.op,
+            Op::Unlink
+                | Op::Rmdir
+                | Op::ScanRemove
+                | Op::ImportRemove
+                | Op::Park
+                | Op::Orphan
+                | Op::Sweep
+                | Op::Lost
+                | Op::Forget
+                | Op::Rename
+                | Op::Exchange
+        );
+        if plain && let Some(state) = &r.state {
+            // The same as `Catalog::apply`'s last arm for a path that is a
+            // file already: replaced in place, no descendants to remove.
+            if let Some(old) = self.catalog.entries.get_mut(&r.path)
+                && old.kind != Kind::Dir
+            {
+                *old = state.clone();
+                let (seq, ts) = (r.seq, r.ts);
+                self.history.add(seq, ts, vec![(r.path, r.state)]);
+                return;
+            }
+        }
+        self.apply(&r);
+    }
+
     /// Applies the next record to both.
     pub fn apply(&mut self, r: &Record) {
         let effects = self.catalog.apply(r);
@@ -201,6 +246,33 @@ mod tests {
 
     fn paths(c: &Catalog) -> Vec<String> {
         c.iter().map(|(p, _)| p.to_string()).collect()
+    }
+
+    #[test]
+    fn owned_replay_is_the_same_fold() {
+        let st = |kind, blob: &str| Some(EntryState::sample(kind, &blob.repeat(64)));
+        let recs = vec![
+            Record::sample(1, 1, Op::Mkdir, "a", None, st(Kind::Dir, "")),
+            Record::sample(2, 2, Op::Create, "a/x", None, st(Kind::File, "1")),
+            Record::sample(3, 3, Op::Write, "a/x", None, st(Kind::File, "2")),
+            Record::sample(4, 4, Op::Write, "a/x", None, st(Kind::File, "2")),
+            Record::sample(5, 5, Op::Rename, "a", Some("b"), None),
+            Record::sample(6, 6, Op::Write, "b/x", None, st(Kind::File, "3")),
+            Record::sample(7, 7, Op::Unlink, "b/x", None, None),
+            Record::sample(8, 8, Op::Write, "b/x", None, st(Kind::File, "4")),
+            Record::sample(9, 9, Op::Chmod, "b", None, st(Kind::Dir, "")),
+        ];
+        let a = Fold::replay(&recs);
+        let b = Fold::replay_owned(recs.clone());
+        assert_eq!(paths(&a.catalog), paths(&b.catalog));
+        let (ha, hb) = (a.history(), b.history());
+        assert_eq!(ha.path_count(), hb.path_count());
+        for i in 0..ha.path_count() as crate::history::PathIdx {
+            assert_eq!(ha.path(i), hb.path(i));
+            assert_eq!(ha.versions(i), hb.versions(i));
+            assert_eq!(ha.ids(i).len(), hb.ids(i).len());
+        }
+        assert_eq!(ha.removals(), hb.removals());
     }
 
     #[test]

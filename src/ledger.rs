@@ -179,6 +179,15 @@ impl Ledger {
         }
     }
 
+    /// [`Ledger::new`] of records given away (a mount's: folded once, then
+    /// not needed).
+    pub fn from_records(journal: Journal, records: Vec<Record>) -> Ledger {
+        Ledger {
+            journal,
+            fold: Fold::replay_owned(records),
+        }
+    }
+
     pub fn catalog(&self) -> &Catalog {
         self.fold.catalog()
     }

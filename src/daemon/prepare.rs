@@ -256,9 +256,9 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         retention,
     } = o;
     let journal = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
-    let mut ledger = Ledger::new(journal, &contents.records);
-    // Folded: a year's records are hundreds of MB the daemon need not keep.
-    drop(contents);
+    // Folded and let go: a year's records are hundreds of MB the daemon
+    // need not keep.
+    let mut ledger = Ledger::from_records(journal, contents.records);
 
     let open_dir = |p: &Path, exit: Exit| {
         crate::sys::openat(

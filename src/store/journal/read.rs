@@ -221,6 +221,9 @@ pub fn read_in(dir: &Dir) -> StoreResult<Contents> {
             .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "read journal", seg, e))?;
         let is_last_seg = si + 1 == nsegs;
         let mut lines = split_lines(&data);
+        // Grown once: a year's records moved by doubling are copied and
+        // faulted in several times over.
+        records.reserve(lines.len());
         let mut valid_len = 0usize;
         let mut torn_lines = 0usize;
         for i in 0..lines.len() {
