@@ -161,6 +161,20 @@ impl Fold {
         fold
     }
 
+    /// The fold whose history is `history` (loaded from a checkpoint): the
+    /// catalog is every path's newest state, where it has one.
+    pub fn from_history(history: HistoryIndex) -> Fold {
+        let mut catalog = Catalog::default();
+        for idx in 1..history.path_count() as crate::history::PathIdx {
+            if let Some((_, Some(state))) = history.versions(idx).last() {
+                catalog
+                    .entries
+                    .insert(history.path(idx).clone(), state.clone());
+            }
+        }
+        Fold { catalog, history }
+    }
+
     /// [`Fold::replay`] of records given away: the commonest record (a
     /// file that exists given a new state) moves its path and state in
     /// instead of copying them, which is most of folding a long journal.

@@ -37,6 +37,11 @@ pub struct Store {
 
 /// Every record of the store at `layout` (read-only; mounted or not).
 pub fn read_records(layout: &Layout) -> Result<Vec<Record>, Failure> {
+    Ok(journal::read_dir(&journal_dir(layout)?)?.records)
+}
+
+/// The journal directory of the store at `layout`, which must have one.
+fn journal_dir(layout: &Layout) -> Result<PathBuf, Failure> {
     let dir = layout.journal();
     if !dir.is_dir() {
         return Err(Failure::new(
@@ -47,17 +52,26 @@ pub fn read_records(layout: &Layout) -> Result<Vec<Record>, Failure> {
             ),
         ));
     }
-    Ok(journal::read_dir(&dir)?.records)
+    Ok(dir)
 }
 
 impl Store {
+    /// History as the store has it, loaded from the journal's checkpoint
+    /// where one applies (see `checkpoint`), else folded from every record.
     pub fn open(layout: Layout) -> Result<Store, Failure> {
-        let records = read_records(&layout)?;
-        Store::from_records(layout, &records)
+        let path = journal_dir(&layout)?;
+        let dir = crate::store::Dir::open_path(&path)
+            .map_err(|e| Failure::io(Exit::BadStore, "open", &path, &e))?;
+        let (contents, base) = crate::checkpoint::read_for_mount(&dir, &mut Vec::new())?;
+        let index = crate::checkpoint::fold(base, contents.records).into_history();
+        Store::with_index(layout, index)
     }
 
     pub fn from_records(layout: Layout, records: &[Record]) -> Result<Store, Failure> {
-        let index = Fold::replay(records).into_history();
+        Store::with_index(layout, Fold::replay(records).into_history())
+    }
+
+    fn with_index(layout: Layout, index: HistoryIndex) -> Result<Store, Failure> {
         // Read-only: opened by path, never through a symlink.
         let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp())
             .map_err(|e| Failure::io(Exit::BadStore, "open", &layout.blobs(), &e))?;

@@ -180,12 +180,30 @@ impl Ledger {
     }
 
     /// [`Ledger::new`] of records given away (a mount's: folded once, then
-    /// not needed).
-    pub fn from_records(journal: Journal, records: Vec<Record>) -> Ledger {
+    /// not needed), on the index of a checkpoint if there is one.
+    pub fn from_records(
+        journal: Journal,
+        base: Option<crate::history::HistoryIndex>,
+        records: Vec<Record>,
+    ) -> Ledger {
         Ledger {
             journal,
-            fold: Fold::replay_owned(records),
+            fold: crate::checkpoint::fold(base, records),
         }
+    }
+
+    /// Writes the checkpoint of this ledger's fold into the journal's
+    /// directory `dir` (at unmount, once synced).
+    pub fn checkpoint(&self, dir: &crate::store::Dir) -> io::Result<()> {
+        let (file, len) = self.journal.segment();
+        let name = self
+            .journal
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        crate::checkpoint::write(dir, self.fold.history(), &name, file, len)
     }
 
     pub fn catalog(&self) -> &Catalog {

@@ -11,6 +11,7 @@
 
 pub mod agent;
 pub mod catalog;
+pub mod checkpoint;
 pub mod cli;
 pub mod commands;
 pub mod daemon;

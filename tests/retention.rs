@@ -427,3 +427,51 @@ fn the_daemon_applies_the_configured_policy() {
     assert!(!versions.contains(&b"version 3\n".to_vec()), "{versions:?}");
     assert_verifies(&m);
 }
+
+/// A directory whose every change fell in forgotten ids still lists the
+/// kept ids that show what they left (and `latest` names one), and a
+/// listing the kernel cached before the forget is not served stale.
+#[test]
+fn a_directory_keeps_its_history_when_its_changes_are_forgotten() {
+    let m = Mount::new("forget-scope");
+    for d in ["a", "b", "c"] {
+        fs::create_dir(m.path(d)).unwrap();
+    }
+    for i in 1..=3 {
+        fs::write(m.path("a/f"), format!("a{i}\n")).unwrap();
+        fs::write(m.path("c/f"), format!("c{i}\n")).unwrap();
+    }
+    for i in 1..=5 {
+        fs::write(m.path("b/g"), format!("b{i}\n")).unwrap();
+    }
+    let listed = |d: &str| -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(m.path(&format!("{d}/.history")))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let c_before = listed("c");
+    assert!(!c_before.is_empty());
+    let out = forget(&m, &["--keep-last", "3"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(fs::read(m.path("a/.history/latest/f")).unwrap(), b"a3\n");
+    let a = listed("a");
+    assert!(!a.is_empty(), "a/.history lists nothing");
+    for id in &a {
+        assert_eq!(
+            fs::read(m.path(&format!("a/.history/{id}/f"))).unwrap(),
+            b"a3\n",
+            "{id}"
+        );
+    }
+    let c = listed("c");
+    assert_ne!(c, c_before, "c/.history served from the cache");
+    for id in &c {
+        assert!(
+            m.path(&format!("c/.history/{id}")).exists(),
+            "c/.history lists {id}, which is gone"
+        );
+    }
+}

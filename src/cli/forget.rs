@@ -18,7 +18,7 @@ use crate::retention::Policy;
 use crate::retention::run::{Report, forget as run_forget};
 use crate::store::blobs::BlobStore;
 use crate::store::durable::StoreIo;
-use crate::store::journal::{self, Journal};
+use crate::store::journal::Journal;
 use crate::store::{StoreFds, StoreLock};
 
 pub fn forget(t: &Target, policy: Policy, dry_run: bool) -> Result<(), Failure> {
@@ -65,7 +65,7 @@ fn offline(t: &Target, policy: &Policy, dry_run: bool) -> Result<Report, Failure
     let layout = &t.layout;
     let fds = StoreFds::open(layout)?;
     let _lock = StoreLock::acquire(&fds.top, layout)?;
-    let contents = journal::read_in(&fds.journal)?;
+    let (contents, base) = crate::checkpoint::read_for_mount(&fds.journal, &mut Vec::new())?;
     let store_err = |what: &str, e: std::io::Error| {
         Failure::new(
             Exit::BadStore,
@@ -73,8 +73,7 @@ fn offline(t: &Target, policy: &Policy, dry_run: bool) -> Result<Report, Failure
         )
     };
     let j = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
-    let ledger = Mutex::new(Ledger::new(j, &contents.records));
-    drop(contents);
+    let ledger = Mutex::new(Ledger::from_records(j, base, contents.records));
     let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp));
     run_forget(
         &ledger,
@@ -100,7 +99,7 @@ fn print(r: &Report) {
         })
         .collect();
     let n = r.selection.forget_count();
-    let kept = r.selection.keep.len();
+    let kept = r.kept;
     let before = if r.forgotten_before > 0 {
         format!("; {} forgotten before", r.forgotten_before)
     } else {

@@ -87,9 +87,27 @@ fn answer(conn: UnixStream, fs: &SkillFs) -> io::Result<()> {
             )),
         );
     }
-    conn.set_read_timeout(Some(READ_TIMEOUT))?;
+    // A peer that trickles its request or never reads the answer is
+    // dropped, not waited on: the next request would wait behind it.
+    conn.set_write_timeout(Some(READ_TIMEOUT))?;
+    let deadline = std::time::Instant::now() + READ_TIMEOUT;
     let mut line = Vec::new();
-    BufReader::new((&conn).take(MAX_REQUEST)).read_until(b'\n', &mut line)?;
+    let mut buf = [0u8; 4096];
+    while !line.contains(&b'\n') && (line.len() as u64) < MAX_REQUEST {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "request too slow"));
+        }
+        conn.set_read_timeout(Some(left))?;
+        let n = (&conn).read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        line.extend_from_slice(&buf[..n]);
+    }
+    if let Some(end) = line.iter().position(|&b| b == b'\n') {
+        line.truncate(end);
+    }
     let response = match serde_json::from_slice::<Request>(&line) {
         Err(e) => Response::Refused(format!("not a request: {e}")),
         Ok(Request::Forget { policy, dry_run }) => match policy.check() {
@@ -101,7 +119,12 @@ fn answer(conn: UnixStream, fs: &SkillFs) -> io::Result<()> {
                 );
                 match fs.forget_versions(&policy, dry_run) {
                     Ok(r) => {
-                        tracing::info!("control: forget done: {r:?}");
+                        tracing::info!(
+                            "control: forgot {} ids (kept {}), freed {} bytes",
+                            r.selection.forget_count(),
+                            r.kept,
+                            r.reclaimed.bytes_freed
+                        );
                         Response::Forgot(r)
                     }
                     Err(e) => Response::Refused(format!("forget failed: {e}")),

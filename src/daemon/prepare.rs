@@ -60,6 +60,8 @@ pub(crate) struct Prepared {
     pub(super) layout: Layout,
     /// Start-up warnings (repairs of the store, a store carried over).
     pub(super) warnings: Vec<String>,
+    /// Start-up facts for the log alone (the journal's checkpoint).
+    pub(super) notes: Vec<String>,
     _lock: StoreLock,
     pub(crate) fs: Arc<SkillFs>,
     /// The retention policy of `config.json`, applied on its schedule.
@@ -79,6 +81,9 @@ pub(crate) struct Opened {
     lock: StoreLock,
     /// The journal as read under the lock.
     contents: journal::Contents,
+    /// The index of the journal's checkpoint, when the read started after it.
+    base: Option<crate::history::HistoryIndex>,
+    notes: Vec<String>,
     blobs: BlobStore,
     retention: Option<crate::retention::Policy>,
 }
@@ -93,6 +98,7 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
         o.warnings.extend(report.lines());
         if report.records > 0 {
             o.contents = journal::read_in(&o.fds.journal)?;
+            o.base = None;
         }
     }
     settle(o)
@@ -111,7 +117,7 @@ pub fn import(args: &MountArgs) -> Result<crate::import::Report, Failure> {
                  imported only into a store with none, by the first mount or `skillfs import` \
                  before it (ids and times must rise together)",
                 o.layout.dir.display(),
-                o.contents.records.len()
+                o.contents.last_seq()
             ),
         ));
     }
@@ -197,8 +203,18 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
     // The journal is read once, here: a damaged one refuses the mount
     // before anything exists, and what was read is what the ledger starts
     // from (a new store's, made below, is read there).
+    // What became of the journal's checkpoint, for the log once open.
+    let mut notes: Vec<String> = Vec::new();
     let read = if layout.journal().is_dir() {
-        Some(journal::read_dir(&layout.journal())?)
+        let dir = store::Dir::open_path(&layout.journal()).map_err(|e| {
+            store::StoreError::io(
+                store::ErrorKind::DamagedJournal,
+                "list journal",
+                &layout.journal(),
+                e,
+            )
+        })?;
+        Some(crate::checkpoint::read_for_mount(&dir, &mut notes)?)
     } else {
         None
     };
@@ -216,9 +232,12 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
     }
     // A daemon that came and went between the read and the lock changed
     // the journal: then (only then) it is read again, under the lock.
-    let contents = match read {
-        Some(contents) if contents.is_current_in(&fds.journal) => contents,
-        _ => journal::read_in(&fds.journal)?,
+    let (contents, base) = match read {
+        Some((contents, base)) if contents.is_current_in(&fds.journal) => (contents, base),
+        _ => {
+            notes.clear();
+            crate::checkpoint::read_for_mount(&fds.journal, &mut notes)?
+        }
     };
     fds.clear_scratch()?;
     let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp));
@@ -235,6 +254,8 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
         fds,
         lock,
         contents,
+        base,
+        notes,
         blobs,
         retention: config.retention,
     })
@@ -252,13 +273,15 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         fds,
         lock,
         contents,
+        base,
+        notes,
         blobs,
         retention,
     } = o;
     let journal = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
     // Folded and let go: a year's records are hundreds of MB the daemon
     // need not keep.
-    let mut ledger = Ledger::from_records(journal, contents.records);
+    let mut ledger = Ledger::from_records(journal, base, contents.records);
 
     let open_dir = |p: &Path, exit: Exit| {
         crate::sys::openat(
@@ -334,6 +357,7 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         top,
         layout,
         warnings,
+        notes,
         _lock: lock,
         fs: Arc::new(fs),
         retention,

@@ -67,6 +67,9 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     if background {
         redirect_stderr(&prepared.top);
     }
+    for n in &prepared.notes {
+        tracing::info!("{}", crate::error::one_line(n.clone()));
+    }
     // Logged, and told to the `skillfs mount` waiting on the terminal.
     for w in &prepared.warnings {
         // One line each, whatever paths it names (a newline would forge a

@@ -142,7 +142,8 @@ impl HistoryView<'_> {
                     .ids(scope)
                     .last()
                     .and_then(|id| h.time_of(id))
-                    .unwrap_or(0);
+                    .unwrap_or(0)
+                    .max(h.last_forget_time().unwrap_or(0));
                 drop(ledger);
                 self.virtual_dir_stat(t)?
             }

@@ -324,6 +324,8 @@ pub struct SkillFs {
     commit: GroupCommit,
     /// Held for a whole `forget` (one at a time; see `retention`).
     forgetting: Mutex<()>,
+    /// The last id a checkpoint was written for (see `shutdown`).
+    checkpointed: AtomicU64,
     namespace: RwLock<()>,
     /// The subtrees unparks are being planned over (see `unpark`).
     freezes: Arc<Freezes>,
@@ -502,6 +504,7 @@ impl SkillFs {
             blobs,
             commit: GroupCommit::new(ledger.durable_through()),
             forgetting: Mutex::new(()),
+            checkpointed: AtomicU64::new(0),
             ledger: Mutex::new(ledger),
             namespace: RwLock::new(()),
             freezes: Arc::default(),
@@ -664,8 +667,22 @@ impl SkillFs {
                 tracing::error!("could not publish inode {ino} at unmount: {e:?}");
             }
         }
-        if let Err(e) = self.ledger.lock().sync(&self.blobs) {
-            tracing::error!("could not sync the journal at unmount: {e}");
+        {
+            let mut ledger = self.ledger.lock();
+            match ledger.sync(&self.blobs) {
+                Err(e) => tracing::error!("could not sync the journal at unmount: {e}"),
+                // The next mount loads the fold instead of making it again.
+                Ok(()) => {
+                    let last = ledger.last_seq();
+                    let before = self.checkpointed.swap(last, Ordering::SeqCst);
+                    if last >= crate::checkpoint::min_records()
+                        && last != before
+                        && let Err(e) = ledger.checkpoint(&self.dirs.journal)
+                    {
+                        tracing::warn!("could not write the journal's checkpoint: {e}");
+                    }
+                }
+            }
         }
         if let Some((tx, handle)) = self.janitor.lock().take() {
             let _ = tx.send(Chore::Stop);

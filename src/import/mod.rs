@@ -71,7 +71,7 @@ const SCRATCH: &str = "import";
 /// Whether a journal may take the agent's history: it holds no record
 /// (nor the torn start of one: a mount began recording there).
 pub fn may_import(contents: &Contents) -> bool {
-    contents.records.is_empty() && contents.torn_bytes == 0
+    contents.last_seq() == 0 && contents.torn_bytes == 0
 }
 
 /// What an import did (or, dry, would do).

@@ -140,7 +140,9 @@ pub fn unforgotten(
 /// What a policy decides over a history.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Selection {
-    /// Ids kept, ascending (not counting ids forgotten before).
+    /// Ids kept, ascending (not counting ids forgotten before); not sent
+    /// over the control socket (a count is, in the report).
+    #[serde(skip)]
     pub keep: Vec<u64>,
     /// Ids to forget now, as inclusive ranges, ascending.
     pub forget: Vec<[u64; 2]>,

@@ -29,6 +29,8 @@ use crate::store::journal::{Actor, Change, Op};
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Report {
     pub selection: Selection,
+    /// How many ids the policy keeps.
+    pub kept: u64,
     /// Ids forgotten before this run.
     pub forgotten_before: u64,
     /// The `forget` record appended (none when nothing new is forgotten).
@@ -59,6 +61,7 @@ pub fn forget(
         let h = l.history();
         report.forgotten_before = h.forgotten_count();
         report.selection = select(h, policy);
+        report.kept = report.selection.keep.len() as u64;
         report.dead_bytes = dead_bytes(h, &report.selection.forget);
         if dry_run {
             return Ok(report);

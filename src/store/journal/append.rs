@@ -145,7 +145,7 @@ impl Journal {
                 .and_then(|()| io.sync_all(&file, &path))
                 .map_err(|e| StoreError::io(ErrorKind::Store, "truncate journal", &path, e))?;
         }
-        let last = contents.records.last().map_or(0, |r| r.seq);
+        let last = contents.last_seq();
         let mut journal = Journal {
             file: Arc::new(file),
             path,
@@ -243,6 +243,12 @@ impl Journal {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The segment appended to and the length of its records (for a
+    /// checkpoint: what it covers).
+    pub fn segment(&self) -> (&File, u64) {
+        (&self.file, self.len)
     }
 
     /// Writes appended records out and waits, without the commit (see

@@ -100,6 +100,11 @@ pub fn crc32(data: &[u8]) -> u32 {
     !crc32_update(!0, data)
 }
 
+/// The CRC-32 of `a` followed by `data`, from `crc32(a)`.
+pub fn crc32_extend(crc: u32, data: &[u8]) -> u32 {
+    !crc32_update(!crc, data)
+}
+
 /// Folds `data` into a running CRC register (pre- and post-inverted by
 /// the caller): slicing-by-8, then the tail a byte at a time.
 fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {

@@ -27,7 +27,7 @@ mod record;
 mod repair;
 
 pub use append::Journal;
-pub use encoding::{crc32, decode, encode};
-pub use read::{Contents, read_dir, read_in};
+pub use encoding::{crc32, crc32_extend, decode, encode};
+pub use read::{After, Contents, read_dir, read_in, read_in_after};
 pub use record::{Actor, Change, EntryState, Kind, Op, Origin, Record, Source};
 pub use repair::{Repaired, repair};

@@ -32,7 +32,11 @@ use crate::store::error::{ErrorKind, StoreError, StoreResult};
 
 /// Everything read from a journal directory.
 pub struct Contents {
+    /// The records read, in order: every one, or those after `base_seq`
+    /// (a read after a checkpoint, [`read_in_after`]).
     pub records: Vec<Record>,
+    /// The records before these, folded in a checkpoint (0: none).
+    pub base_seq: u64,
     /// The segment appended to, and the length of its valid prefix.
     pub segment: PathBuf,
     pub valid_len: u64,
@@ -84,6 +88,11 @@ impl Contents {
         list_segments(dir)
             .and_then(|segs| Seen::of(dir, &segs))
             .is_ok_and(|now| now == self.seen)
+    }
+
+    /// The id of the last record read (or folded in the checkpoint).
+    pub fn last_seq(&self) -> u64 {
+        self.records.last().map_or(self.base_seq, |r| r.seq)
     }
 
     /// The name of the segment appended to, in `journal/`.
@@ -199,12 +208,39 @@ pub fn read_dir(dir: &Path) -> StoreResult<Contents> {
 /// Reads and checks every record in the journal directory held open as
 /// `dir` (read-only).
 pub fn read_in(dir: &Dir) -> StoreResult<Contents> {
+    read_from(dir, None).map(|c| c.expect("a read from the start always applies"))
+}
+
+/// Where a checkpoint says its records end: the first segment's name, the
+/// length of the records it folded, the CRC-32 of those bytes, and the
+/// last of their ids.
+pub struct After<'a> {
+    pub segment: &'a str,
+    pub offset: u64,
+    pub prefix_crc: u32,
+    pub seq: u64,
+}
+
+/// [`read_in`] of only the records after `after`: `None` if it does not
+/// apply (the segment is not the first, is shorter, or its first `offset`
+/// bytes are not the ones the checkpoint folded: their CRC differs). The
+/// records before it are then neither decoded nor in the contents
+/// (`base_seq` says how many).
+pub fn read_in_after(dir: &Dir, after: &After) -> StoreResult<Option<Contents>> {
+    read_from(dir, Some(after))
+}
+
+fn read_from(dir: &Dir, after: Option<&After>) -> StoreResult<Option<Contents>> {
     let segs = list_segments(dir)
         .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir.path(), e))?;
+    if after.is_some_and(|a| segs.first().map(String::as_str) != Some(a.segment)) {
+        return Ok(None);
+    }
     // Taken before the reads: a change made while reading shows as one.
     let seen = Seen::of(dir, &segs)
         .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir.path(), e))?;
     let mut records: Vec<Record> = Vec::new();
+    let base_seq = after.map_or(0, |a| a.seq);
     let mut last = (dir.join(&segment_name(1)), 0u64, 0u64, 0usize);
     let nsegs = segs.len();
     for (si, name) in segs.iter().enumerate() {
@@ -220,14 +256,34 @@ pub fn read_in(dir: &Dir) -> StoreResult<Contents> {
             })
             .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "read journal", seg, e))?;
         let is_last_seg = si + 1 == nsegs;
-        let mut lines = split_lines(&data);
+        // A checkpoint's bytes are checked whole, not decoded.
+        let start = match after {
+            Some(a) if si == 0 => {
+                let off = usize::try_from(a.offset).unwrap_or(usize::MAX);
+                let whole = off <= data.len()
+                    && (off == 0 || data[off - 1] == b'\n')
+                    && super::encoding::crc32(&data[..off]) == a.prefix_crc;
+                if !whole {
+                    return Ok(None);
+                }
+                off
+            }
+            _ => 0,
+        };
+        let mut lines = split_lines(&data[start..]);
+        for l in &mut lines {
+            l.start += start;
+            l.next += start;
+        }
+        // The line numbers of messages count the lines not decoded.
+        let skipped = || data[..start].iter().filter(|&&b| b == b'\n').count();
         // Grown once: a year's records moved by doubling are copied and
         // faulted in several times over.
         records.reserve(lines.len());
-        let mut valid_len = 0usize;
+        let mut valid_len = start;
         let mut torn_lines = 0usize;
         for i in 0..lines.len() {
-            let expect = records.last().map_or(1, |r| r.seq + 1);
+            let expect = records.last().map_or(base_seq + 1, |r| r.seq + 1);
             if lines[i].parsed.as_ref().is_ok_and(|r| r.seq == expect) {
                 let taken = std::mem::replace(&mut lines[i].parsed, Err(String::new()));
                 records.extend(taken.ok());
@@ -247,14 +303,15 @@ pub fn read_in(dir: &Dir) -> StoreResult<Contents> {
                     .is_ok_and(|r| r.acked_through.is_none_or(|a| a >= expect))
             });
             if !is_last_seg || vouched.is_some() {
+                let base = skipped();
                 let why = match vouched {
                     Some(k) => format!(
                         "{why} (line {} says record {expect} was already durable)",
-                        i + k + 1
+                        base + i + k + 1
                     ),
                     None => why,
                 };
-                return Err(damaged(seg, i + 1, &why));
+                return Err(damaged(seg, base + i + 1, &why));
             }
             torn_lines = lines[i..].iter().filter(|l| l.complete).count();
             debug_assert_eq!(line.start, valid_len);
@@ -267,14 +324,15 @@ pub fn read_in(dir: &Dir) -> StoreResult<Contents> {
             torn_lines,
         );
     }
-    Ok(Contents {
+    Ok(Some(Contents {
         records,
+        base_seq,
         segment: last.0,
         valid_len: last.1,
         torn_bytes: last.2,
         torn_lines: last.3,
         seen,
-    })
+    }))
 }
 
 fn damaged(seg: &Path, lineno: usize, why: &str) -> StoreError {

@@ -21,6 +21,9 @@
 // The daemon answers errors, never unwraps them (tests may; see clippy.toml).
 #![deny(clippy::unwrap_used)]
 
+mod codec;
+
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::relpath::RelPath;
@@ -297,13 +300,42 @@ impl HistoryIndex {
         self.idx(&self.names[idx as usize].join(name))
     }
 
-    /// The ids `.history` lists in directory `idx` (all of them at the root).
+    /// The ids `.history` lists in directory `idx` (all of them at the root,
+    /// where forgotten ones are the caller's to pass over). Below it, a
+    /// forgotten id that changed the directory stands for the first kept
+    /// id after it, which shows what that change left.
     pub fn ids(&self, idx: PathIdx) -> IdList<'_> {
         if idx == ROOT_IDX {
-            IdList::All(self.last())
-        } else {
-            IdList::Some(&self.touched[idx as usize])
+            return IdList::All(self.last());
         }
+        let touched = &self.touched[idx as usize];
+        if self.forgotten.is_empty() {
+            return IdList::Some(Cow::Borrowed(touched));
+        }
+        let mut shown: Vec<u64> = Vec::with_capacity(touched.len());
+        for &t in touched {
+            let Some(k) = self.kept_from(t) else { break };
+            if shown.last() != Some(&k) {
+                shown.push(k);
+            }
+        }
+        IdList::Some(Cow::Owned(shown))
+    }
+
+    /// The first id at or after `id` that is not forgotten, if any.
+    fn kept_from(&self, id: u64) -> Option<u64> {
+        let k = self.forgotten.partition_point(|r| r.1 < id);
+        let next = match self.forgotten.get(k) {
+            Some(r) if r.0 <= id => r.1 + 1,
+            _ => id,
+        };
+        (next <= self.last()).then_some(next)
+    }
+
+    /// When the newest `forget` was recorded: a listing's time must move
+    /// when a forget takes ids out of it.
+    pub fn last_forget_time(&self) -> Option<i64> {
+        self.forgets.last().and_then(|&id| self.time_of(id))
     }
 
     /// The id an alias names in directory `idx`'s `.history`, if any: a
@@ -333,7 +365,7 @@ impl HistoryIndex {
 /// The ids a `.history` directory lists.
 pub enum IdList<'a> {
     All(u64),
-    Some(&'a [u64]),
+    Some(Cow<'a, [u64]>),
 }
 
 impl IdList<'_> {

@@ -1,0 +1,173 @@
+//! The journal's checkpoint (`src/checkpoint.rs`): a mount that loads the
+//! fold from it sees exactly the history a mount that reads every record
+//! sees, and a checkpoint that is damaged, stale or contradicted by the
+//! journal is passed over, never trusted.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::path::Path;
+
+use common::{Mount, Rng, describe, seed, skillfs};
+
+/// Every id's tree through `.history/<id>`, and every directory's own
+/// `.history` listing.
+fn history(m: &Mount) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![m.path(".history")];
+    while let Some(d) = stack.pop() {
+        let mut names: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for p in names {
+            let md = fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(m.root()).unwrap().display().to_string();
+            let what = if md.file_type().is_symlink() {
+                format!("l {:?}", fs::read_link(&p).unwrap())
+            } else if md.is_dir() {
+                stack.push(p.clone());
+                format!("d {:o} {}", md.mode() & 0o7777, md.mtime_nsec())
+            } else {
+                format!(
+                    "f {:o} {} {:?}",
+                    md.mode() & 0o7777,
+                    md.mtime(),
+                    fs::read(&p).unwrap()
+                )
+            };
+            out.insert(rel, what);
+        }
+    }
+    for d in ["cat", "cat/a", "cat/b"] {
+        if let Ok(rd) = fs::read_dir(m.path(&format!("{d}/.history"))) {
+            let mut ids: Vec<String> = rd
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            ids.sort();
+            out.insert(format!("{d}/.history"), ids.join(" "));
+        }
+    }
+    out
+}
+
+fn daemon_log(m: &Mount) -> String {
+    fs::read_to_string(m.store().join("daemon.log")).unwrap_or_default()
+}
+
+fn churn(m: &Mount, rng: &mut Rng, n: usize) {
+    for i in 0..n {
+        let d = ["cat/a", "cat/b"][rng.below(2)];
+        let f = format!("{d}/f{}.md", rng.below(6));
+        match rng.below(10) {
+            0 => {
+                let _ = fs::remove_file(m.path(&f));
+            }
+            1 => {
+                let _ = fs::rename(m.path(&f), m.path(&format!("{d}/moved{}.md", rng.below(3))));
+            }
+            2 => {
+                let _ = fs::set_permissions(m.path(&f), fs::Permissions::from_mode(0o600));
+            }
+            3 => {
+                let l = m.path(&format!("{d}/link{}", rng.below(2)));
+                let _ = fs::remove_file(&l);
+                symlink(format!("f{}.md", rng.below(6)), l).unwrap();
+            }
+            _ => fs::write(m.path(&f), format!("{i} {}\n", rng.next())).unwrap(),
+        }
+    }
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut b = fs::read(path).unwrap();
+    b[at] ^= 0x20;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(path, b).unwrap();
+}
+
+#[test]
+fn a_checkpoint_gives_the_same_history_or_is_passed_over() {
+    // Every journal gets a checkpoint here, not only long ones. Set before
+    // the first mount, in this binary's only test.
+    unsafe { std::env::set_var("SKILLFS_CHECKPOINT_MIN", "1") };
+    let mut m = Mount::new("checkpoint");
+    let mut rng = Rng(seed("SKILLFS_SEED"));
+    fs::create_dir_all(m.path("cat/a")).unwrap();
+    fs::create_dir_all(m.path("cat/b")).unwrap();
+    churn(&m, &mut rng, 150);
+    let forget = skillfs(&[
+        "forget",
+        "--keep-last",
+        "60",
+        "--root",
+        m.root().to_str().unwrap(),
+    ]);
+    assert!(forget.status.success(), "{}", describe(&forget));
+    churn(&m, &mut rng, 40);
+    let before = history(&m);
+    let log_before = m.log();
+    m.umount();
+    let cp = m.store().join("journal/checkpoint");
+    assert!(cp.exists(), "no checkpoint written at unmount");
+
+    // Loaded: the same trees, listings and log.
+    m.remount();
+    assert!(
+        daemon_log(&m).contains("from the checkpoint"),
+        "{}",
+        daemon_log(&m)
+    );
+    assert_eq!(history(&m), before);
+    assert_eq!(m.log(), log_before);
+
+    // A stale checkpoint (the daemon killed: none written) and records
+    // after it: still the same history as a whole read gives.
+    churn(&m, &mut rng, 40);
+    let with_more = history(&m);
+    m.kill9();
+    m.remount();
+    let after_kill = history(&m);
+    for (k, v) in &with_more {
+        assert_eq!(after_kill.get(k), Some(v), "{k} after a kill");
+    }
+    m.umount();
+
+    // A damaged checkpoint is passed over: the journal is read whole.
+    let whole = {
+        m.remount();
+        let h = history(&m);
+        m.umount();
+        h
+    };
+    let len = fs::metadata(&cp).unwrap().len() as usize;
+    flip(&cp, len / 2);
+    m.remount();
+    assert!(daemon_log(&m).contains("fails its checksum"));
+    assert_eq!(history(&m), whole);
+    m.umount();
+
+    // A journal changed under a sound checkpoint: the checkpoint is not
+    // believed; the whole read finds the damage and refuses the mount.
+    assert!(cp.exists());
+    let seg = fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    flip(&seg, 30);
+    let root = m.root().display().to_string();
+    let out = skillfs(&["mount", &root]);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 1"),
+        "{}",
+        describe(&out)
+    );
+    flip(&seg, 30);
+    m.remount();
+    assert_eq!(history(&m), whole);
+}
