@@ -80,6 +80,14 @@ impl Catalog {
     pub fn apply(&mut self, r: &Record) -> Vec<Effect> {
         let gone = |v: Vec<(RelPath, EntryState)>| v.into_iter().map(|(p, _)| (p, None));
         let mut effects: Vec<Effect> = Vec::new();
+        // The root always exists and its own state is not versioned: a
+        // chmod or utimes of it is no version, and a record that says it
+        // went away (a scan of a catalog that once held it) removes
+        // nothing. Kept in the catalog, the root was found "removed" by
+        // the next mount's scan, which then emptied the whole tree.
+        if r.path.is_root() && r.to.is_none() {
+            return effects;
+        }
         match r.op {
             Op::Unlink | Op::Rmdir | Op::ScanRemove | Op::ImportRemove | Op::Park => {
                 effects.extend(gone(self.remove_tree(&r.path)));

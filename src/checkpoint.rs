@@ -50,8 +50,29 @@ pub struct Checkpoint {
 
 /// The checkpoint in the journal directory `dir`, if there is a sound one.
 pub fn load(dir: &Dir, notes: &mut Vec<String>) -> Option<Checkpoint> {
-    let mut data = Vec::new();
-    dir.read_file(NAME).ok()?.read_to_end(&mut data).ok()?;
+    // Never blocks on a FIFO put in its place, and reads no more than a
+    // checkpoint of the journal there could be: its index is smaller than
+    // the records it folds (binary against JSON), so the segments' size
+    // (and a margin) bounds it.
+    let f = dir.open(NAME, libc::O_RDONLY | libc::O_NONBLOCK, 0).ok()?;
+    let md = f.metadata().ok()?;
+    let journal: u64 = dir
+        .list()
+        .ok()?
+        .iter()
+        .filter_map(|e| std::str::from_utf8(&e.name).ok().map(str::to_string))
+        .filter(|n| n.ends_with(".jsonl"))
+        .filter_map(|n| dir.lstat(&n).ok())
+        .map(|st| st.st_size.max(0) as u64)
+        .sum();
+    if !md.is_file() || md.len() > journal.saturating_add(1 << 20) {
+        notes.push(format!(
+            "journal/{NAME} is not a file of a checkpoint's size: the journal is read whole"
+        ));
+        return None;
+    }
+    let mut data = Vec::with_capacity(md.len() as usize);
+    (&f).take(md.len()).read_to_end(&mut data).ok()?;
     let (body, crc) = data.split_at_checked(data.len().checked_sub(4)?)?;
     if crc32(body) != u32::from_le_bytes(crc.try_into().ok()?) {
         notes.push(format!(

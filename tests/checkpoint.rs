@@ -82,6 +82,14 @@ fn churn(m: &Mount, rng: &mut Rng, n: usize) {
     }
 }
 
+fn segment(m: &Mount) -> std::path::PathBuf {
+    fs::read_dir(m.store().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap()
+}
+
 fn flip(path: &Path, at: usize) {
     let mut b = fs::read(path).unwrap();
     b[at] ^= 0x20;
@@ -136,6 +144,45 @@ fn a_checkpoint_gives_the_same_history_or_is_passed_over() {
     }
     m.umount();
 
+    // A checkpoint whose bytes hold but whose records do not follow on
+    // (its offset cut short, every CRC made to match): not believed, and
+    // nothing of the journal is cut off as a torn tail.
+    {
+        m.remount();
+        m.umount();
+        let good = fs::read(&cp).unwrap();
+        let seg = segment(&m);
+        let journal = fs::read(&seg).unwrap();
+        let third = journal
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .nth(2)
+            .unwrap()
+            .0
+            + 1;
+        let mut forged = good.clone();
+        forged[16..24].copy_from_slice(&(third as u64).to_le_bytes());
+        let prefix = skillfs::store::journal::crc32(&journal[..third]);
+        forged[24..28].copy_from_slice(&prefix.to_le_bytes());
+        let n = forged.len() - 4;
+        let sum = skillfs::store::journal::crc32(&forged[..n]);
+        forged[n..].copy_from_slice(&sum.to_le_bytes());
+        fs::write(&cp, &forged).unwrap();
+        m.remount();
+        assert!(
+            daemon_log(&m).contains("does not match"),
+            "{}",
+            daemon_log(&m)
+        );
+        assert_eq!(
+            fs::read(&seg).unwrap()[..journal.len()],
+            journal[..],
+            "the journal was cut"
+        );
+        m.umount();
+    }
+
     // A damaged checkpoint is passed over: the journal is read whole.
     let whole = {
         m.remount();
@@ -153,11 +200,7 @@ fn a_checkpoint_gives_the_same_history_or_is_passed_over() {
     // A journal changed under a sound checkpoint: the checkpoint is not
     // believed; the whole read finds the damage and refuses the mount.
     assert!(cp.exists());
-    let seg = fs::read_dir(m.store().join("journal"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .unwrap();
+    let seg = segment(&m);
     flip(&seg, 30);
     let root = m.root().display().to_string();
     let out = skillfs(&["mount", &root]);
@@ -170,4 +213,45 @@ fn a_checkpoint_gives_the_same_history_or_is_passed_over() {
     flip(&seg, 30);
     m.remount();
     assert_eq!(history(&m), whole);
+}
+
+/// A chmod of the root is no version, and never makes the next mount find
+/// the root "removed" (it then emptied every later tree), with or without
+/// a checkpoint; a FIFO in the checkpoint's place blocks no command.
+#[test]
+fn the_root_is_never_removed_and_a_fifo_blocks_nothing() {
+    let mut m = Mount::new("checkpoint-root");
+    fs::create_dir(m.path("x")).unwrap();
+    fs::write(m.path("x/f"), "hi\n").unwrap();
+    fs::set_permissions(m.root(), fs::Permissions::from_mode(0o700)).unwrap();
+    m.umount();
+    let cp = m.store().join("journal/checkpoint");
+    let _ = fs::remove_file(&cp);
+    m.remount();
+    assert_eq!(fs::read(m.path(".history/latest/x/f")).unwrap(), b"hi\n");
+    let ops: Vec<String> = m
+        .log()
+        .iter()
+        .map(|r| r["op"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!ops.contains(&"scan-remove".to_string()), "{ops:?}");
+    m.umount();
+    let _ = fs::remove_file(&cp);
+    let c = std::ffi::CString::new(cp.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let root = m.root().display().to_string();
+    let out = std::process::Command::new("timeout")
+        .args([
+            "20",
+            env!("CARGO_BIN_EXE_skillfs"),
+            "show",
+            "latest:x/f",
+            "--root",
+            &root,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(out.stdout, b"hi\n");
+    fs::remove_file(&cp).unwrap();
 }

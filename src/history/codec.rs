@@ -223,16 +223,24 @@ impl HistoryIndex {
                 return None;
             }
             if i > 0 {
+                // A child's name is its parent's joined with one more name.
+                if name.parent().as_ref() != Some(&h.names[parent as usize]) {
+                    return None;
+                }
                 h.children[parent as usize].push(i as PathIdx);
             }
-            h.paths.insert(name.clone(), i as PathIdx);
+            if h.paths.insert(name.clone(), i as PathIdx).is_some() {
+                return None;
+            }
             h.names.push(name);
             h.parents.push(parent);
             let nv = r.len()?;
             let mut v = Vec::with_capacity(nv);
             let mut seq = 0u64;
             for _ in 0..nv {
-                seq = seq.checked_add(r.u()?)?;
+                // From 1, never decreasing (one change may remove a path
+                // and add it again: a rename over it).
+                seq = seq.checked_add(r.u()?).filter(|&s| s > 0)?;
                 let state = match r.u()? {
                     0 => None,
                     1 => Some(get_state(&mut r)?),
@@ -256,7 +264,30 @@ impl HistoryIndex {
         }
         h.removals = r.ids()?;
         h.forgets = r.ids()?;
-        r.0.is_empty().then_some(h)
+        h.valid().then_some(h).filter(|_| r.0.is_empty())
+    }
+
+    /// What a fold guarantees of the ids a decoded index holds: each list
+    /// ascending and within `1..=last`, forgotten ranges disjoint and in
+    /// order (a crafted checkpoint is refused, never believed).
+    fn valid(&self) -> bool {
+        let last = self.last();
+        let ascending =
+            |v: &[u64]| v.windows(2).all(|w| w[0] < w[1]) && v.iter().all(|&x| x >= 1 && x <= last);
+        let mut prev_end = 0u64;
+        let ranges = self.forgotten.iter().all(|&(a, b)| {
+            let ok = a >= 1 && a <= b && b <= last && (prev_end == 0 || a > prev_end + 1);
+            prev_end = b;
+            ok
+        });
+        ranges
+            && ascending(&self.removals)
+            && ascending(&self.forgets)
+            && self.touched.iter().all(|t| ascending(t))
+            && self
+                .versions
+                .iter()
+                .all(|v| v.last().is_none_or(|(s, _)| *s <= last))
     }
 }
 
@@ -278,8 +309,12 @@ mod tests {
             Record::sample(3, 30, Op::Symlink, "a/l", None, Some(link)),
             Record::sample(4, 40, Op::Rename, "a", Some("b"), None),
             Record::sample(5, 50, Op::Unlink, "b/x", None, None),
+            Record::sample(6, 55, Op::Create, "b/y", None, st(Kind::File, "2")),
+            Record::sample(7, 56, Op::Create, "b/z", None, st(Kind::File, "3")),
+            // Over an existing path: two versions of b/z at one id.
+            Record::sample(8, 57, Op::Rename, "b/y", Some("b/z"), None),
         ];
-        let mut forget = Record::sample(6, 60, Op::Forget, "", None, None);
+        let mut forget = Record::sample(9, 60, Op::Forget, "", None, None);
         forget.forgot = vec![[2, 3]];
         recs.push(forget);
         let h = Fold::replay(&recs).into_history();

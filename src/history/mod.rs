@@ -326,7 +326,7 @@ impl HistoryIndex {
     fn kept_from(&self, id: u64) -> Option<u64> {
         let k = self.forgotten.partition_point(|r| r.1 < id);
         let next = match self.forgotten.get(k) {
-            Some(r) if r.0 <= id => r.1 + 1,
+            Some(r) if r.0 <= id => r.1.saturating_add(1),
             _ => id,
         };
         (next <= self.last()).then_some(next)

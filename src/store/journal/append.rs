@@ -39,7 +39,7 @@ fn set_aside_torn_tail(
     dir: &Dir,
     io: &StoreIo,
 ) -> StoreResult<()> {
-    let seq = contents.records.last().map_or(0, |r| r.seq) + 1;
+    let seq = contents.last_seq() + 1;
     let aside_name = format!("torn-{seq}-{}", crate::time::now_ns());
     let aside = dir.join(&aside_name);
     let mut tail = vec![0u8; contents.torn_bytes as usize];

@@ -275,6 +275,19 @@ fn read_from(dir: &Dir, after: Option<&After>) -> StoreResult<Option<Contents>> 
             l.start += start;
             l.next += start;
         }
+        // The records after a checkpoint must follow on from it: a whole
+        // record with another id says the checkpoint is not this
+        // journal's (its bytes matched by chance or by craft), and it is
+        // not used; never a torn tail to cut off.
+        if after.is_some()
+            && si == 0
+            && lines
+                .first()
+                .and_then(|l| l.parsed.as_ref().ok())
+                .is_some_and(|r| r.seq != base_seq + 1)
+        {
+            return Ok(None);
+        }
         // The line numbers of messages count the lines not decoded.
         let skipped = || data[..start].iter().filter(|&&b| b == b'\n').count();
         // Grown once: a year's records moved by doubling are copied and
