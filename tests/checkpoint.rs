@@ -11,6 +11,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
 
 use common::{Mount, Rng, describe, seed, skillfs};
+use sha2::Digest;
 
 /// Every id's tree through `.history/<id>`, and every directory's own
 /// `.history` listing.
@@ -100,7 +101,7 @@ fn flip(path: &Path, at: usize) {
 #[test]
 fn a_checkpoint_gives_the_same_history_or_is_passed_over() {
     // Every journal gets a checkpoint here, not only long ones. Set before
-    // the first mount, in this binary's only test.
+    // the first mount (both tests of this binary set the same value).
     unsafe { std::env::set_var("SKILLFS_CHECKPOINT_MIN", "1") };
     let mut m = Mount::new("checkpoint");
     let mut rng = Rng(seed("SKILLFS_SEED"));
@@ -220,6 +221,9 @@ fn a_checkpoint_gives_the_same_history_or_is_passed_over() {
 /// a checkpoint; a FIFO in the checkpoint's place blocks no command.
 #[test]
 fn the_root_is_never_removed_and_a_fifo_blocks_nothing() {
+    // As in the other test of this binary (the same value, set before any
+    // mount of either).
+    unsafe { std::env::set_var("SKILLFS_CHECKPOINT_MIN", "1") };
     let mut m = Mount::new("checkpoint-root");
     fs::create_dir(m.path("x")).unwrap();
     fs::write(m.path("x/f"), "hi\n").unwrap();
@@ -254,4 +258,27 @@ fn the_root_is_never_removed_and_a_fifo_blocks_nothing() {
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(out.stdout, b"hi\n");
     fs::remove_file(&cp).unwrap();
+
+    // A checkpoint written whole (its CRCs hold) whose history is not the
+    // journal's fold: `verify` names it.
+    m.remount();
+    m.umount();
+    let mut bytes = fs::read(&cp).unwrap();
+    let raw = sha2::Sha256::digest(b"hi\n");
+    let at = bytes
+        .windows(32)
+        .position(|w| w == raw.as_slice())
+        .expect("the blob of x/f");
+    bytes[at] ^= 1;
+    let n = bytes.len() - 4;
+    let sum = skillfs::store::journal::crc32(&bytes[..n]);
+    bytes[n..].copy_from_slice(&sum.to_le_bytes());
+    fs::write(&cp, &bytes).unwrap();
+    let out = skillfs(&["verify", "--root", &root]);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("journal/checkpoint"),
+        "{}",
+        describe(&out)
+    );
 }
