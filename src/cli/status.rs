@@ -133,6 +133,23 @@ pub fn status(t: &Target) -> Result<(), Failure> {
         row("oldest", when(first));
         row("newest", when(last));
     }
+    let forgotten = records.len() - crate::retention::unforgotten(&records).len();
+    let schedule = crate::hide::Config::load(&layout.dir)
+        .ok()
+        .and_then(|c| c.retention)
+        .map(|p| {
+            let mut p = p;
+            let every = p.every.take().unwrap_or_else(|| "1d".to_string());
+            format!(
+                "; config.json: every {every}, {}",
+                serde_json::to_string(&p).unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    row(
+        "forgotten",
+        format!("{forgotten} ids (skillfs forget){schedule}"),
+    );
     let written = store::fsutil::read_small(&layout.rules(), 1 << 20)
         .ok()
         .flatten()
