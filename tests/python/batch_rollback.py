@@ -100,7 +100,10 @@ def remove_path(p):
 def batch_and_park():
     base = ["research/arxiv", "research/other"]
     check_loader("set-up", base)
-    snap = Path(tempfile.mkdtemp(prefix="skill-snapshot-"))
+    # Beside the home, in the test's scratch directory (the agent uses the
+    # system's temp directory): a park-and-wait run is killed, and its
+    # snapshot must not outlive the test.
+    snap = Path(tempfile.mkdtemp(prefix="skill-snapshot-", dir=HOME.parent))
     shutil.copytree(ENTRY, snap / "arxiv", symlinks=True)
     # The batch: two edits land, the third op fails.
     atomic_write(ENTRY / "SKILL.md", "---\nname: arxiv\n---\nhalf-applied batch\n")
