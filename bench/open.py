@@ -28,18 +28,10 @@ import time
 import zlib
 from pathlib import Path
 
+from verify import drop_caches  # the same page-cache drop (root only)
+
 BIN = Path(__file__).resolve().parent.parent / "target" / "release" / "skillfs"
 T0 = 1_700_000_000_000_000_000
-
-
-def drop_caches():
-    try:
-        subprocess.run(["sync"], check=True)
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def make_store(root, store, records, files):

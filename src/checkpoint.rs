@@ -56,13 +56,10 @@ pub fn load(dir: &Dir, notes: &mut Vec<String>) -> Option<Checkpoint> {
     // (and a margin) bounds it.
     let f = dir.open(NAME, libc::O_RDONLY | libc::O_NONBLOCK, 0).ok()?;
     let md = f.metadata().ok()?;
-    let journal: u64 = dir
-        .list()
+    let journal: u64 = journal::list_segments(dir)
         .ok()?
         .iter()
-        .filter_map(|e| std::str::from_utf8(&e.name).ok().map(str::to_string))
-        .filter(|n| n.ends_with(".jsonl"))
-        .filter_map(|n| dir.lstat(&n).ok())
+        .filter_map(|n| dir.lstat(n).ok())
         .map(|st| st.st_size.max(0) as u64)
         .sum();
     if !md.is_file() || md.len() > journal.saturating_add(1 << 20) {

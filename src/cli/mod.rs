@@ -135,24 +135,8 @@ weeks or months that have one; --keep-within keeps every id within that
 age of the newest. Rules add up. A kill leaves the store sound; run the
 command again to finish reclaiming.")]
     Forget {
-        /// Keep the N newest ids.
-        #[arg(long, value_name = "N")]
-        keep_last: Option<u64>,
-        /// Keep every id within this age of the newest (90m, 36h, 30d, 8w).
-        #[arg(long, value_name = "AGE")]
-        keep_within: Option<String>,
-        /// Keep the newest id of each of the last N hours.
-        #[arg(long, value_name = "N")]
-        keep_hourly: Option<u64>,
-        /// Keep the newest id of each of the last N days (UTC).
-        #[arg(long, value_name = "N")]
-        keep_daily: Option<u64>,
-        /// Keep the newest id of each of the last N ISO weeks.
-        #[arg(long, value_name = "N")]
-        keep_weekly: Option<u64>,
-        /// Keep the newest id of each of the last N months.
-        #[arg(long, value_name = "N")]
-        keep_monthly: Option<u64>,
+        #[command(flatten)]
+        policy: crate::retention::Policy,
         /// Say what would be forgotten and freed; change nothing.
         #[arg(long, short = 'n')]
         dry_run: bool,
@@ -279,15 +263,8 @@ Examples:
   skillfs import ~/.hermes --versioned skills --dry-run   what would be taken and skipped
   skillfs import ~/.hermes --versioned skills             then mount as usual")]
     Import {
-        /// As for mount: the versioned directory, or with --versioned the
-        /// home around it.
-        root: PathBuf,
-        /// As for mount.
-        #[arg(long, value_name = "NAME")]
-        versioned: Option<PathBuf>,
-        /// As for mount [default: <parent of ROOT>/.skillfs/<name of ROOT>].
-        #[arg(long)]
-        store: Option<PathBuf>,
+        #[command(flatten)]
+        at: Placement,
         /// Read and check everything, say what would be imported and what
         /// skipped; change nothing.
         #[arg(long)]
@@ -307,9 +284,10 @@ Example:
     Man,
 }
 
-/// The arguments of `skillfs mount`.
+/// Which directory a store versions and where the store is: `mount`'s,
+/// and `import`'s, which prepares the same store.
 #[derive(clap::Args)]
-struct MountCmd {
+struct Placement {
     /// The directory to mount over (it must exist): the versioned
     /// directory itself, or with --versioned the home around it.
     root: PathBuf,
@@ -320,6 +298,13 @@ struct MountCmd {
     /// Store directory [default: <parent of ROOT>/.skillfs/<name of ROOT>].
     #[arg(long)]
     store: Option<PathBuf>,
+}
+
+/// The arguments of `skillfs mount`.
+#[derive(clap::Args)]
+struct MountCmd {
+    #[command(flatten)]
+    at: Placement,
     /// Stay in the foreground instead of returning once the mount is ready.
     #[arg(long)]
     foreground: bool,
@@ -379,9 +364,9 @@ pub fn main() -> ExitCode {
 fn run(cmd: Cmd) -> Result<(), Failure> {
     match cmd {
         Cmd::Mount(m) => daemon::mount(MountArgs {
-            root: m.root,
-            versioned: m.versioned,
-            store: m.store,
+            root: m.at.root,
+            versioned: m.at.versioned,
+            store: m.at.store,
             foreground: m.foreground,
             threads: m.threads,
             allow_other: m.allow_other,
@@ -394,16 +379,11 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 allow_short_park_max_age: m.allow_short_park_max_age,
             },
         }),
-        Cmd::Import {
-            root,
-            versioned,
-            store,
-            dry_run,
-        } => import::import(
+        Cmd::Import { at, dry_run } => import::import(
             &MountArgs {
-                root,
-                versioned,
-                store,
+                root: at.root,
+                versioned: at.versioned,
+                store: at.store,
                 foreground: false,
                 threads: 1,
                 allow_other: false,
@@ -420,26 +400,10 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         Cmd::Verify { full, at } => verify::verify(&locate::locate(&at, None)?, full),
         Cmd::Repair { at } => verify::repair(&locate::locate(&at, None)?),
         Cmd::Forget {
-            keep_last,
-            keep_within,
-            keep_hourly,
-            keep_daily,
-            keep_weekly,
-            keep_monthly,
+            policy,
             dry_run,
             at,
-        } => {
-            let policy = crate::retention::Policy {
-                keep_last,
-                keep_within,
-                keep_hourly,
-                keep_daily,
-                keep_weekly,
-                keep_monthly,
-                every: None,
-            };
-            forget::forget(&locate::locate(&at, None)?, policy, dry_run)
-        }
+        } => forget::forget(&locate::locate(&at, None)?, policy, dry_run),
         Cmd::Show { spec, at } => {
             let (id, path) = crate::commands::split_spec(&spec)?;
             let t = locate::locate(&at, Some(std::path::Path::new(path)))?;

@@ -43,26 +43,39 @@ use crate::history::HistoryIndex;
 const HOUR_NS: i64 = 3_600_000_000_000;
 const DAY_NS: i64 = 24 * HOUR_NS;
 
-/// What to keep. Every rule is optional; at least one must be set.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+/// What to keep. Every rule is optional; at least one must be set. The
+/// same struct is `forget`'s flags and `config.json`'s `retention`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
+    /// Keep the N newest ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "N")]
     pub keep_last: Option<u64>,
-    /// An age: `90m`, `36h`, `30d`, `8w` (before the newest change).
+    /// Keep every id within this age of the newest (90m, 36h, 30d, 8w).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "AGE")]
     pub keep_within: Option<String>,
+    /// Keep the newest id of each of the last N hours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "N")]
     pub keep_hourly: Option<u64>,
+    /// Keep the newest id of each of the last N days (UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "N")]
     pub keep_daily: Option<u64>,
+    /// Keep the newest id of each of the last N ISO weeks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "N")]
     pub keep_weekly: Option<u64>,
+    /// Keep the newest id of each of the last N months.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "N")]
     pub keep_monthly: Option<u64>,
     /// In `config.json` only: how often the mounted daemon applies the
     /// policy (an age; one day if not given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(skip)]
     pub every: Option<String>,
 }
 

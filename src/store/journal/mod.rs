@@ -28,6 +28,6 @@ mod repair;
 
 pub use append::Journal;
 pub use encoding::{crc32, crc32_extend, decode, encode};
-pub use read::{After, Contents, read_dir, read_in, read_in_after};
+pub use read::{After, Contents, list_segments, read_dir, read_in, read_in_after};
 pub use record::{Actor, Change, EntryState, Kind, Op, Origin, Record, Source};
 pub use repair::{Repaired, repair};

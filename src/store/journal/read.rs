@@ -108,7 +108,8 @@ pub(super) fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}.jsonl")
 }
 
-pub(super) fn list_segments(dir: &Dir) -> io::Result<Vec<String>> {
+/// The segments' names in `dir`, in order.
+pub fn list_segments(dir: &Dir) -> io::Result<Vec<String>> {
     let mut segs: Vec<String> = dir
         .list()?
         .into_iter()
