@@ -31,6 +31,7 @@ pub fn open_core(root: &Path, store: &Path, rules: RuleArgs) -> Result<Core, Fai
         foreground: true,
         threads: 1,
         allow_other: false,
+        transport: crate::fuse::Transport::Classic,
         rules,
     };
     Ok(Core {

@@ -48,6 +48,10 @@ fn by_daemon(t: &Target, policy: Policy, dry_run: bool) -> Result<Report, Failur
     match asked {
         Ok(Response::Forgot(r)) => Ok(r),
         Ok(Response::Refused(why)) => Err(Failure::new(Exit::Usage, why)),
+        Ok(other) => Err(Failure::new(
+            Exit::Internal,
+            format!("the daemon answered a forget with {other:?}"),
+        )),
         Err(e) => Err(Failure::new(
             Exit::MountRefused,
             format!(

@@ -311,6 +311,11 @@ struct MountCmd {
     /// Threads serving requests.
     #[arg(long, default_value_t = 4)]
     threads: usize,
+    /// How the kernel sends requests: io_uring when it offers it (Linux
+    /// 6.14+, `fuse.enable_uring=1`), else classic `/dev/fuse` reads
+    /// [default: $SKILLFS_TRANSPORT, else auto].
+    #[arg(long, value_enum)]
+    transport: Option<crate::fuse::Transport>,
     /// Let other users (a service account, root's processes) enter the
     /// mount; the kernel checks each entry's mode and owner, as on any
     /// filesystem. Unprivileged, it needs `user_allow_other` in
@@ -361,6 +366,20 @@ pub fn main() -> ExitCode {
     code
 }
 
+/// `SKILLFS_TRANSPORT` (auto, uring, classic): the default of
+/// `--transport`, so that every mount of a test run uses one transport.
+fn transport_from_env() -> Result<crate::fuse::Transport, Failure> {
+    match std::env::var("SKILLFS_TRANSPORT") {
+        Err(_) => Ok(crate::fuse::Transport::Auto),
+        Ok(v) => <crate::fuse::Transport as clap::ValueEnum>::from_str(&v, false).map_err(|_| {
+            Failure::new(
+                Exit::Usage,
+                format!("SKILLFS_TRANSPORT='{v}' is not one of auto, uring, classic"),
+            )
+        }),
+    }
+}
+
 fn run(cmd: Cmd) -> Result<(), Failure> {
     match cmd {
         Cmd::Mount(m) => daemon::mount(MountArgs {
@@ -370,6 +389,10 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             foreground: m.foreground,
             threads: m.threads,
             allow_other: m.allow_other,
+            transport: match m.transport {
+                Some(t) => t,
+                None => transport_from_env()?,
+            },
             rules: crate::hide::RuleArgs {
                 hide: m.hide,
                 show: m.show,
@@ -387,6 +410,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 foreground: false,
                 threads: 1,
                 allow_other: false,
+                transport: crate::fuse::Transport::Classic,
                 rules: crate::hide::RuleArgs::default(),
             },
             dry_run,

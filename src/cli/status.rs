@@ -105,6 +105,17 @@ pub fn status(t: &Target) -> Result<(), Failure> {
         (None, _) => "not mounted".to_string(),
     };
     row("state", state);
+    if t.mount.is_some() && StoreLock::holder(layout).is_some() {
+        let transport = match crate::daemon::control::ask(
+            &layout.dir,
+            &crate::daemon::control::Request::Status,
+        ) {
+            Ok(crate::daemon::control::Response::Status { transport }) => transport,
+            Ok(other) => format!("unknown (the daemon answered {other:?})"),
+            Err(e) => format!("unknown (no answer on the control socket: {e})"),
+        };
+        row("transport", transport);
+    }
     let size = store::disk_usage(&layout.dir).unwrap_or(0);
     row(
         "store",

@@ -38,7 +38,12 @@ const MAX_REQUEST: u64 = 64 << 10;
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(rename_all = "kebab-case")]
 pub enum Request {
-    Forget { policy: Policy, dry_run: bool },
+    Forget {
+        policy: Policy,
+        dry_run: bool,
+    },
+    /// What `skillfs status` shows of the daemon itself.
+    Status,
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -46,11 +51,12 @@ pub enum Request {
 pub enum Response {
     Forgot(Report),
     Refused(String),
+    Status { transport: String },
 }
 
 /// Binds the control socket in the store held open as `top` and serves it
 /// from a thread of its own for the daemon's life.
-pub fn serve(top: &Dir, fs: Arc<SkillFs>) -> io::Result<()> {
+pub fn serve(top: &Dir, fs: Arc<SkillFs>, transport: String) -> io::Result<()> {
     match top.unlink(CONTROL) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
@@ -65,7 +71,7 @@ pub fn serve(top: &Dir, fs: Arc<SkillFs>) -> io::Result<()> {
             for conn in listener.incoming() {
                 match conn {
                     Ok(c) => {
-                        if let Err(e) = answer(c, &fs) {
+                        if let Err(e) = answer(c, &fs, &transport) {
                             tracing::warn!("control: {e}");
                         }
                     }
@@ -76,7 +82,7 @@ pub fn serve(top: &Dir, fs: Arc<SkillFs>) -> io::Result<()> {
     Ok(())
 }
 
-fn answer(conn: UnixStream, fs: &SkillFs) -> io::Result<()> {
+fn answer(conn: UnixStream, fs: &SkillFs, transport: &str) -> io::Result<()> {
     let uid = crate::sys::peer_uid(&conn)?;
     let me = crate::sys::geteuid();
     if uid != me && uid != 0 {
@@ -110,6 +116,9 @@ fn answer(conn: UnixStream, fs: &SkillFs) -> io::Result<()> {
     }
     let response = match serde_json::from_slice::<Request>(&line) {
         Err(e) => Response::Refused(format!("not a request: {e}")),
+        Ok(Request::Status) => Response::Status {
+            transport: transport.to_string(),
+        },
         Ok(Request::Forget { policy, dry_run }) => match policy.check() {
             Err(why) => Response::Refused(why),
             Ok(()) => {

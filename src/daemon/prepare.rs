@@ -46,6 +46,8 @@ pub struct MountArgs {
     pub threads: usize,
     /// Other users may enter the mount (see `fuse::mount`).
     pub allow_other: bool,
+    /// How requests reach the daemon (see `fuse::Transport`).
+    pub transport: crate::fuse::Transport,
     pub rules: RuleArgs,
 }
 

@@ -31,6 +31,18 @@ use crate::store::Dir;
 
 /// Runs `skillfs mount`.
 pub fn mount(args: MountArgs) -> Result<(), Failure> {
+    // Refused before the store is opened: nothing is touched.
+    if args.transport == crate::fuse::Transport::Uring
+        && let Some(why) = crate::fuse::uring_unavailable()
+    {
+        return Err(Failure::new(
+            Exit::MountRefused,
+            format!(
+                "cannot mount '{}' with --transport uring: {why}",
+                args.root.display()
+            ),
+        ));
+    }
     if args.foreground {
         return run_daemon(args, ready_pipe());
     }
@@ -88,6 +100,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
         &fsname,
         args.threads,
         args.allow_other,
+        args.transport,
     );
     let session = match session {
         Ok(s) => s,
@@ -106,6 +119,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
             return Err(f);
         }
     };
+    let transport = session.transport.clone();
     let root = prepared.mount_point.clone();
     std::thread::Builder::new()
         .name("signals".into())
@@ -128,7 +142,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     }
     // Without it the store's commands that need the daemon say so; the
     // mount itself serves either way.
-    if let Err(e) = super::control::serve(&prepared.top, Arc::clone(&prepared.fs)) {
+    if let Err(e) = super::control::serve(&prepared.top, Arc::clone(&prepared.fs), transport) {
         tracing::error!("could not open the control socket in the store: {e}");
     }
     // What the start-up logged (repairs, the scan) is in the log before

@@ -66,6 +66,11 @@ pub(super) fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
     let mut cmd = Command::new(exe);
     cmd.arg("mount").arg(&args.root).arg("--foreground");
     cmd.arg("--threads").arg(args.threads.to_string());
+    cmd.arg("--transport").arg(
+        clap::ValueEnum::to_possible_value(&args.transport)
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_else(|| "auto".into()),
+    );
     if args.allow_other {
         cmd.arg("--allow-other");
     }

@@ -37,7 +37,7 @@ use crate::fs::{
 use crate::sys::Time;
 
 mod mount;
-pub use mount::{Mounted, mount};
+pub use mount::{Mounted, Transport, mount, uring_unavailable};
 
 const TTL: Duration = Duration::from_secs(24 * 3600);
 const TTL_IMMUTABLE: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -55,6 +55,19 @@ fn ttls(t: Ttl) -> (Duration, Duration) {
     }
 }
 
+/// Test hook: `SKILLFS_TEST_FSYNC_DELAY_MS` holds every fsync that long
+/// before it is served, so that a test sees a blocked handler leave the
+/// other requests of its CPU's queue served (`tests/transport.rs`).
+fn fsync_delay() -> Option<std::time::Duration> {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        std::env::var("SKILLFS_TEST_FSYNC_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_millis)
+    })
+}
+
 pub struct FuseAdapter {
     pub fs: Arc<SkillFs>,
     /// The backing file registered with the kernel for each inode with
@@ -64,6 +77,8 @@ pub struct FuseAdapter {
     /// The inode of each direct handle, for its release. Lock order:
     /// `backing`, then `direct` (a release takes `direct` alone first).
     direct: Mutex<HashMap<u64, u64>>,
+    /// Ask the kernel for FUSE over io_uring at INIT (see `mount::Transport`).
+    pub uring: bool,
 }
 
 impl FuseAdapter {
@@ -72,6 +87,7 @@ impl FuseAdapter {
             fs,
             backing: Mutex::default(),
             direct: Mutex::default(),
+            uring: false,
         }
     }
 
@@ -248,6 +264,13 @@ impl Filesystem for FuseAdapter {
             }
         }
         let _ = config.set_max_write(1 << 20);
+        if self.uring
+            && config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_err()
+        {
+            tracing::info!("the kernel does not offer FUSE over io_uring");
+        }
         // The plain files of a home are read and written by the kernel on
         // their backing files (no round trip per call). Registering one
         // needs CAP_SYS_ADMIN: a daemon run by a user serves them itself.
@@ -541,6 +564,9 @@ impl Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(d) = fsync_delay() {
+            std::thread::sleep(d);
+        }
         reply_empty("fsync", reply, self.fs.fsync(fh.0, &caller(req)));
     }
 

@@ -7,13 +7,57 @@
 use super::*;
 
 /// A mounted session, ready to serve.
-pub struct Mounted(fuser::Session<FuseAdapter>);
+pub struct Mounted {
+    session: fuser::Session<FuseAdapter>,
+    /// How requests reach the daemon, as `skillfs status` shows it.
+    pub transport: String,
+}
 
 impl Mounted {
     /// Serves requests until the filesystem is unmounted.
     pub fn run(self) -> std::io::Result<()> {
-        self.0.run()
+        self.session.run()
     }
+}
+
+/// How the kernel sends requests: `/dev/fuse` reads (classic), or FUSE
+/// over io_uring (Linux 6.14 and later, with `fuse.enable_uring=1`): one
+/// queue per CPU, a request served on its caller's CPU (see ARCHITECTURE.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    /// io_uring when the kernel offers it, classic otherwise.
+    Auto,
+    /// io_uring or no mount.
+    Uring,
+    /// `/dev/fuse` reads only.
+    Classic,
+}
+
+/// The module parameter that lets the kernel offer io_uring at INIT.
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Why the kernel will not offer io_uring, if it will not. (Tests point
+/// `SKILLFS_TEST_ENABLE_URING` at a file of their own to see the refusal
+/// and the fallback without switching the kernel's parameter.)
+pub fn uring_unavailable() -> Option<String> {
+    let param = std::env::var("SKILLFS_TEST_ENABLE_URING").unwrap_or_else(|_| ENABLE_URING.into());
+    let param = param.as_str();
+    match std::fs::read_to_string(param) {
+        Ok(v) if v.trim() == "Y" || v.trim() == "1" => None,
+        Ok(_) => Some(format!(
+            "{param} is off (as root: echo 1 > {param}; see README, \"FUSE over io_uring\")"
+        )),
+        Err(_) => Some(format!(
+            "this kernel has no FUSE over io_uring ({param} is missing: it needs Linux 6.14 or \
+             later built with CONFIG_FUSE_IO_URING)"
+        )),
+    }
+}
+
+/// io_uring entries per CPU queue: each is a thread, so a handler that
+/// blocks (an fsync, a publish) holds one while the others serve.
+fn per_queue(threads: usize) -> usize {
+    threads.clamp(2, 8)
 }
 
 /// Whether /etc/fuse.conf lets unprivileged users mount with `allow_other`.
@@ -37,7 +81,16 @@ pub fn mount(
     fsname: &str,
     threads: usize,
     allow_other: bool,
+    transport: Transport,
 ) -> std::io::Result<Mounted> {
+    // Refused before anything is mounted.
+    let why_not = uring_unavailable();
+    if transport == Transport::Uring
+        && let Some(why) = &why_not
+    {
+        return Err(std::io::Error::other(format!("--transport uring: {why}")));
+    }
+    let want_uring = transport != Transport::Classic && why_not.is_none();
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName(fsname.to_string()),
@@ -53,7 +106,8 @@ pub fn mount(
     } else {
         fuser::SessionACL::Owner
     };
-    let adapter = FuseAdapter::new(Arc::clone(&fs));
+    let mut adapter = FuseAdapter::new(Arc::clone(&fs));
+    adapter.uring = want_uring;
     let session = if crate::sys::geteuid() == 0 {
         fuser::Session::new(adapter, root, &config)?
     } else {
@@ -70,6 +124,28 @@ pub fn mount(
         let fd = crate::fusermount::mount(root, &opts)?;
         fuser::Session::from_fd(adapter, fd, config.acl, config)?
     };
+    let mut session = session;
+    let transport = if want_uring {
+        match session.start_uring(per_queue(threads)) {
+            Ok(info) => format!(
+                "io_uring ({} queues, {} entries each)",
+                info.queues, info.per_queue
+            ),
+            Err(e) if transport == Transport::Uring => {
+                // Mounted already: taken down before the error is told.
+                drop(session);
+                let _ = crate::daemon::lazy_unmount(root);
+                return Err(std::io::Error::other(format!("--transport uring: {e}")));
+            }
+            Err(e) => format!("classic (io_uring refused: {e})"),
+        }
+    } else {
+        match (transport, why_not) {
+            (Transport::Auto, Some(why)) => format!("classic ({why})"),
+            _ => "classic (--transport classic)".to_string(),
+        }
+    };
+    tracing::info!("transport: {transport}");
     // Invalidations are sent from their own thread: a notification written
     // from inside a request handler can wait on the very kernel locks that
     // request holds.
@@ -113,5 +189,5 @@ pub fn mount(
             tracing::debug!("page store: {e}");
         }
     }))?;
-    Ok(Mounted(session))
+    Ok(Mounted { session, transport })
 }

@@ -26,6 +26,11 @@ impl Channel {
         Self(device)
     }
 
+    /// The device this channel reads.
+    pub(crate) fn device(&self) -> &Arc<DevFuse> {
+        &self.0
+    }
+
     /// Receives data up to the capacity of the given buffer (can block).
     fn receive(&self, buffer: &mut [u8]) -> nix::Result<usize> {
         nix::unistd::read(&self.0, buffer)
@@ -53,7 +58,7 @@ impl Channel {
     pub(crate) fn sender(&self) -> ChannelSender {
         // Since write/writev syscalls are threadsafe, we can simply create
         // a sender by using the same file and use it in other threads.
-        ChannelSender(self.0.clone())
+        ChannelSender(self.0.clone(), None)
     }
 
     /// Clone the FUSE device fd using FUSE_DEV_IOC_CLONE ioctl.
@@ -79,11 +84,22 @@ impl Channel {
     }
 }
 
+/// Where replies go: `/dev/fuse`, or (skillfs's fork) the io_uring entry
+/// the request came from.
 #[derive(Clone, Debug)]
-pub(crate) struct ChannelSender(Arc<DevFuse>);
+pub(crate) struct ChannelSender(Arc<DevFuse>, Option<Arc<crate::uring::Entry>>);
 
 impl ChannelSender {
+    /// A sender whose replies go to an io_uring entry; its notifications
+    /// and backing ids still use the device.
+    pub(crate) fn to_entry(dev: Arc<DevFuse>, entry: Arc<crate::uring::Entry>) -> Self {
+        ChannelSender(dev, Some(entry))
+    }
+
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
+        if let Some(entry) = &self.1 {
+            return entry.send(bufs);
+        }
         let rc = nix::sys::uio::writev(&self.0, bufs)?;
         // writev is atomic, so do not need to check how many bytes are written.
         // libfuse does not do it either

@@ -79,6 +79,7 @@ use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
+pub use crate::uring::UringInfo;
 
 mod access_flags;
 mod bsd_file_flags;
@@ -101,6 +102,7 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]
@@ -383,6 +385,13 @@ impl KernelConfig {
             None => (u32::from(self.max_background) * 3 / 4) as u16,
             Some(value) => min(value, self.max_background),
         }
+    }
+
+    /// The payload buffer an io_uring entry needs: the kernel's
+    /// `max(FUSE_MIN_READ_BUFFER, max_write, max_pages * PAGE_SIZE)`.
+    pub(crate) fn uring_payload(&self) -> usize {
+        let pages = usize::from(self.max_pages()) * page_size::get();
+        pages.max(self.max_write as usize).max(8192)
     }
 
     fn max_pages(&self) -> u16 {

@@ -23,6 +23,10 @@ use log::warn;
 use nix::unistd::Uid;
 use nix::unistd::geteuid;
 use parking_lot::Mutex;
+use std::sync::Condvar;
+use std::sync::Mutex as StdMutex;
+use std::sync::OnceLock;
+use std::sync::Weak;
 
 use crate::Errno;
 use crate::Filesystem;
@@ -139,6 +143,48 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// FUSE over io_uring (skillfs's fork): see `crate::uring`.
+    pub(crate) uring: UringState<FS>,
+}
+
+/// What the handshake agreed about io_uring, and what its threads wait for.
+pub(crate) struct UringState<FS: Filesystem> {
+    /// The payload size each ring entry needs, when INIT offered
+    /// `FUSE_OVER_IO_URING` and the filesystem asked for it.
+    offered: Option<usize>,
+    /// Set by `run`: the threads serve through it.
+    fs: Arc<OnceLock<Weak<FilesystemHolder<FS>>>>,
+    /// Set (true) once `run` has set `fs`, or the session ended without it.
+    ready: Arc<(StdMutex<bool>, Condvar)>,
+}
+
+impl<FS: Filesystem> std::fmt::Debug for UringState<FS> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringState").field("offered", &self.offered).finish()
+    }
+}
+
+impl<FS: Filesystem> UringState<FS> {
+    fn new() -> Self {
+        UringState {
+            offered: None,
+            fs: Arc::new(OnceLock::new()),
+            ready: Arc::new((StdMutex::new(false), Condvar::new())),
+        }
+    }
+
+    fn release(&self) {
+        let (lock, cv) = &*self.ready;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+    }
+}
+
+impl<FS: Filesystem> Drop for UringState<FS> {
+    fn drop(&mut self) {
+        // A session dropped without `run`: its threads end.
+        self.release();
+    }
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +232,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring: UringState::new(),
         };
 
         session.handshake()?;
@@ -214,6 +261,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring: UringState::new(),
         };
 
         session.handshake()?;
@@ -252,6 +300,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -267,7 +316,9 @@ impl<FS: Filesystem> Session<FS> {
             return Err(io::Error::other("n_threads"));
         };
 
-        let mut filesystem = Arc::new(filesystem);
+        let filesystem = Arc::new(filesystem);
+        let _ = uring.fs.set(Arc::downgrade(&filesystem));
+        uring.release();
 
         let mut channels = Vec::with_capacity(n_threads);
 
@@ -321,7 +372,16 @@ impl<FS: Filesystem> Session<FS> {
             }
         }
 
-        let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
+        // An io_uring thread holds the filesystem only while it serves a
+        // request; none comes after the unmount.
+        for _ in 0..200 {
+            if Arc::strong_count(&filesystem) == 1 {
+                break;
+            }
+            thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // (The io_uring threads' weak references do not count.)
+        let Ok(mut filesystem) = Arc::try_unwrap(filesystem) else {
             return Err(io::Error::other(
                 "BUG: must have one refcount for filesystem",
             ));
@@ -469,6 +529,12 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_write
             );
 
+            if config.requested.contains(InitFlags::FUSE_OVER_IO_URING)
+                && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
+            {
+                self.uring.offered = Some(config.uring_payload());
+            }
+
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);
@@ -487,6 +553,42 @@ impl<FS: Filesystem> Session<FS> {
         SessionUnmounter {
             mount: self.mount.mount.clone(),
         }
+    }
+
+    /// Whether the kernel agreed at INIT to FUSE over io_uring (the
+    /// filesystem asks for `InitFlags::FUSE_OVER_IO_URING` in `init`).
+    pub fn uring_offered(&self) -> bool {
+        self.uring.offered.is_some()
+    }
+
+    /// Registers `per_queue` io_uring entries on each of the kernel's
+    /// queues (one per possible CPU), each served by a thread pinned to its
+    /// CPU, from the moment `run` starts. Once every queue has one, the
+    /// kernel sends requests there instead of `/dev/fuse` (FORGET and
+    /// INTERRUPT excepted). On an error nothing is served through the ring
+    /// and the classic transport carries on.
+    /// # Errors
+    /// `Unsupported` when INIT did not agree to io_uring; the kernel's
+    /// answer to a registration otherwise.
+    pub fn start_uring(&mut self, per_queue: usize) -> io::Result<crate::UringInfo>
+    where
+        FS: 'static,
+    {
+        let Some(payload) = self.uring.offered else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the kernel did not offer FUSE over io_uring at INIT",
+            ));
+        };
+        crate::uring::start(
+            self.ch.device(),
+            per_queue.max(1),
+            payload,
+            self.uring.fs.clone(),
+            self.uring.ready.clone(),
+            self.allowed,
+            self.session_owner,
+        )
     }
 
     /// Returns an object that can be used to send notifications to the kernel
