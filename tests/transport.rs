@@ -16,6 +16,15 @@ use std::time::{Duration, Instant};
 use common::{BIN, Mount, Scratch, assert_refused, describe, lazy_unmount, skillfs};
 
 const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+const IO_URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
+
+/// The tests of this file run one at a time: one switches io_uring off
+/// for the whole machine while it runs.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn uring_on() -> bool {
     fs::read_to_string(ENABLE_URING).is_ok_and(|v| v.trim() == "Y")
@@ -35,6 +44,7 @@ fn transport_line(root: &Path) -> String {
 /// test.sh sets it), and `status` says which.
 #[test]
 fn status_names_the_transport_in_use() {
+    let _serial = serial();
     let m = Mount::new("transport-status");
     fs::write(m.path("a.md"), b"served").unwrap();
     assert_eq!(fs::read(m.path("a.md")).unwrap(), b"served");
@@ -78,6 +88,7 @@ fn daemon_threads(pid: u32) -> Vec<String> {
 /// with the classic transport and says why.
 #[test]
 fn uring_refused_when_the_kernel_will_not_offer_it() {
+    let _serial = serial();
     let s = Scratch::new("transport-refused");
     let param = s.root().parent().unwrap().join("enable_uring");
     fs::write(&param, "N\n").unwrap();
@@ -187,6 +198,7 @@ fn pin_to_cpu0() {
 /// thread, so one blocked handler holds one entry.)
 #[test]
 fn a_blocked_fsync_does_not_stall_its_cpu() {
+    let _serial = serial();
     let s = Scratch::new("transport-stall");
     fs::write(s.root().join("other.md"), b"read me").unwrap();
     let hold = std::ffi::OsString::from("3000");
@@ -229,5 +241,82 @@ fn a_blocked_fsync_does_not_stall_its_cpu() {
     assert!(
         fsync_done >= Duration::from_millis(2900),
         "the hook did not hold the fsync ({fsync_done:?})"
+    );
+}
+
+/// Puts `kernel.io_uring_disabled` back as it was, panicking or not.
+struct Restore(String);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _ = fs::write(IO_URING_DISABLED, &self.0);
+    }
+}
+
+/// The kernel offers io_uring at INIT but this process may not make a
+/// ring (`kernel.io_uring_disabled=2`, as a seccomp profile or a sysctl
+/// would): the flag is left out of the INIT reply, so the mount serves on
+/// the classic transport instead of hanging (the kernel holds every
+/// request of a connection that agreed to io_uring until its ring is
+/// ready), `status` says why, and `--transport uring` is refused with
+/// nothing left mounted.
+#[test]
+fn a_ring_that_cannot_be_made_leaves_a_classic_mount() {
+    let _serial = serial();
+    if !uring_on() {
+        eprintln!("the kernel does not offer io_uring here (enable_uring off): nothing to test");
+        return;
+    }
+    let Ok(was) = fs::read_to_string(IO_URING_DISABLED) else {
+        eprintln!("no {IO_URING_DISABLED} on this kernel: nothing to test");
+        return;
+    };
+    // Off only while a daemon sets its rings up (the whole machine's
+    // io_uring is off meanwhile).
+    let without_rings = |f: &mut dyn FnMut()| {
+        fs::write(IO_URING_DISABLED, "2").expect("as root, io_uring_disabled can be set");
+        let _restore = Restore(was.clone());
+        f();
+    };
+    let s = Scratch::new("transport-no-ring");
+    let root = s.root();
+    {
+        let mut m = None;
+        without_rings(&mut || m = Some(Manual::mount(&s, &[], &["--transport", "auto"])));
+        // Every call answers (a hang here fails the test at the deadline).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = root.clone();
+        std::thread::spawn(move || {
+            fs::write(r.join("a.md"), b"served").unwrap();
+            let _ = tx.send(fs::read(r.join("a.md")).unwrap());
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("a mount whose ring could not be made must serve");
+        assert_eq!(got, b"served");
+        let line = transport_line(&root);
+        assert!(
+            line.contains("classic") && line.contains("could not be set up"),
+            "{line}"
+        );
+    }
+    let mut out = None;
+    without_rings(&mut || {
+        out = Some(
+            Command::new(BIN)
+                .args(["mount", root.to_str().unwrap(), "--transport", "uring"])
+                .env_remove("HERMES_HOME")
+                .output()
+                .unwrap(),
+        )
+    });
+    assert_refused(
+        &out.unwrap(),
+        6,
+        &["--transport uring", "could not be set up"],
+    );
+    assert!(
+        !common::is_mounted(&root),
+        "a refused mount was left mounted"
     );
 }

@@ -55,11 +55,15 @@ fn ttls(t: Ttl) -> (Duration, Duration) {
     }
 }
 
-/// Test hook: `SKILLFS_TEST_FSYNC_DELAY_MS` holds every fsync that long
-/// before it is served, so that a test sees a blocked handler leave the
-/// other requests of its CPU's queue served (`tests/transport.rs`).
+/// Test hook (debug builds only): `SKILLFS_TEST_FSYNC_DELAY_MS` holds every
+/// fsync that long before it is served, so that a test sees a blocked
+/// handler leave the other requests of its CPU's queue served
+/// (`tests/transport.rs`).
 fn fsync_delay() -> Option<std::time::Duration> {
     static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    if !cfg!(debug_assertions) {
+        return None;
+    }
     *DELAY.get_or_init(|| {
         std::env::var("SKILLFS_TEST_FSYNC_DELAY_MS")
             .ok()

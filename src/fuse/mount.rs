@@ -36,11 +36,16 @@ pub enum Transport {
 /// The module parameter that lets the kernel offer io_uring at INIT.
 const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
-/// Why the kernel will not offer io_uring, if it will not. (Tests point
-/// `SKILLFS_TEST_ENABLE_URING` at a file of their own to see the refusal
-/// and the fallback without switching the kernel's parameter.)
+/// Why the kernel will not offer io_uring, if it will not. (A debug
+/// build's tests point `SKILLFS_TEST_ENABLE_URING` at a file of their own
+/// to see the refusal and the fallback without switching the kernel's
+/// parameter.)
 pub fn uring_unavailable() -> Option<String> {
-    let param = std::env::var("SKILLFS_TEST_ENABLE_URING").unwrap_or_else(|_| ENABLE_URING.into());
+    let param = if cfg!(debug_assertions) {
+        std::env::var("SKILLFS_TEST_ENABLE_URING").unwrap_or_else(|_| ENABLE_URING.into())
+    } else {
+        ENABLE_URING.to_string()
+    };
     let param = param.as_str();
     match std::fs::read_to_string(param) {
         Ok(v) if v.trim() == "Y" || v.trim() == "1" => None,
@@ -55,9 +60,12 @@ pub fn uring_unavailable() -> Option<String> {
 }
 
 /// io_uring entries per CPU queue: each is a thread, so a handler that
-/// blocks (an fsync, a publish) holds one while the others serve.
+/// blocks (an fsync, a publish) holds one while the others serve; at least
+/// 2, at most 8, and fewer on a host with many possible CPUs (every one
+/// gets a queue): no more than 64 in all unless that leaves fewer than 2.
 fn per_queue(threads: usize) -> usize {
-    threads.clamp(2, 8)
+    let cpus = fuser::possible_cpus().map_or(1, |c| c.len().max(1));
+    threads.clamp(2, 8).min(64 / cpus).max(2)
 }
 
 /// Whether /etc/fuse.conf lets unprivileged users mount with `allow_other`.
@@ -106,6 +114,7 @@ pub fn mount(
     } else {
         fuser::SessionACL::Owner
     };
+    config.io_uring_per_queue = if want_uring { per_queue(threads) } else { 0 };
     let mut adapter = FuseAdapter::new(Arc::clone(&fs));
     adapter.uring = want_uring;
     let session = if crate::sys::geteuid() == 0 {
@@ -124,26 +133,38 @@ pub fn mount(
         let fd = crate::fusermount::mount(root, &opts)?;
         fuser::Session::from_fd(adapter, fd, config.acl, config)?
     };
-    let mut session = session;
-    let transport = if want_uring {
-        match session.start_uring(per_queue(threads)) {
-            Ok(info) => format!(
-                "io_uring ({} queues, {} entries each)",
-                info.queues, info.per_queue
-            ),
-            Err(e) if transport == Transport::Uring => {
-                // Mounted already: taken down before the error is told.
-                drop(session);
+    // The handshake has set io_uring up, or left it out of the INIT reply.
+    let used = match (session.uring(), session.uring_not_started()) {
+        (Some(Ok(info)), _) => Ok(format!(
+            "io_uring ({} queues, {} entries each)",
+            info.queues, info.per_queue
+        )),
+        (Some(Err(e)), _) => Err(format!(
+            "the kernel refused it ({e}); requests come through /dev/fuse"
+        )),
+        (None, Some(e)) => Err(format!("it could not be set up ({e})")),
+        (None, None) => Err(match (transport, &why_not) {
+            (Transport::Classic, _) => "--transport classic".to_string(),
+            (_, Some(why)) => why.clone(),
+            (_, None) => "the kernel did not offer it at INIT".to_string(),
+        }),
+    };
+    let transport = match used {
+        Ok(t) => t,
+        Err(why) if transport == Transport::Uring => {
+            // Mounted already: taken down before the error is told. As root
+            // the session's drop unmounts; a user's mount (made by
+            // fusermount3) is detached here, if it is still ours.
+            let ours = crate::daemon::mount_at(root).is_some_and(|m| {
+                m.skillfs_store().is_some() && m.source.as_os_str().as_bytes() == fsname.as_bytes()
+            });
+            drop(session);
+            if ours && crate::sys::geteuid() != 0 {
                 let _ = crate::daemon::lazy_unmount(root);
-                return Err(std::io::Error::other(format!("--transport uring: {e}")));
             }
-            Err(e) => format!("classic (io_uring refused: {e})"),
+            return Err(std::io::Error::other(format!("--transport uring: {why}")));
         }
-    } else {
-        match (transport, why_not) {
-            (Transport::Auto, Some(why)) => format!("classic ({why})"),
-            _ => "classic (--transport classic)".to_string(),
-        }
+        Err(why) => format!("classic ({why})"),
     };
     tracing::info!("transport: {transport}");
     // Invalidations are sent from their own thread: a notification written

@@ -23,10 +23,6 @@ use log::warn;
 use nix::unistd::Uid;
 use nix::unistd::geteuid;
 use parking_lot::Mutex;
-use std::sync::Condvar;
-use std::sync::Mutex as StdMutex;
-use std::sync::OnceLock;
-use std::sync::Weak;
 
 use crate::Errno;
 use crate::Filesystem;
@@ -149,41 +145,36 @@ pub struct Session<FS: Filesystem> {
 
 /// What the handshake agreed about io_uring, and what its threads wait for.
 pub(crate) struct UringState<FS: Filesystem> {
-    /// The payload size each ring entry needs, when INIT offered
-    /// `FUSE_OVER_IO_URING` and the filesystem asked for it.
-    offered: Option<usize>,
-    /// Set by `run`: the threads serve through it.
-    fs: Arc<OnceLock<Weak<FilesystemHolder<FS>>>>,
-    /// Set (true) once `run` has set `fs`, or the session ended without it.
-    ready: Arc<(StdMutex<bool>, Condvar)>,
+    /// None: io_uring was not agreed at INIT (not asked for, not offered,
+    /// or its set-up failed before the reply: then the error). Some: the
+    /// registration's outcome.
+    outcome: Option<io::Result<crate::UringInfo>>,
+    /// Why it was left out of the INIT reply, if it was asked for and
+    /// offered but could not be set up.
+    not_started: Option<io::Error>,
+    shared: Arc<crate::uring::Shared<FS>>,
 }
 
 impl<FS: Filesystem> std::fmt::Debug for UringState<FS> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UringState").field("offered", &self.offered).finish()
+        f.debug_struct("UringState").field("outcome", &self.outcome).finish()
     }
 }
 
 impl<FS: Filesystem> UringState<FS> {
     fn new() -> Self {
         UringState {
-            offered: None,
-            fs: Arc::new(OnceLock::new()),
-            ready: Arc::new((StdMutex::new(false), Condvar::new())),
+            outcome: None,
+            not_started: None,
+            shared: Arc::new(crate::uring::Shared::new()),
         }
-    }
-
-    fn release(&self) {
-        let (lock, cv) = &*self.ready;
-        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        cv.notify_all();
     }
 }
 
 impl<FS: Filesystem> Drop for UringState<FS> {
     fn drop(&mut self) {
         // A session dropped without `run`: its threads end.
-        self.release();
+        self.shared.release();
     }
 }
 
@@ -317,8 +308,8 @@ impl<FS: Filesystem> Session<FS> {
         };
 
         let filesystem = Arc::new(filesystem);
-        let _ = uring.fs.set(Arc::downgrade(&filesystem));
-        uring.release();
+        let _ = uring.shared.fs.set(Arc::downgrade(&filesystem));
+        uring.shared.release();
 
         let mut channels = Vec::with_capacity(n_threads);
 
@@ -372,13 +363,12 @@ impl<FS: Filesystem> Session<FS> {
             }
         }
 
-        // An io_uring thread holds the filesystem only while it serves a
-        // request; none comes after the unmount.
-        for _ in 0..200 {
-            if Arc::strong_count(&filesystem) == 1 {
-                break;
-            }
-            thread::sleep(std::time::Duration::from_millis(10));
+        // The io_uring threads end once the kernel has ended their entries
+        // (at unmount), each after the request it was serving: a handler
+        // still at work (an fsync) is waited for, as the classic threads
+        // were joined above.
+        if !uring.shared.wait_ended(std::time::Duration::from_secs(60)) {
+            warn!("io_uring threads still serving 60 s after the unmount");
         }
         // (The io_uring threads' weak references do not count.)
         let Ok(mut filesystem) = Arc::try_unwrap(filesystem) else {
@@ -529,15 +519,41 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_write
             );
 
-            if config.requested.contains(InitFlags::FUSE_OVER_IO_URING)
-                && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
-            {
-                self.uring.offered = Some(config.uring_payload());
+            // FUSE over io_uring: the rings and threads are made before the
+            // reply, which asks for it only if they were (after the reply
+            // the kernel holds every request until the ring is ready).
+            let mut prepared = None;
+            if config.requested.contains(InitFlags::FUSE_OVER_IO_URING) {
+                let offered = init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING);
+                let made = match (offered, self.config.io_uring_per_queue) {
+                    (false, _) | (_, 0) => None,
+                    (true, per_queue) => Some(crate::uring::prepare(
+                        self.ch.device(),
+                        per_queue,
+                        config.uring_payload(),
+                        &self.uring.shared,
+                        self.allowed,
+                        self.session_owner,
+                    )),
+                };
+                match made {
+                    Some(Ok(p)) => prepared = Some(p),
+                    Some(Err(e)) => {
+                        warn!("FUSE over io_uring not started: {e}");
+                        self.uring.not_started = Some(e);
+                        config.requested.remove(InitFlags::FUSE_OVER_IO_URING);
+                    }
+                    None => config.requested.remove(InitFlags::FUSE_OVER_IO_URING),
+                }
             }
 
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);
+
+            if let Some(p) = prepared {
+                self.uring.outcome = Some(p.register());
+            }
 
             return Ok(());
         }
@@ -555,40 +571,19 @@ impl<FS: Filesystem> Session<FS> {
         }
     }
 
-    /// Whether the kernel agreed at INIT to FUSE over io_uring (the
-    /// filesystem asks for `InitFlags::FUSE_OVER_IO_URING` in `init`).
-    pub fn uring_offered(&self) -> bool {
-        self.uring.offered.is_some()
+    /// FUSE over io_uring, as the handshake left it: `None` if it was not
+    /// agreed at INIT (the filesystem did not ask for
+    /// `InitFlags::FUSE_OVER_IO_URING`, `Config::io_uring_per_queue` is 0,
+    /// or the kernel did not offer it), else whether every entry was
+    /// registered. On an error the kernel serves through `/dev/fuse`.
+    pub fn uring(&self) -> Option<&io::Result<crate::UringInfo>> {
+        self.uring.outcome.as_ref()
     }
 
-    /// Registers `per_queue` io_uring entries on each of the kernel's
-    /// queues (one per possible CPU), each served by a thread pinned to its
-    /// CPU, from the moment `run` starts. Once every queue has one, the
-    /// kernel sends requests there instead of `/dev/fuse` (FORGET and
-    /// INTERRUPT excepted). On an error nothing is served through the ring
-    /// and the classic transport carries on.
-    /// # Errors
-    /// `Unsupported` when INIT did not agree to io_uring; the kernel's
-    /// answer to a registration otherwise.
-    pub fn start_uring(&mut self, per_queue: usize) -> io::Result<crate::UringInfo>
-    where
-        FS: 'static,
-    {
-        let Some(payload) = self.uring.offered else {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "the kernel did not offer FUSE over io_uring at INIT",
-            ));
-        };
-        crate::uring::start(
-            self.ch.device(),
-            per_queue.max(1),
-            payload,
-            self.uring.fs.clone(),
-            self.uring.ready.clone(),
-            self.allowed,
-            self.session_owner,
-        )
+    /// Why io_uring was asked for and offered but left out of the INIT
+    /// reply (its rings or threads could not be made).
+    pub fn uring_not_started(&self) -> Option<&io::Error> {
+        self.uring.not_started.as_ref()
     }
 
     /// Returns an object that can be used to send notifications to the kernel

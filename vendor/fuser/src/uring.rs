@@ -5,36 +5,54 @@
 //! `lib/fuse_uring.c` speaks it:
 //!
 //! - INIT is answered with `FUSE_OVER_IO_URING` (the filesystem asks for it
-//!   in `init`, and the kernel offers it only while `enable_uring` is on).
-//! - The kernel keeps one queue per possible CPU; a request is put on the
-//!   queue of the CPU its caller runs on. Each queue needs ring entries: a
-//!   header buffer (`struct fuse_uring_req_header`: the in/out header, the
-//!   operation's own header, and the entry's commit id and payload size)
-//!   and a payload buffer of at least the largest write. An entry is
-//!   registered by an `IORING_OP_URING_CMD` (`FUSE_IO_URING_CMD_REGISTER`,
-//!   the two buffers as iovecs); its completion carries a request; the
-//!   reply is written into the same buffers and sent with
-//!   `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which also waits for the next.
-//! - Once every queue has an entry, the kernel sends every request there,
-//!   except FORGET and INTERRUPT, which still come through `/dev/fuse`:
-//!   the classic threads keep reading it.
+//!   in `init`; the kernel offers it only while `enable_uring` is on). From
+//!   that reply on, the kernel holds every new request until the ring is
+//!   ready, or until a registration fails (then it falls back to
+//!   `/dev/fuse`). So the rings, buffers and threads are made *before* the
+//!   reply ([`prepare`]): if any of that fails, the flag is left out of the
+//!   reply and nothing waits on a ring that will never come.
+//! - The kernel keeps one queue per possible CPU (qid = CPU id); a request
+//!   goes to the queue of the CPU its caller runs on. An entry is a header
+//!   buffer (`struct fuse_uring_req_header`: the in/out header, the
+//!   operation's own header, the entry's commit id and payload size) and a
+//!   payload buffer of the kernel's largest request, registered by an
+//!   `IORING_OP_URING_CMD` (`FUSE_IO_URING_CMD_REGISTER`, the two buffers as
+//!   iovecs). Its completion carries a request; the reply is written into
+//!   the same buffers and sent with `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`,
+//!   which also waits for the next.
+//! - Once every queue has an entry, the kernel sends every request there
+//!   except FORGET and INTERRUPT, which still come through `/dev/fuse` (the
+//!   classic threads keep reading it); notifications are written there too.
 //!
-//! Design: one thread per ring entry, each with its own small io_uring and
-//! pinned to its queue's CPU (where the kernel wakes it, so a request is
-//! served on its caller's CPU). A handler that blocks (an fsync, a
-//! publish) holds only its own entry: the queue's other entries keep
-//! taking requests, so one slow call never stalls its CPU's queue.
+//! Design: one thread per ring entry, each with its own small io_uring,
+//! pinned to its queue's CPU (where the kernel wakes it: a request is
+//! served on its caller's CPU). A handler that blocks (an fsync, a publish)
+//! holds only its own entry; the queue's other entries keep serving.
 //!
-//! A reply may be sent from any thread (fuser's reply objects can move):
-//! it is written into the entry's buffers under their lock, and the entry's
-//! thread commits it once the handler has replied.
+//! Invariants:
+//! - Between a submission (REGISTER, COMMIT_AND_FETCH) and its completion
+//!   the kernel owns the entry's buffers; Rust touches them only between a
+//!   completion and the next submission, and only through raw pointers
+//!   (no reference to them outlives a copy).
+//! - Every request taken from the ring is answered and committed: a reply
+//!   from the handler (from any thread), else EIO (a handler that panicked,
+//!   a request fuser cannot parse, a session gone). An entry whose thread
+//!   ended never comes back, so a thread ends only when the kernel has
+//!   ended its entry (unmount, the daemon's death).
+//! - A request without payload is parsed in place: its headers are copied
+//!   just before the payload area, so the reply (written into the payload
+//!   area) never overlaps the bytes the handler reads. One with payload
+//!   is copied out first.
 
+use std::alloc::Layout;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::fd::RawFd;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::Condvar;
 use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::sync::Weak;
 use std::sync::mpsc;
 
@@ -44,6 +62,7 @@ use io_uring::opcode;
 use io_uring::squeue;
 use io_uring::types;
 use log::debug;
+use log::error;
 use log::warn;
 
 use crate::Filesystem;
@@ -70,9 +89,11 @@ const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// The kernel's FUSE_MIN_READ_BUFFER.
 const MIN_PAYLOAD: usize = 8192;
+/// Room before the payload area for a request's in-header and op header,
+/// so that a request without payload is parsed where it lies.
+const PREFIX: usize = 256;
 
-/// How the session talks to the kernel, once `Session::start_uring` has
-/// answered.
+/// How the ring was set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UringInfo {
     /// Queues registered (the kernel's possible CPUs).
@@ -81,32 +102,93 @@ pub struct UringInfo {
     pub per_queue: usize,
 }
 
-/// An entry's two buffers, as the kernel reads and writes them. 8-byte
-/// aligned (the headers are read in place); their addresses never change.
+/// An entry's buffers, as the kernel reads and writes them: the header,
+/// and one area holding [`PREFIX`] bytes then the payload. Only raw
+/// pointers: see the module's invariants for who may touch them when.
 struct Buffers {
-    header: Box<[u64; HEADER_SIZE / 8]>,
-    payload: Vec<u64>,
+    header: *mut u8,
+    area: *mut u8,
     payload_len: usize,
-    /// Set once the handler's reply is in the buffers.
-    replied: bool,
 }
+
+// SAFETY: the pointers are owned by the entry and used under the protocol
+// of the module's invariants (one owner at a time: the kernel, the entry's
+// thread, or a reply under `Entry::replied`'s mutex).
+unsafe impl Send for Buffers {}
+unsafe impl Sync for Buffers {}
 
 impl Buffers {
-    fn header(&mut self) -> &mut [u8] {
-        // SAFETY: a [u64; 36] is 288 initialized bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.header.as_mut_ptr().cast(), HEADER_SIZE) }
+    fn new(payload_len: usize) -> io::Result<Buffers> {
+        let (h, a) = Buffers::layouts(payload_len)?;
+        // SAFETY: both layouts have a non-zero size.
+        let header = unsafe { std::alloc::alloc_zeroed(h) };
+        let area = unsafe { std::alloc::alloc_zeroed(a) };
+        if header.is_null() || area.is_null() {
+            // SAFETY: each non-null pointer came from alloc_zeroed with its layout.
+            unsafe {
+                if !header.is_null() {
+                    std::alloc::dealloc(header, h);
+                }
+                if !area.is_null() {
+                    std::alloc::dealloc(area, a);
+                }
+            }
+            return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+        }
+        Ok(Buffers {
+            header,
+            area,
+            payload_len,
+        })
     }
 
-    fn payload(&mut self) -> &mut [u8] {
-        // SAFETY: the Vec holds payload_len / 8 (rounded up) initialized u64s.
-        unsafe { std::slice::from_raw_parts_mut(self.payload.as_mut_ptr().cast(), self.payload_len) }
+    fn layouts(payload_len: usize) -> io::Result<(Layout, Layout)> {
+        let bad = |_| io::Error::from(io::ErrorKind::InvalidInput);
+        Ok((
+            Layout::from_size_align(HEADER_SIZE, 8).map_err(bad)?,
+            Layout::from_size_align(PREFIX + payload_len, 4096).map_err(bad)?,
+        ))
+    }
+
+    fn payload(&self) -> *mut u8 {
+        // SAFETY: the area is PREFIX + payload_len bytes long.
+        unsafe { self.area.add(PREFIX) }
+    }
+
+    /// Copies the header out (the kernel does not write it now).
+    fn read_header(&self) -> [u8; HEADER_SIZE] {
+        let mut h = [0u8; HEADER_SIZE];
+        // SAFETY: the header is HEADER_SIZE bytes; nobody writes it meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(self.header, h.as_mut_ptr(), HEADER_SIZE) };
+        h
+    }
+
+    fn write_header(&self, at: usize, bytes: &[u8]) {
+        assert!(at + bytes.len() <= HEADER_SIZE);
+        // SAFETY: in bounds (checked); the caller owns the buffers now.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.header.add(at), bytes.len()) };
     }
 }
 
-/// One ring entry: where its reply goes.
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        if let Ok((h, a)) = Buffers::layouts(self.payload_len) {
+            // SAFETY: allocated in `new` with these layouts; the kernel no
+            // longer uses them (the entry's ring is closed first: see Worker).
+            unsafe {
+                std::alloc::dealloc(self.header, h);
+                std::alloc::dealloc(self.area, a);
+            }
+        }
+    }
+}
+
+/// One ring entry: where its replies go.
 pub(crate) struct Entry {
-    bufs: Mutex<Buffers>,
-    replied: Condvar,
+    bufs: Buffers,
+    /// Whether the current request has its reply in the buffers.
+    replied: Mutex<bool>,
+    done: Condvar,
 }
 
 impl std::fmt::Debug for Entry {
@@ -118,48 +200,62 @@ impl std::fmt::Debug for Entry {
 impl Entry {
     /// Writes a reply (fuser's iovecs: the out header, then the data) into
     /// the entry's buffers: the header in `in_out`, the rest as payload.
+    /// A second reply to one request is dropped (as the kernel would refuse
+    /// it on `/dev/fuse`).
     pub(crate) fn send(&self, data: &[io::IoSlice<'_>]) -> io::Result<()> {
-        let mut b = self.bufs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut replied = self.replied.lock().unwrap_or_else(|p| p.into_inner());
+        if *replied {
+            return Err(io::Error::other("a second reply to one io_uring request"));
+        }
         let mut head = [0u8; OUT_HEADER_SIZE];
         let (mut h, mut n) = (0, 0);
         let mut too_long = false;
-        {
-            let payload = b.payload();
-            for slice in data {
-                let mut s: &[u8] = slice;
-                // The header first (fuser sends it as the first slice).
-                let take = s.len().min(OUT_HEADER_SIZE - h);
-                head[h..h + take].copy_from_slice(&s[..take]);
-                h += take;
-                s = &s[take..];
-                if n + s.len() > payload.len() {
-                    too_long = true;
-                    break;
-                }
-                payload[n..n + s.len()].copy_from_slice(s);
-                n += s.len();
+        let payload = self.bufs.payload();
+        for slice in data {
+            let mut s: &[u8] = slice;
+            // The header first (fuser sends it as the first slice).
+            let take = s.len().min(OUT_HEADER_SIZE - h);
+            head[h..h + take].copy_from_slice(&s[..take]);
+            h += take;
+            s = &s[take..];
+            if n + s.len() > self.bufs.payload_len {
+                too_long = true;
+                break;
             }
+            // SAFETY: n + s.len() <= payload_len; the reply's bytes never
+            // overlap the request's (module invariants).
+            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), payload.add(n), s.len()) };
+            n += s.len();
         }
         if too_long {
-            // The kernel sized the payload for its largest request; a
-            // longer reply is the filesystem's bug: the caller gets EIO.
+            // The kernel sized the payload for its largest request: a
+            // longer reply is the filesystem's bug; the caller gets EIO.
             warn!("io_uring reply longer than the payload buffer");
-            head[8..12].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+            head[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
             n = 0;
         }
-        let header = b.header();
-        header[IN_OUT..IN_OUT + OUT_HEADER_SIZE].copy_from_slice(&head);
-        header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(n as u32).to_ne_bytes());
-        b.replied = true;
-        drop(b);
-        self.replied.notify_all();
+        self.bufs.write_header(IN_OUT, &head);
+        self.bufs
+            .write_header(ENT_IN_OUT + 16, &(n as u32).to_ne_bytes());
+        *replied = true;
+        drop(replied);
+        self.done.notify_all();
         Ok(())
+    }
+
+    /// EIO for request `unique`, unless it has its reply already.
+    fn fail(&self, unique: u64) {
+        let mut out = [0u8; OUT_HEADER_SIZE];
+        out[0..4].copy_from_slice(&(OUT_HEADER_SIZE as u32).to_ne_bytes());
+        out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+        out[8..16].copy_from_slice(&unique.to_ne_bytes());
+        let _ = self.send(&[io::IoSlice::new(&out)]);
     }
 }
 
 /// Reads the kernel's possible CPUs (`/sys/devices/system/cpu/possible`,
-/// e.g. `0-3,8`): the number of queues is their count, qid their index.
-fn possible_cpus() -> io::Result<Vec<usize>> {
+/// e.g. `0-3,8`): a queue for each, numbered by CPU id.
+pub fn possible_cpus() -> io::Result<Vec<usize>> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
     let bad = || io::Error::new(io::ErrorKind::InvalidData, "cannot read the possible CPUs");
     let mut cpus = Vec::new();
@@ -172,16 +268,37 @@ fn possible_cpus() -> io::Result<Vec<usize>> {
 }
 
 fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes inside it.
+    // cpu_set_t holds CPU_SETSIZE CPUs: a larger id stays unpinned.
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes inside it (in bounds).
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        // A CPU that is possible but offline refuses: the thread runs
-        // anywhere, which is only slower.
+        // A CPU that is possible but offline (or outside our cpuset)
+        // refuses: the thread runs anywhere, which is only slower.
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             debug!("io_uring queue {cpu}: not pinned: {}", io::Error::last_os_error());
         }
     }
+}
+
+/// Sets this thread's policy: SCHED_IDLE (`idle`) or SCHED_OTHER.
+fn set_idle(idle: bool) -> bool {
+    let param = libc::sched_param { sched_priority: 0 };
+    let policy = if idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
+    // SAFETY: a valid sched_param for this thread (0: the calling thread).
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+}
+
+/// Whether a thread may go to SCHED_IDLE and come back to SCHED_OTHER
+/// (coming back needs CAP_SYS_NICE or a RLIMIT_NICE of 20): tried in a
+/// thread of its own, which ends either way.
+fn can_idle_and_return() -> bool {
+    std::thread::spawn(|| set_idle(true) && set_idle(false))
+        .join()
+        .unwrap_or(false)
 }
 
 /// The command area of the SQE: `struct fuse_uring_cmd_req`.
@@ -209,92 +326,224 @@ fn sqe(fd: RawFd, op: u32, qid: u16, commit_id: u64, iov: Option<&[libc::iovec; 
     unsafe { std::mem::transmute(raw) }
 }
 
+/// What the session hands the ring's threads once it runs.
+pub(crate) struct Shared<FS: Filesystem> {
+    /// Set by `run` (a weak reference: `run` takes the filesystem back at
+    /// the end); never set if the session ends without running.
+    pub(crate) fs: OnceLock<Weak<FilesystemHolder<FS>>>,
+    /// True once `fs` is set, or the session ended without it.
+    pub(crate) ready: Mutex<bool>,
+    pub(crate) ready_cv: Condvar,
+    /// Threads still alive (each counts itself out as it ends).
+    pub(crate) alive: Mutex<usize>,
+    pub(crate) alive_cv: Condvar,
+}
+
+impl<FS: Filesystem> Shared<FS> {
+    pub(crate) fn new() -> Self {
+        Shared {
+            fs: OnceLock::new(),
+            ready: Mutex::new(false),
+            ready_cv: Condvar::new(),
+            alive: Mutex::new(0),
+            alive_cv: Condvar::new(),
+        }
+    }
+
+    /// Lets the threads go: to serve (`fs` set) or to end.
+    pub(crate) fn release(&self) {
+        *self.ready.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.ready_cv.notify_all();
+    }
+
+    /// Waits up to `limit` for every thread to have ended.
+    pub(crate) fn wait_ended(&self, limit: std::time::Duration) -> bool {
+        let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
+        let (alive, _) = self
+            .alive_cv
+            .wait_timeout_while(alive, limit, |n| *n > 0)
+            .unwrap_or_else(|p| p.into_inner());
+        *alive == 0
+    }
+}
+
+/// Counts a thread out of `Shared::alive` when it ends, panicking or not.
+struct Alive<FS: Filesystem>(Arc<Shared<FS>>);
+
+impl<FS: Filesystem> Drop for Alive<FS> {
+    fn drop(&mut self) {
+        let mut n = self.0.alive.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        drop(n);
+        self.0.alive_cv.notify_all();
+    }
+}
+
+/// Rings and threads made, not yet registered (see [`prepare`]).
+pub(crate) struct Prepared {
+    /// None until `register` or drop: Some(true) to register, Some(false)
+    /// to end.
+    go: Arc<(Mutex<Option<bool>>, Condvar)>,
+    results: mpsc::Receiver<io::Result<()>>,
+    info: UringInfo,
+}
+
+impl Prepared {
+    fn signal(&self, register: bool) {
+        let (lock, cv) = &*self.go;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(register);
+        cv.notify_all();
+    }
+
+    /// Submits every entry's REGISTER (after the INIT reply) and waits for
+    /// each to be accepted or refused. A refusal also makes the kernel
+    /// fall back to `/dev/fuse` (it clears the connection's io_uring), so
+    /// an error here leaves a working mount on the classic transport —
+    /// unless the other queues' entries still made the ring ready, which
+    /// the error says.
+    pub(crate) fn register(self) -> io::Result<UringInfo> {
+        self.signal(true);
+        let total = self.info.queues * self.info.per_queue;
+        let mut failed = Vec::new();
+        for _ in 0..total {
+            match self.results.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failed.push(e),
+                Err(_) => {
+                    failed.push(io::Error::other("an io_uring thread ended before registering"));
+                    break;
+                }
+            }
+        }
+        match failed.into_iter().next() {
+            None => Ok(self.info.clone()),
+            Some(e) => Err(io::Error::new(
+                e.kind(),
+                format!("registering the io_uring entries: {e}"),
+            )),
+        }
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // Not registered (an error before the INIT reply): the threads end.
+        let (lock, _) = &*self.go;
+        if lock.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            self.signal(false);
+        }
+    }
+}
+
 struct Worker<FS: Filesystem> {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    /// SCHED_IDLE while waiting and committing, SCHED_OTHER while serving
+    /// (see `serve`).
+    idle_between: bool,
     dev: Arc<DevFuse>,
     qid: u16,
     entry: Arc<Entry>,
-    fs: Arc<std::sync::OnceLock<Weak<FilesystemHolder<FS>>>>,
-    ready: Arc<(Mutex<bool>, Condvar)>,
+    shared: Arc<Shared<FS>>,
     allowed: SessionACL,
     owner: nix::unistd::Uid,
 }
 
-/// Registers `per_queue` entries on every queue, each served by a thread
-/// of its own. Returns once every registration has been accepted or one
-/// refused (then the ring is never ready and the kernel keeps using
-/// `/dev/fuse`). The threads serve once `fs` is set, and end when the
-/// kernel tears the ring down (unmount) or the process exits.
-pub(crate) fn start<FS: Filesystem + 'static>(
+/// Makes `per_queue` entries for every queue, each with its ring, buffers
+/// and a thread pinned to the queue's CPU, before the INIT reply: any
+/// failure here (no io_uring for this process, no memory, no threads)
+/// comes back as an error with nothing registered, and the reply must then
+/// leave `FUSE_OVER_IO_URING` out.
+pub(crate) fn prepare<FS: Filesystem + 'static>(
     dev: &Arc<DevFuse>,
     per_queue: usize,
     payload_len: usize,
-    fs: Arc<std::sync::OnceLock<Weak<FilesystemHolder<FS>>>>,
-    ready: Arc<(Mutex<bool>, Condvar)>,
+    shared: &Arc<Shared<FS>>,
     allowed: SessionACL,
     owner: nix::unistd::Uid,
-) -> io::Result<UringInfo> {
+) -> io::Result<Prepared> {
     let cpus = possible_cpus()?;
+    if cpus.iter().any(|&c| c > usize::from(u16::MAX)) {
+        return Err(io::Error::other("a CPU id too large for a FUSE queue id"));
+    }
     let payload_len = payload_len.max(MIN_PAYLOAD);
-    let (tx, rx) = mpsc::channel::<io::Result<()>>();
-    let mut started = 0;
-    // The kernel numbers its queues by CPU id (a request goes to the queue
-    // of `task_cpu`), one per possible CPU.
+    let idle_between = can_idle_and_return();
+    if !idle_between {
+        debug!("io_uring threads stay SCHED_OTHER (no way back from SCHED_IDLE here)");
+    }
+    let (tx, results) = mpsc::channel::<io::Result<()>>();
+    let prepared = Prepared {
+        go: Arc::new((Mutex::new(None), Condvar::new())),
+        results,
+        info: UringInfo {
+            queues: cpus.len(),
+            per_queue,
+        },
+    };
     for &cpu in &cpus {
-        let qid = cpu;
         for i in 0..per_queue {
+            // Made here, so that a failure is known before the INIT reply
+            // (`prepared` dropped on the error path ends the threads
+            // already started).
             let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
                 .build(4)
                 .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
             let entry = Arc::new(Entry {
-                bufs: Mutex::new(Buffers {
-                    header: Box::new([0u64; HEADER_SIZE / 8]),
-                    payload: vec![0u64; payload_len.div_ceil(8)],
-                    payload_len,
-                    replied: false,
-                }),
-                replied: Condvar::new(),
+                bufs: Buffers::new(payload_len)?,
+                replied: Mutex::new(false),
+                done: Condvar::new(),
             });
             let worker = Worker {
                 ring,
+                idle_between,
                 dev: dev.clone(),
-                qid: qid as u16,
+                qid: cpu as u16,
                 entry,
-                fs: fs.clone(),
-                ready: ready.clone(),
+                shared: shared.clone(),
                 allowed,
                 owner,
             };
             let tx = tx.clone();
-            std::thread::Builder::new()
-                .name(format!("fuse-uring-{qid}.{i}"))
+            let go = prepared.go.clone();
+            *shared.alive.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            let alive = Alive(shared.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("fuse-uring-{cpu}.{i}"))
                 .spawn(move || {
+                    let _alive = alive;
                     pin_to(cpu);
-                    match worker.register() {
-                        Ok(first) => {
-                            let _ = tx.send(Ok(()));
-                            worker.serve(first);
+                    {
+                        let (lock, cv) = &*go;
+                        let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        while g.is_none() {
+                            g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
                         }
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
+                        if *g == Some(false) {
+                            return;
                         }
                     }
-                })?;
-            started += 1;
+                    // The iovecs naming the entry's buffers live as long as
+                    // the thread (the kernel reads them when it issues the
+                    // REGISTER).
+                    let mut iov = [libc::iovec {
+                        iov_base: std::ptr::null_mut(),
+                        iov_len: 0,
+                    }; 2];
+                    let first = worker.register(&mut iov);
+                    let ok = first.is_ok();
+                    let _ = tx.send(first.as_ref().map(|_| ()).map_err(|e| io::Error::new(e.kind(), e.to_string())));
+                    drop(tx);
+                    if let (true, Ok(first)) = (ok, first) {
+                        worker.serve(first);
+                    }
+                });
+            if let Err(e) = spawned {
+                // The closure (and its Alive) was dropped: counted out.
+                return Err(e);
+            }
         }
     }
     drop(tx);
-    for _ in 0..started {
-        match rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(io::Error::other("an io_uring thread ended at start")),
-        }
-    }
-    Ok(UringInfo {
-        queues: cpus.len(),
-        per_queue,
-    })
+    Ok(prepared)
 }
 
 impl<FS: Filesystem> Worker<FS> {
@@ -302,26 +551,22 @@ impl<FS: Filesystem> Worker<FS> {
     /// completion is already there), and keeps a good one pending until a
     /// request arrives. Returns a completion already reaped: a request
     /// that came at once (the last queue's registration readies the ring).
-    fn register(&self) -> io::Result<Option<i32>> {
-        let (hdr, pay, len) = {
-            let mut b = self.entry.bufs.lock().unwrap_or_else(|p| p.into_inner());
-            let len = b.payload_len;
-            (b.header().as_mut_ptr(), b.payload().as_mut_ptr(), len)
-        };
-        let iov = Box::new([
+    fn register(&self, iov: &mut [libc::iovec; 2]) -> io::Result<Option<i32>> {
+        let b = &self.entry.bufs;
+        *iov = [
             libc::iovec {
-                iov_base: hdr.cast(),
+                iov_base: b.header.cast(),
                 iov_len: HEADER_SIZE,
             },
             libc::iovec {
-                iov_base: pay.cast(),
-                iov_len: len,
+                iov_base: b.payload().cast(),
+                iov_len: b.payload_len,
             },
-        ]);
-        let e = sqe(self.dev.as_raw_fd(), CMD_REGISTER, self.qid, 0, Some(&iov));
-        // SAFETY: the iovecs and the buffers they point at outlive the
-        // submission (the kernel copies the iovecs at submit; the buffers
-        // live as long as this worker).
+        ];
+        let e = sqe(self.dev.as_raw_fd(), CMD_REGISTER, self.qid, 0, Some(&*iov));
+        // SAFETY: the iovecs and the buffers they name outlive the
+        // submission (the caller keeps `iov`; the buffers live as long as
+        // this worker, whose ring is closed before them).
         unsafe {
             self.ring
                 .submission_shared()
@@ -340,17 +585,27 @@ impl<FS: Filesystem> Worker<FS> {
     fn serve(self, mut first: Option<i32>) {
         // Wait for the session to run (requests wait in the kernel).
         {
-            let (lock, cv) = &*self.ready;
-            let mut go = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let mut go = self.shared.ready.lock().unwrap_or_else(|p| p.into_inner());
             while !*go {
-                go = cv.wait(go).unwrap_or_else(|p| p.into_inner());
+                go = self.shared.ready_cv.wait(go).unwrap_or_else(|p| p.into_inner());
             }
         }
-        let Some(weak) = self.fs.get().cloned() else {
-            return;
-        };
+        let weak = self.shared.fs.get().cloned();
         let se_ch = Channel::new(self.dev.clone());
-        let mut req_buf = vec![0u64; (IN_HEADER_SIZE + OP_IN_SIZE + self.payload_len()).div_ceil(8)];
+        let mut copy: Vec<u64> = Vec::new();
+        // Where the caller wakes up: the commit below wakes the process
+        // that made the request, while this thread still runs on its CPU.
+        // A CPU running only SCHED_IDLE threads counts as idle when the
+        // scheduler places a waking task, so the caller stays on its CPU
+        // (its next request comes back to this queue, its wakeups are
+        // local); with this thread SCHED_OTHER the caller is moved to the
+        // other, idle CPU at every reply, an IPI and a cold vCPU each (on
+        // the 2-core VM of BENCHMARKS.md: 60 us a round trip instead of
+        // 15). While serving, the thread is SCHED_OTHER again, so that a
+        // busy CPU cannot starve a handler.
+        if self.idle_between {
+            set_idle(true);
+        }
         loop {
             let result = match first.take() {
                 Some(r) => r,
@@ -359,7 +614,10 @@ impl<FS: Filesystem> Worker<FS> {
                         Ok(_) => {}
                         Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                         Err(e) => {
-                            warn!("io_uring queue {}: {e}", self.qid);
+                            error!("io_uring queue {}: {e}: this entry stops serving", self.qid);
+                            // The kernel may still hold the entry: its
+                            // buffers are never freed.
+                            std::mem::forget(self.entry.clone());
                             return;
                         }
                     }
@@ -371,96 +629,116 @@ impl<FS: Filesystem> Worker<FS> {
                 }
             };
             if result < 0 {
-                // ENOTCONN, ECANCELED: the ring is torn down (unmount).
-                debug!("io_uring queue {}: {}", self.qid, io::Error::from_raw_os_error(-result));
-                return;
-            }
-            let (len, commit_id) = match self.take_request(&mut req_buf) {
-                Some(x) => x,
-                None => {
-                    warn!("io_uring queue {}: a malformed request", self.qid);
-                    return;
-                }
-            };
-            // SAFETY: req_buf holds `len` initialized bytes, 8-aligned.
-            let data = unsafe { std::slice::from_raw_parts(req_buf.as_ptr().cast::<u8>(), len) };
-            let Some(fs) = weak.upgrade() else {
-                return;
-            };
-            let se = SessionEventLoop {
-                thread_name: String::new(),
-                ch: se_ch.clone(),
-                filesystem: fs,
-                allowed: self.allowed,
-                session_owner: self.owner,
-            };
-            let sender = ChannelSender::to_entry(self.dev.clone(), self.entry.clone());
-            match RequestWithSender::new(sender, data) {
-                Some(req) => {
-                    if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                        req.reply::<ReplyEmpty>().ok();
-                    } else {
-                        req.dispatch(&se);
+                let e = io::Error::from_raw_os_error(-result);
+                match -result {
+                    // The ring is torn down: unmount, or the connection aborted.
+                    libc::ENOTCONN | libc::ECANCELED | libc::ENODEV | libc::ECONNABORTED => {
+                        debug!("io_uring queue {}: {e}", self.qid);
                     }
+                    _ => error!("io_uring queue {}: {e}: this entry stops serving", self.qid),
                 }
-                None => {
-                    // Unparseable: answer EIO so the caller is not left waiting.
-                    let unique = u64::from_ne_bytes(data[8..16].try_into().unwrap_or_default());
-                    let mut out = [0u8; OUT_HEADER_SIZE];
-                    out[0..4].copy_from_slice(&(OUT_HEADER_SIZE as u32).to_ne_bytes());
-                    out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-                    out[8..16].copy_from_slice(&unique.to_ne_bytes());
-                    let _ = self.entry.send(&[io::IoSlice::new(&out)]);
+                return;
+            }
+            if self.idle_between {
+                set_idle(false);
+            }
+            let (_, commit_id) = self.serve_one(weak.as_ref(), &se_ch, &mut copy);
+            // Answered by now, or answered EIO here (module invariants).
+            {
+                let mut replied = self.entry.replied.lock().unwrap_or_else(|p| p.into_inner());
+                while !*replied {
+                    replied = self.entry.done.wait(replied).unwrap_or_else(|p| p.into_inner());
                 }
             }
-            drop(se);
-            // A reply sent from another thread: wait for it (the entry is
-            // this thread's alone until it is committed).
-            {
-                let mut b = self.entry.bufs.lock().unwrap_or_else(|p| p.into_inner());
-                while !b.replied {
-                    b = self.entry.replied.wait(b).unwrap_or_else(|p| p.into_inner());
-                }
+            if self.idle_between {
+                set_idle(true);
             }
             let e = sqe(self.dev.as_raw_fd(), CMD_COMMIT_AND_FETCH, self.qid, commit_id, None);
             // SAFETY: the entry's buffers were registered and live on.
             if unsafe { self.ring.submission_shared().push(&e) }.is_err() {
-                warn!("io_uring queue {}: submission queue full", self.qid);
+                error!("io_uring queue {}: submission queue full", self.qid);
                 return;
             }
         }
     }
 
-    fn payload_len(&self) -> usize {
-        self.entry.bufs.lock().unwrap_or_else(|p| p.into_inner()).payload_len
-    }
-
-    /// Copies the request the kernel put in the entry's buffers into
-    /// `out` as `/dev/fuse` would have delivered it (in header, the op's
-    /// header, the payload), and clears the reply flag. Returns its
-    /// length and commit id.
-    fn take_request(&self, out: &mut [u64]) -> Option<(usize, u64)> {
-        let mut b = self.entry.bufs.lock().unwrap_or_else(|p| p.into_inner());
-        b.replied = false;
-        let payload_len = b.payload_len;
-        let mut h = [0u8; HEADER_SIZE];
-        h.copy_from_slice(b.header());
-        let len = u32::from_ne_bytes(h[0..4].try_into().ok()?) as usize;
-        let commit_id = u64::from_ne_bytes(h[ENT_IN_OUT + 8..ENT_IN_OUT + 16].try_into().ok()?);
-        let payload_sz = u32::from_ne_bytes(h[ENT_IN_OUT + 16..ENT_IN_OUT + 20].try_into().ok()?) as usize;
-        let op_len = len.checked_sub(IN_HEADER_SIZE)?.checked_sub(payload_sz)?;
-        if op_len > OP_IN_SIZE || payload_sz > payload_len {
-            return None;
+    /// Takes the request the kernel put in the entry's buffers and
+    /// dispatches it; returns its unique and commit ids. The reply may come
+    /// later, from another thread; a handler that panics or a request
+    /// that cannot be dispatched is answered EIO.
+    fn serve_one(
+        &self,
+        weak: Option<&Weak<FilesystemHolder<FS>>>,
+        se_ch: &Channel,
+        copy: &mut Vec<u64>,
+    ) -> (u64, u64) {
+        *self.entry.replied.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        let b = &self.entry.bufs;
+        let h = b.read_header();
+        let word = |at: usize| u64::from_ne_bytes(h[at..at + 8].try_into().unwrap_or_default());
+        let len = u32::from_ne_bytes(h[0..4].try_into().unwrap_or_default()) as usize;
+        let unique = word(IN_OUT + 8);
+        let commit_id = word(ENT_IN_OUT + 8);
+        let payload_sz = u32::from_ne_bytes(h[ENT_IN_OUT + 16..ENT_IN_OUT + 20].try_into().unwrap_or_default()) as usize;
+        let op_len = len
+            .checked_sub(IN_HEADER_SIZE)
+            .and_then(|l| l.checked_sub(payload_sz))
+            .filter(|&l| l <= OP_IN_SIZE && payload_sz <= b.payload_len);
+        let (Some(op_len), Some(fs)) = (op_len, weak.and_then(Weak::upgrade)) else {
+            warn!("io_uring queue {}: a request not served (malformed, or the session ended)", self.qid);
+            self.entry.fail(unique);
+            return (unique, commit_id);
+        };
+        let heads = IN_HEADER_SIZE + op_len;
+        // SAFETY (both arms): the kernel does not write the buffers until
+        // the commit below; the slice handed to fuser is never written by a
+        // reply (in place: it lies in the prefix, before the payload area;
+        // copied: it is `copy`).
+        let data: &[u8] = if payload_sz == 0 && heads % 8 == 0 {
+            unsafe {
+                let start = b.area.add(PREFIX - heads);
+                std::ptr::copy_nonoverlapping(h.as_ptr(), start, IN_HEADER_SIZE);
+                std::ptr::copy_nonoverlapping(h[OP_IN..].as_ptr(), start.add(IN_HEADER_SIZE), op_len);
+                std::slice::from_raw_parts(start, heads)
+            }
+        } else {
+            copy.clear();
+            copy.resize(len.div_ceil(8), 0);
+            unsafe {
+                let dst = copy.as_mut_ptr().cast::<u8>();
+                std::ptr::copy_nonoverlapping(h.as_ptr(), dst, IN_HEADER_SIZE);
+                std::ptr::copy_nonoverlapping(h[OP_IN..].as_ptr(), dst.add(IN_HEADER_SIZE), op_len);
+                std::ptr::copy_nonoverlapping(b.payload(), dst.add(heads), payload_sz);
+                std::slice::from_raw_parts(dst, len)
+            }
+        };
+        let se = SessionEventLoop {
+            thread_name: String::new(),
+            ch: se_ch.clone(),
+            filesystem: fs,
+            allowed: self.allowed,
+            session_owner: self.owner,
+        };
+        let sender = ChannelSender::to_entry(self.dev.clone(), self.entry.clone());
+        let served = std::panic::catch_unwind(AssertUnwindSafe(|| match RequestWithSender::new(sender, data) {
+            Some(req) => {
+                if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                    req.reply::<ReplyEmpty>().ok();
+                } else {
+                    req.dispatch(&se);
+                }
+                true
+            }
+            None => false,
+        }));
+        match served {
+            Ok(true) => {}
+            Ok(false) => warn!("io_uring queue {}: a request fuser cannot parse", self.qid),
+            Err(_) => error!("io_uring queue {}: a handler panicked; answered EIO", self.qid),
         }
-        // SAFETY: `out` is sized for the largest request.
-        let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), out.len() * 8) };
-        if len > dst.len() {
-            return None;
+        if !matches!(served, Ok(true)) {
+            self.entry.fail(unique);
         }
-        dst[..IN_HEADER_SIZE].copy_from_slice(&h[IN_OUT..IN_OUT + IN_HEADER_SIZE]);
-        dst[IN_HEADER_SIZE..IN_HEADER_SIZE + op_len].copy_from_slice(&h[OP_IN..OP_IN + op_len]);
-        let payload = b.payload();
-        dst[IN_HEADER_SIZE + op_len..len].copy_from_slice(&payload[..payload_sz]);
-        Some((len, commit_id))
+        (unique, commit_id)
     }
 }

@@ -18,6 +18,10 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// FUSE over io_uring (skillfs's fork): ring entries per CPU queue, if
+    /// the filesystem asks for `InitFlags::FUSE_OVER_IO_URING` at INIT and
+    /// the kernel offers it; 0 never starts it. See `crate::uring`.
+    pub io_uring_per_queue: usize,
 }
 
 /// Mount options accepted by the FUSE filesystem type
