@@ -163,6 +163,14 @@ impl Buffers {
         h
     }
 
+    /// The request's opcode (`fuse_in_header.opcode`).
+    fn opcode(&self) -> u32 {
+        let mut b = [0u8; 4];
+        // SAFETY: bytes 4..8 of the header; nobody writes it meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(self.header.add(4), b.as_mut_ptr(), 4) };
+        u32::from_ne_bytes(b)
+    }
+
     fn write_header(&self, at: usize, bytes: &[u8]) {
         assert!(at + bytes.len() <= HEADER_SIZE);
         // SAFETY: in bounds (checked); the caller owns the buffers now.
@@ -290,6 +298,29 @@ fn set_idle(idle: bool) -> bool {
     let policy = if idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
     // SAFETY: a valid sched_param for this thread (0: the calling thread).
     unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+}
+
+/// Operations whose handlers take microseconds and never block on a disk
+/// flush: served without leaving SCHED_IDLE (two system calls fewer; see
+/// `Worker::serve`). Every other one is served at SCHED_OTHER.
+fn quick(opcode: u32) -> bool {
+    use crate::ll::fuse_abi::fuse_opcode as op;
+    [
+        op::FUSE_LOOKUP as u32,
+        op::FUSE_GETATTR as u32,
+        op::FUSE_OPEN as u32,
+        op::FUSE_IOCTL as u32,
+        op::FUSE_RELEASE as u32,
+        op::FUSE_OPENDIR as u32,
+        op::FUSE_RELEASEDIR as u32,
+        op::FUSE_ACCESS as u32,
+        op::FUSE_READLINK as u32,
+        op::FUSE_STATFS as u32,
+        op::FUSE_GETXATTR as u32,
+        op::FUSE_LISTXATTR as u32,
+        op::FUSE_LSEEK as u32,
+    ]
+    .contains(&opcode)
 }
 
 /// Whether a thread may go to SCHED_IDLE and come back to SCHED_OTHER
@@ -601,8 +632,9 @@ impl<FS: Filesystem> Worker<FS> {
         // local); with this thread SCHED_OTHER the caller is moved to the
         // other, idle CPU at every reply, an IPI and a cold vCPU each (on
         // the 2-core VM of BENCHMARKS.md: 60 us a round trip instead of
-        // 15). While serving, the thread is SCHED_OTHER again, so that a
-        // busy CPU cannot starve a handler.
+        // 15). While serving anything but a quick lookup, getattr or open,
+        // the thread is SCHED_OTHER again, so that a busy CPU cannot
+        // starve a handler that writes, publishes or flushes.
         if self.idle_between {
             set_idle(true);
         }
@@ -639,9 +671,8 @@ impl<FS: Filesystem> Worker<FS> {
                 }
                 return;
             }
-            if self.idle_between {
-                set_idle(false);
-            }
+            // SCHED_OTHER to serve anything but a quick lookup or open.
+            let raised = self.idle_between && !quick(self.entry.bufs.opcode()) && set_idle(false);
             let (_, commit_id) = self.serve_one(weak.as_ref(), &se_ch, &mut copy);
             // Answered by now, or answered EIO here (module invariants).
             {
@@ -650,7 +681,7 @@ impl<FS: Filesystem> Worker<FS> {
                     replied = self.entry.done.wait(replied).unwrap_or_else(|p| p.into_inner());
                 }
             }
-            if self.idle_between {
+            if raised {
                 set_idle(true);
             }
             let e = sqe(self.dev.as_raw_fd(), CMD_COMMIT_AND_FETCH, self.qid, commit_id, None);
