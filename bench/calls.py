@@ -13,29 +13,110 @@ that a phase's ratio to native can be read as "native work + N round trips":
   py_open_read      open(p, "rb").read(), as the workload reads (3.11-3.13)
   py_open_read_raw  the same without the isatty call, as Python 3.14's open()
                     does for regular files
+  stat_after_read   os.stat right after the file was opened, read and closed
+                    (only the stat is timed)
+  rewrite           open(p, "w").write(2 KiB), as the workload's edit
+  stat_after_write  os.stat right after the file was rewritten (only the stat
+                    is timed)
   write_fsync       os.open(O_CREAT|O_TRUNC) + 4 KiB write + fsync + close of a
                     new file, as the workload's fsync phase
+  walk              os.walk of the 200 directories, listings cached (by a walk
+                    just before, untimed; per walk)
+  walk_changed      the same right after a new file was made in every
+                    directory (only the walk is timed; per walk)
 
-usage: calls.py ROOT [--files 2000] [--fsyncs 100] [--reps 5]
-Prints one JSON object: microseconds per call (median of the repeats).
+usage: calls.py ROOT [--files 2000] [--fsyncs 100] [--reps 5] [--trace]
+Prints one JSON object: microseconds per call (median of the repeats). With
+--trace (root; tracefs), instead the FUSE requests each call sends, per call,
+from the kernel's fuse_request_send tracepoint: {call: {opcode: count}}.
 """
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
 import statistics
+import subprocess
 import termios
 import time
 
+TRACING = "/sys/kernel/tracing"
 
-def per_call(fn, n, reps):
-    runs = []
-    for _ in range(reps):
+
+class Clock:
+    """Sums the time spent inside `timed()` blocks; in trace mode, turns the
+    tracepoint on only inside them."""
+
+    def __init__(self, tracer=None):
+        self.total = 0.0
+        self.tracer = tracer
+
+    @contextlib.contextmanager
+    def timed(self):
+        if self.tracer:
+            self.tracer.on()
         t = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t)
-    return statistics.median(runs) / n * 1e6
+        try:
+            yield
+        finally:
+            self.total += time.perf_counter() - t
+            if self.tracer:
+                self.tracer.off()
+
+
+class Tracer:
+    """The kernel's fuse_request_send events of one FUSE connection."""
+
+    def __init__(self, root):
+        if not os.path.isdir(os.path.join(TRACING, "events")):
+            subprocess.run(["mount", "-t", "tracefs", "nodev", TRACING], check=True)
+            self.mounted = True
+        else:
+            self.mounted = False
+        st = os.stat(root)
+        self.connection = os.minor(st.st_dev) if os.major(st.st_dev) == 0 else None
+        self.write("tracing_on", "0")
+        self.write("trace", "")
+        self.write("events/fuse/fuse_request_send/enable", "1")
+        self.on_fd = os.open(os.path.join(TRACING, "tracing_on"), os.O_WRONLY)
+
+    def write(self, name, value):
+        with open(os.path.join(TRACING, name), "w") as f:
+            f.write(value)
+
+    def on(self):
+        os.write(self.on_fd, b"1")
+
+    def off(self):
+        os.write(self.on_fd, b"0")
+
+    def take(self):
+        """Opcode counts since the last take, and clears the buffer."""
+        counts = {}
+        with open(os.path.join(TRACING, "trace")) as f:
+            for line in f:
+                if "fuse_request_send" not in line:
+                    continue
+                # "... connection 52 req 10 opcode 3 (FUSE_GETATTR) len 56"
+                parts = line.split()
+                try:
+                    conn = int(parts[parts.index("connection") + 1])
+                    name = parts[parts.index("opcode") + 2].strip("()").replace("FUSE_", "")
+                except (ValueError, IndexError):
+                    continue
+                if self.connection is not None and conn != self.connection:
+                    continue
+                counts[name] = counts.get(name, 0) + 1
+        self.write("trace", "")
+        return counts
+
+    def close(self):
+        os.close(self.on_fd)
+        self.write("events/fuse/fuse_request_send/enable", "0")
+        self.write("tracing_on", "1")
+        if self.mounted:
+            subprocess.run(["umount", TRACING])
 
 
 def main():
@@ -44,11 +125,13 @@ def main():
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--fsyncs", type=int, default=100)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--trace", action="store_true")
     args = ap.parse_args()
 
+    dirs = [os.path.join(args.root, "d%03d" % i) for i in range(200)]
     paths = []
     for i in range(args.files):
-        d = os.path.join(args.root, "d%03d" % (i % 200))
+        d = dirs[i % 200]
         os.makedirs(d, exist_ok=True)
         p = os.path.join(d, "f%05d.md" % i)
         with open(p, "wb") as f:
@@ -58,57 +141,124 @@ def main():
         with open(p, "rb") as f:
             f.read()
         os.stat(p)
-
-    def open_close():
-        for p in paths:
-            os.close(os.open(p, os.O_RDONLY))
+    for _ in os.walk(args.root):
+        pass
 
     fds = [os.open(p, os.O_RDONLY) for p in paths]
+    block = b"y" * 4096
+    text = "z" * 2048
+    rounds = iter(range(1_000_000))
 
-    def isatty():
-        for fd in fds:
-            try:
-                fcntl.ioctl(fd, termios.TCGETS, bytes(64))
-            except OSError:
-                pass
+    def open_close(c):
+        with c.timed():
+            for p in paths:
+                os.close(os.open(p, os.O_RDONLY))
 
-    def stat():
-        for p in paths:
-            os.stat(p)
+    def isatty(c):
+        with c.timed():
+            for fd in fds:
+                try:
+                    fcntl.ioctl(fd, termios.TCGETS, bytes(64))
+                except OSError:
+                    pass
 
-    def py_open_read():
+    def stat(c):
+        with c.timed():
+            for p in paths:
+                os.stat(p)
+
+    def py_open_read(c):
+        with c.timed():
+            for p in paths:
+                with open(p, "rb") as f:
+                    f.read()
+
+    def py_open_read_raw(c):
+        with c.timed():
+            for p in paths:
+                with open(p, "rb", buffering=0) as f:
+                    f.read()
+
+    def stat_after_read(c):
         for p in paths:
             with open(p, "rb") as f:
                 f.read()
+            with c.timed():
+                os.stat(p)
 
-    def py_open_read_raw():
+    def rewrite(c):
+        with c.timed():
+            for p in paths:
+                with open(p, "w") as f:
+                    f.write(text)
+
+    def stat_after_write(c):
         for p in paths:
-            with open(p, "rb", buffering=0) as f:
-                f.read()
+            with open(p, "w") as f:
+                f.write(text)
+            with c.timed():
+                os.stat(p)
 
-    block = b"y" * 4096
-    rounds = iter(range(1_000_000))
-
-    def write_fsync():
+    def write_fsync(c):
         r = next(rounds)
-        for k in range(args.fsyncs):
-            p = os.path.join(args.root, "d%03d" % (k % 200), ".state-%d-%d.bin" % (r, k))
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, block)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        with c.timed():
+            for k in range(args.fsyncs):
+                p = os.path.join(dirs[k % 200], ".state-%d-%d.bin" % (r, k))
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, block)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+    def walk(c):
+        for _ in os.walk(args.root):  # listings cached by this one
+            pass
+        with c.timed():
+            for _ in os.walk(args.root):
+                pass
+
+    def walk_changed(c):
+        r = next(rounds)
+        for d in dirs:
+            with open(os.path.join(d, "new-%d.md" % r), "w") as f:
+                f.write("n")
+        with c.timed():
+            for _ in os.walk(args.root):
+                pass
 
     n = len(paths)
-    out = {
-        "open_close": per_call(open_close, n, args.reps),
-        "isatty": per_call(isatty, n, args.reps),
-        "stat": per_call(stat, n, args.reps),
-        "py_open_read": per_call(py_open_read, n, args.reps),
-        "py_open_read_raw": per_call(py_open_read_raw, n, args.reps),
-        "write_fsync": per_call(write_fsync, args.fsyncs, args.reps),
+    calls = {
+        "open_close": (open_close, n),
+        "isatty": (isatty, n),
+        "stat": (stat, n),
+        "py_open_read": (py_open_read, n),
+        "py_open_read_raw": (py_open_read_raw, n),
+        "stat_after_read": (stat_after_read, n),
+        "rewrite": (rewrite, n),
+        "stat_after_write": (stat_after_write, n),
+        "write_fsync": (write_fsync, args.fsyncs),
+        "walk": (walk, 1),
+        "walk_changed": (walk_changed, 1),
     }
+    out = {}
+    if args.trace:
+        tracer = Tracer(args.root)
+        try:
+            for name, (fn, count) in calls.items():
+                tracer.take()
+                fn(Clock(tracer))
+                out[name] = {op: round(k / count, 2) for op, k in sorted(tracer.take().items())}
+        finally:
+            tracer.close()
+    else:
+        for name, (fn, count) in calls.items():
+            runs = []
+            for _ in range(args.reps):
+                c = Clock()
+                fn(c)
+                runs.append(c.total)
+            out[name] = statistics.median(runs) / count * 1e6
     for fd in fds:
         os.close(fd)
     print(json.dumps(out))

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Concurrency benchmark: 8 writers and 2 readers on native, bindfs and skillfs.
+"""Concurrency benchmark: 8 writers and 2 readers on native, bindfs and skillfs
+(classic transport, and FUSE over io_uring as skillfs-uring).
 
 Each writer rewrites its own 3 SKILL.md files and 4 shared ones, choosing at
 random (seeded) between a plain O_TRUNC rewrite, a rewrite + fsync, and an
@@ -11,10 +12,12 @@ the systems interleaved over REPS repeats; the median writes/s is printed
 for each, with its ratio to native.
 
 usage: bench/load.py [--seconds 20] [--reps 2] [--writers 8] [--readers 2]
-                     [--systems native,bindfs,skillfs] [--dir DIR]
+                     [--systems native,bindfs,skillfs,skillfs-uring] [--dir DIR]
                      [--also NAME=PATH-TO-ANOTHER-SKILLFS]
 Needs root for bindfs (installed with apt-get when missing) and a release
-build of skillfs (cargo build --release).
+build of skillfs (cargo build --release). skillfs-uring needs Linux 6.14+ with
+the fuse module's enable_uring on (switched on for the run, as root, and put
+back).
 """
 
 import argparse
@@ -157,15 +160,18 @@ class System:
             self.root = os.path.join(top, "mnt")
             os.makedirs(self.root)
             subprocess.run(["bindfs", "--multithreaded", plain, self.root], check=True)
-        elif self.name == "skillfs" or self.name in OTHER_BINS:
+        elif self.name in ("skillfs", "skillfs-uring") or self.name in OTHER_BINS:
             self.bin = str(OTHER_BINS.get(self.name, BIN))
-            subprocess.run([self.bin, "mount", plain], check=True, stdout=subprocess.DEVNULL)
+            transport = ["--transport", "uring" if self.name == "skillfs-uring" else "classic"]
+            if self.name in OTHER_BINS:
+                transport = []
+            subprocess.run([self.bin, "mount", plain] + transport, check=True, stdout=subprocess.DEVNULL)
         return self
 
     def __exit__(self, *exc):
         if self.name == "bindfs":
             subprocess.run(["umount", "-l", self.root])
-        elif self.name == "skillfs" or self.name in OTHER_BINS:
+        elif self.name in ("skillfs", "skillfs-uring") or self.name in OTHER_BINS:
             subprocess.run([self.bin, "umount", self.root], stdout=subprocess.DEVNULL)
         shutil.rmtree(self.top, ignore_errors=True)
 
@@ -177,7 +183,7 @@ def main():
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--writers", type=int, default=8)
     ap.add_argument("--readers", type=int, default=2)
-    ap.add_argument("--systems", default="native,bindfs,skillfs")
+    ap.add_argument("--systems", default="native,bindfs,skillfs,skillfs-uring")
     ap.add_argument("--dir", default=None, help="where to make the test directories")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=PATH",
                     help="another skillfs binary to run beside (e.g. an older build)")
@@ -195,6 +201,22 @@ def main():
     if "bindfs" in systems and shutil.which("bindfs") is None:
         subprocess.run("apt-get install -y -qq bindfs >/dev/null 2>&1 || "
                        "(apt-get update -qq && apt-get install -y -qq bindfs)", shell=True)
+    param = Path("/sys/module/fuse/parameters/enable_uring")
+    uring_was = param.read_text().strip() if param.exists() else None
+    if "skillfs-uring" in systems:
+        try:
+            param.write_text("1")
+        except OSError as e:
+            print("bench: no FUSE over io_uring here (%s): skillfs-uring left out" % e, file=sys.stderr)
+            systems.remove("skillfs-uring")
+    try:
+        run(args, systems)
+    finally:
+        if uring_was is not None and uring_was != "Y":
+            param.write_text("0")
+
+
+def run(args, systems):
     base = args.dir or tempfile.gettempdir()
     rates = {s: [] for s in systems}
     details = {s: [] for s in systems}

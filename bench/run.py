@@ -7,7 +7,10 @@ rotates every repeat; every repeat gets fresh directories and fresh mounts):
 
   native       a plain directory
   bindfs       bindfs --multithreaded over a plain directory (passthrough FUSE)
-  skillfs      skillfs mounted as root
+  skillfs      skillfs mounted as root, classic transport (/dev/fuse reads)
+  skillfs-uring skillfs mounted as root, FUSE over io_uring (where the kernel
+               has it: Linux 6.14+; the fuse module's enable_uring is switched
+               on for the run and put back)
   skillfs-user skillfs mounted by an unprivileged user (with --unprivileged)
 
 and prints every phase as a ratio to native in the same repeat (median of
@@ -15,7 +18,7 @@ the repeats), then the extra measurements: store size over bytes written,
 mount time of a large tree (first, then unchanged), daemon memory, and
 .history at 100,000 versions; and the cost of single calls (calls.py: an
 open, an isatty, a stat, a 4 KB write + fsync), which the phases are sums
-of.
+of, and the FUSE requests each call sends (calls.py --trace).
 
 usage: bench/run.py [--skills 1000] [--large 5000] [--reps 3] [--unprivileged]
                     [--versions 100000] [--markdown FILE]
@@ -41,18 +44,44 @@ REPO = HERE.parent
 BIN = REPO / "target" / "release" / "skillfs"
 NOBODY = 65534
 
-TARGETS = {  # phase key -> (label, skillfs target ratio)
-    "walk_first": ("loader walk, first after populate", 5.0),
-    "walk_warm": ("loader walk, warm (2nd and 3rd)", 3.0),
-    "readall": ("read every file", 3.0),
-    "stat_first": ("stat every file, first pass", 4.0),
-    "stat_again": ("stat every file, again", 1.2),
-    "edit": ("rewrite SKILL.md (write_text)", 2.5),
-    "atomic": ("atomic write (mkstemp + os.replace)", 1.6),
-    "sync": ("bundled-skill update (.bak, copytree, rmtree)", 2.0),
-    "fsync": ("4 KB write + fsync", 1.5),
-    "populate": ("populate (mkdir + write_text)", None),
+TARGETS = {  # phase key -> (label, skillfs target ratio, io_uring target ratio)
+    "walk_first": ("loader walk, first after populate", 5.0, 2.5),
+    "walk_warm": ("loader walk, warm (2nd and 3rd)", 3.0, 1.5),
+    "readall": ("read every file", 3.0, 2.5),
+    "stat_first": ("stat every file, first pass", 4.0, None),
+    "stat_again": ("stat every file, again", 1.2, None),
+    "edit": ("rewrite SKILL.md (write_text)", 2.5, None),
+    "atomic": ("atomic write (mkstemp + os.replace)", 1.6, None),
+    "sync": ("bundled-skill update (.bak, copytree, rmtree)", 2.0, 1.5),
+    "fsync": ("4 KB write + fsync", 1.5, 1.5),
+    "populate": ("populate (mkdir + write_text)", None, None),
 }
+
+URING_PARAM = Path("/sys/module/fuse/parameters/enable_uring")
+
+
+@contextlib.contextmanager
+def uring_enabled():
+    """Yields whether FUSE over io_uring is available, switching the fuse
+    module's enable_uring on (as root) for the run and back at the end."""
+    if not URING_PARAM.exists():
+        print("bench: this kernel has no FUSE over io_uring: skillfs-uring is left out", file=sys.stderr)
+        yield False
+        return
+    was = URING_PARAM.read_text().strip()
+    try:
+        if was != "Y":
+            URING_PARAM.write_text("1")
+        yield True
+    except OSError as e:
+        print("bench: cannot switch enable_uring on (%s): skillfs-uring is left out" % e, file=sys.stderr)
+        yield False
+    finally:
+        if was != "Y":
+            try:
+                URING_PARAM.write_text("0")
+            except OSError:
+                pass
 
 
 def workload_script():
@@ -188,7 +217,8 @@ def mounted(system, base):
     if user:
         os.chown(work, NOBODY, NOBODY)
         os.chown(root, NOBODY, NOBODY)
-    mount = [str(BIN), "mount", str(root)]
+    transport = "uring" if system == "skillfs-uring" else "classic"
+    mount = [str(BIN), "mount", str(root), "--transport", transport]
     sh(as_user(mount) if user else mount)
     try:
         yield root, work / ".skillfs" / "skills", user
@@ -214,13 +244,38 @@ def one_system(system, base, skills, phases, extras):
 
 
 CALLS = {  # key -> label (see calls.py)
-    "open_close": "open + close (one OPEN round trip)",
-    "isatty": "isatty ioctl on an open file (one IOCTL round trip)",
+    "open_close": "open + close",
+    "isatty": "isatty ioctl on an open file",
     "stat": "stat, cached",
-    "py_open_read": "Python open().read(), as the workload (3.11-3.13)",
+    "py_open_read": "Python open().read() of 2 KiB, as the workload (3.11-3.13)",
     "py_open_read_raw": "the same without isatty (Python 3.14's open)",
+    "stat_after_read": "stat right after an open, read, close",
+    "rewrite": "Python open('w').write() of 2 KiB over a file",
+    "stat_after_write": "stat right after that rewrite",
     "write_fsync": "new file: 4 KB write + fsync + close",
+    "walk": "os.walk of 200 directories, listings cached",
+    "walk_changed": "os.walk of 200 directories, each just changed",
 }
+
+
+def traces(systems, base):
+    """{system: {call: {opcode: requests per call}}} (FUSE systems only)."""
+    out = {}
+    for s in systems:
+        if s in ("native", "skillfs-user"):
+            continue
+        print("  per-call trace: %s" % s, file=sys.stderr)
+        with mounted(s, base) as (root, _store, _user):
+            cmd = [sys.executable, str(HERE / "calls.py"), str(root), "--trace", "--files", "400", "--fsyncs", "40"]
+            res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            out[s] = json.loads(res.stdout)
+    return out
+
+
+def fmt_trace(ops):
+    if not ops:
+        return "none"
+    return ", ".join("%s %s" % (op, ("%g" % k)) for op, k in sorted(ops.items(), key=lambda x: -x[1]))
 
 
 def per_call(systems, base, reps):
@@ -377,7 +432,13 @@ def main():
     ensure_tools(args.unprivileged)
     base = Path(args.dir or tempfile.mkdtemp(prefix="skillfs-bench-", dir="/tmp"))
     os.chmod(base, 0o755)
-    systems = ["native", "bindfs", "skillfs"] + (["skillfs-user"] if args.unprivileged else [])
+    with uring_enabled() as uring:
+        run_all(args, base, uring)
+
+
+def run_all(args, base, uring):
+    systems = ["native", "bindfs", "skillfs"] + (["skillfs-uring"] if uring else []) \
+        + (["skillfs-user"] if args.unprivileged else [])
     extras = {}
     report = []
     w = report.append
@@ -395,9 +456,9 @@ def main():
         ratios, native = interleaved(systems, base, skills, phases, args.reps, extras)
         cols = [s for s in systems if s != "native"]
         w("\n## %d skills (median of %d interleaved repeats; ratio to native in the same repeat)\n" % (skills, args.reps))
-        w("| phase | native | " + " | ".join(cols) + " | skillfs target |")
-        w("|---|---:|" + "---:|" * len(cols) + "---:|")
-        for key, (label, target) in TARGETS.items():
+        w("| phase | native | " + " | ".join(cols) + " | skillfs target | io_uring target |")
+        w("|---|---:|" + "---:|" * len(cols) + "---:|---:|")
+        for key, (label, target, uring_target) in TARGETS.items():
             if key not in native:
                 continue
             row = "| %s | %.1f ms |" % (label, statistics.median(native[key]) * 1000)
@@ -405,6 +466,7 @@ def main():
                 v = ratios[s].get(key)
                 row += " %s |" % fmt_ratio(statistics.median(v) if v else None)
             row += " %s |" % (("<= %.1fx" % target) if target else "")
+            row += " %s |" % (("<= %.1fx" % uring_target) if uring_target else "")
             w(row)
     calls = per_call(systems, base, args.reps)
     cols = [s for s in systems if s != "native"]
@@ -418,6 +480,13 @@ def main():
             v = statistics.median(calls[s][key])
             row += " %.1f us (%s) |" % (v, fmt_ratio(v / n))
         w(row)
+    tr = traces(systems, base)
+    tcols = [s for s in systems if s in tr]
+    w("\n## FUSE requests per call (calls.py --trace: the kernel's fuse_request_send events)\n")
+    w("| call | " + " | ".join(tcols) + " |")
+    w("|---|" + "---|" * len(tcols))
+    for key, label in CALLS.items():
+        w("| %s | " % label + " | ".join(fmt_trace(tr[s].get(key)) for s in tcols) + " |")
     w("\n## Store and memory\n")
     for (system, skills, what), vals in sorted(extras.items()):
         if what == "store_bytes":

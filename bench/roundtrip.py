@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""One FUSE round trip, alone: an ioctl(TCGETS) that no filesystem answers,
+on a file of a mounted skillfs, per transport, with the caller left to the
+scheduler, pinned to CPU 0, and pinned to CPU 1; optionally with busy loops
+on every CPU (--hogs), and with the worst single call.
+
+usage: bench/roundtrip.py [--calls 20000] [--hogs] [--transports classic,uring]
+Needs root (it mounts in a temporary directory) and a release build
+(cargo build --release); switches the fuse module's enable_uring on for the
+run and back. Prints a markdown table: mean microseconds per call (worst).
+"""
+
+import argparse
+import fcntl
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = REPO / "target" / "release" / "skillfs"
+PARAM = Path("/sys/module/fuse/parameters/enable_uring")
+
+
+def calls(path, n):
+    fd = os.open(path, os.O_RDONLY)
+    worst = 0.0
+    t = time.perf_counter()
+    for _ in range(n):
+        a = time.perf_counter()
+        try:
+            fcntl.ioctl(fd, termios.TCGETS, bytes(64))
+        except OSError:
+            pass
+        worst = max(worst, time.perf_counter() - a)
+    total = time.perf_counter() - t
+    os.close(fd)
+    return total / n * 1e6, worst * 1e3
+
+
+def hog():
+    while True:
+        pass
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--hogs", action="store_true")
+    ap.add_argument("--transports", default="classic,uring")
+    args = ap.parse_args()
+    if not BIN.exists():
+        sys.exit("bench: build the release binary first: cargo build --release")
+    was = PARAM.read_text().strip() if PARAM.exists() else None
+    if was is not None and was != "Y":
+        PARAM.write_text("1")
+    cpus = sorted(os.sched_getaffinity(0))
+    rows = []
+    try:
+        for transport in args.transports.split(","):
+            top = Path(tempfile.mkdtemp(prefix="roundtrip-"))
+            root = top / "skills"
+            root.mkdir()
+            subprocess.run([str(BIN), "mount", str(root), "--transport", transport], check=True,
+                           stdout=subprocess.DEVNULL)
+            hogs = []
+            try:
+                (root / "f").write_text("x")
+                if args.hogs:
+                    hogs = [mp.Process(target=hog, daemon=True) for _ in cpus]
+                    for h in hogs:
+                        h.start()
+                    time.sleep(0.5)
+                row = [transport]
+                for pin in [None] + cpus[:2]:
+                    os.sched_setaffinity(0, set(cpus) if pin is None else {pin})
+                    mean, worst = calls(root / "f", args.calls)
+                    row.append("%.1f (%.1f ms)" % (mean, worst))
+                os.sched_setaffinity(0, set(cpus))
+                rows.append(row)
+            finally:
+                for h in hogs:
+                    h.terminate()
+                subprocess.run([str(BIN), "umount", str(root)], stdout=subprocess.DEVNULL)
+                shutil.rmtree(top, ignore_errors=True)
+    finally:
+        if was is not None and was != "Y":
+            PARAM.write_text("0")
+    print("| transport | caller unpinned | pinned to CPU %d | pinned to CPU %d |" % tuple(cpus[:2]))
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    main()
