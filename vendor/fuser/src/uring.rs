@@ -195,8 +195,17 @@ impl Drop for Buffers {
 pub(crate) struct Entry {
     bufs: Buffers,
     /// Whether the current request has its reply in the buffers.
-    replied: Mutex<bool>,
+    replied: Mutex<Replied>,
     done: Condvar,
+}
+
+/// The reply's state for the request in hand.
+#[derive(Default)]
+struct Replied {
+    done: bool,
+    /// The entry's thread waits for a reply sent from another thread
+    /// (only then is the condvar signalled: a wake is a system call).
+    waiting: bool,
 }
 
 impl std::fmt::Debug for Entry {
@@ -212,7 +221,7 @@ impl Entry {
     /// it on `/dev/fuse`).
     pub(crate) fn send(&self, data: &[io::IoSlice<'_>]) -> io::Result<()> {
         let mut replied = self.replied.lock().unwrap_or_else(|p| p.into_inner());
-        if *replied {
+        if replied.done {
             return Err(io::Error::other("a second reply to one io_uring request"));
         }
         let mut head = [0u8; OUT_HEADER_SIZE];
@@ -245,9 +254,12 @@ impl Entry {
         self.bufs.write_header(IN_OUT, &head);
         self.bufs
             .write_header(ENT_IN_OUT + 16, &(n as u32).to_ne_bytes());
-        *replied = true;
+        replied.done = true;
+        let waiting = replied.waiting;
         drop(replied);
-        self.done.notify_all();
+        if waiting {
+            self.done.notify_all();
+        }
         Ok(())
     }
 
@@ -520,7 +532,7 @@ pub(crate) fn prepare<FS: Filesystem + 'static>(
                 .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
             let entry = Arc::new(Entry {
                 bufs: Buffers::new(payload_len)?,
-                replied: Mutex::new(false),
+                replied: Mutex::new(Replied::default()),
                 done: Condvar::new(),
             });
             let worker = Worker {
@@ -677,7 +689,8 @@ impl<FS: Filesystem> Worker<FS> {
             // Answered by now, or answered EIO here (module invariants).
             {
                 let mut replied = self.entry.replied.lock().unwrap_or_else(|p| p.into_inner());
-                while !*replied {
+                while !replied.done {
+                    replied.waiting = true;
                     replied = self.entry.done.wait(replied).unwrap_or_else(|p| p.into_inner());
                 }
             }
@@ -703,7 +716,7 @@ impl<FS: Filesystem> Worker<FS> {
         se_ch: &Channel,
         copy: &mut Vec<u64>,
     ) -> (u64, u64) {
-        *self.entry.replied.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        *self.entry.replied.lock().unwrap_or_else(|p| p.into_inner()) = Replied::default();
         let b = &self.entry.bufs;
         let h = b.read_header();
         let word = |at: usize| u64::from_ne_bytes(h[at..at + 8].try_into().unwrap_or_default());
