@@ -46,13 +46,21 @@ export SKILLFS_HERMES_PYTHON
 # fuse module's enable_uring on: as root it is switched on for the run and
 # put back as it was at exit.
 uring_param=/sys/module/fuse/parameters/enable_uring
+# (tests/transport.rs switches kernel.io_uring_disabled for one test and puts
+# it back; a run killed midway would leave it set: put back here too.)
+uring_disabled=/proc/sys/kernel/io_uring_disabled
+uring_disabled_was=$(cat "$uring_disabled" 2>/dev/null || true)
+restore_uring() {
+    [ -z "${uring_was:-}" ] || [ "$uring_was" = Y ] || echo "$uring_was" > "$uring_param" 2>/dev/null || true
+    [ -z "$uring_disabled_was" ] || echo "$uring_disabled_was" > "$uring_disabled" 2>/dev/null || true
+}
+trap restore_uring EXIT
 transports=classic
 if [ -e "$uring_param" ]; then
     uring_was=$(cat "$uring_param")
     if [ "$uring_was" = Y ]; then
         transports="classic uring"
     elif [ "$(id -u)" = 0 ] && echo 1 > "$uring_param" 2>/dev/null; then
-        trap 'echo "$uring_was" > "$uring_param" 2>/dev/null || true' EXIT
         transports="classic uring"
     else
         echo "test: $uring_param is off and not ours to switch: io_uring is not tested" >&2
@@ -102,7 +110,7 @@ SKILLFS_PORTABLE_FSYNC=1 SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posi
 if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null 2>&1; then
     img=$(mktemp /tmp/skillfs-ext4.XXXXXX)
     mnt=$(mktemp -d /tmp/skillfs-ext4-mnt.XXXXXX)
-    trap 'umount -l "$mnt" 2>/dev/null; rm -rf "$img" "$mnt"; [ -z "${uring_was:-}" ] || echo "$uring_was" > "$uring_param" 2>/dev/null || true' EXIT
+    trap 'umount -l "$mnt" 2>/dev/null; rm -rf "$img" "$mnt"; restore_uring' EXIT
     # Room for the concurrency tests' 512 MiB park and its blob, one at a time.
     truncate -s 3G "$img"
     mkfs.ext4 -q -F "$img"

@@ -140,7 +140,8 @@ pub fn mount(
             info.queues, info.per_queue
         )),
         (Some(Err(e)), _) => Err(format!(
-            "the kernel refused it ({e}); requests come through /dev/fuse"
+            "the kernel refused a registration ({e}): requests come through /dev/fuse, or \
+             through the entries that did register if every CPU got one"
         )),
         (None, Some(e)) => Err(format!("it could not be set up ({e})")),
         (None, None) => Err(match (transport, &why_not) {

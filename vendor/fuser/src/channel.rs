@@ -87,18 +87,19 @@ impl Channel {
 /// Where replies go: `/dev/fuse`, or (skillfs's fork) the io_uring entry
 /// the request came from.
 #[derive(Clone, Debug)]
-pub(crate) struct ChannelSender(Arc<DevFuse>, Option<Arc<crate::uring::Entry>>);
+pub(crate) struct ChannelSender(Arc<DevFuse>, Option<(Arc<crate::uring::Entry>, u64)>);
 
 impl ChannelSender {
     /// A sender whose replies go to an io_uring entry; its notifications
     /// and backing ids still use the device.
-    pub(crate) fn to_entry(dev: Arc<DevFuse>, entry: Arc<crate::uring::Entry>) -> Self {
-        ChannelSender(dev, Some(entry))
+    /// (`generation`: which request of the entry this reply answers.)
+    pub(crate) fn to_entry(dev: Arc<DevFuse>, entry: Arc<crate::uring::Entry>, generation: u64) -> Self {
+        ChannelSender(dev, Some((entry, generation)))
     }
 
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
-        if let Some(entry) = &self.1 {
-            return entry.send(bufs);
+        if let Some((entry, generation)) = &self.1 {
+            return entry.send(*generation, bufs);
         }
         let rc = nix::sys::uio::writev(&self.0, bufs)?;
         // writev is atomic, so do not need to check how many bytes are written.

@@ -163,14 +163,6 @@ impl Buffers {
         h
     }
 
-    /// The request's opcode (`fuse_in_header.opcode`).
-    fn opcode(&self) -> u32 {
-        let mut b = [0u8; 4];
-        // SAFETY: bytes 4..8 of the header; nobody writes it meanwhile.
-        unsafe { std::ptr::copy_nonoverlapping(self.header.add(4), b.as_mut_ptr(), 4) };
-        u32::from_ne_bytes(b)
-    }
-
     fn write_header(&self, at: usize, bytes: &[u8]) {
         assert!(at + bytes.len() <= HEADER_SIZE);
         // SAFETY: in bounds (checked); the caller owns the buffers now.
@@ -202,6 +194,10 @@ pub(crate) struct Entry {
 /// The reply's state for the request in hand.
 #[derive(Default)]
 struct Replied {
+    /// Which request of this entry is in hand (counts up): a reply for an
+    /// earlier one (sent late from another thread, after its request was
+    /// answered EIO) is dropped, never written over the next request.
+    generation: u64,
     done: bool,
     /// The entry's thread waits for a reply sent from another thread
     /// (only then is the condvar signalled: a wake is a system call).
@@ -219,10 +215,10 @@ impl Entry {
     /// the entry's buffers: the header in `in_out`, the rest as payload.
     /// A second reply to one request is dropped (as the kernel would refuse
     /// it on `/dev/fuse`).
-    pub(crate) fn send(&self, data: &[io::IoSlice<'_>]) -> io::Result<()> {
+    pub(crate) fn send(&self, generation: u64, data: &[io::IoSlice<'_>]) -> io::Result<()> {
         let mut replied = self.replied.lock().unwrap_or_else(|p| p.into_inner());
-        if replied.done {
-            return Err(io::Error::other("a second reply to one io_uring request"));
+        if replied.done || replied.generation != generation {
+            return Err(io::Error::other("a second or late reply to an io_uring request"));
         }
         let mut head = [0u8; OUT_HEADER_SIZE];
         let (mut h, mut n) = (0, 0);
@@ -265,11 +261,12 @@ impl Entry {
 
     /// EIO for request `unique`, unless it has its reply already.
     fn fail(&self, unique: u64) {
+        let generation = self.replied.lock().unwrap_or_else(|p| p.into_inner()).generation;
         let mut out = [0u8; OUT_HEADER_SIZE];
         out[0..4].copy_from_slice(&(OUT_HEADER_SIZE as u32).to_ne_bytes());
         out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
         out[8..16].copy_from_slice(&unique.to_ne_bytes());
-        let _ = self.send(&[io::IoSlice::new(&out)]);
+        let _ = self.send(generation, &[io::IoSlice::new(&out)]);
     }
 }
 
@@ -312,17 +309,30 @@ fn set_idle(idle: bool) -> bool {
     unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
 }
 
-/// Operations whose handlers take microseconds and never block on a disk
-/// flush: served without leaving SCHED_IDLE (two system calls fewer; see
-/// `Worker::serve`). Every other one is served at SCHED_OTHER.
-fn quick(opcode: u32) -> bool {
+/// Requests whose handlers take microseconds and never publish or flush:
+/// served without leaving SCHED_IDLE (two system calls fewer; see
+/// `Worker::serve`). An OPEN or RELEASE counts only for a read-only handle
+/// (an open with O_TRUNC, or the release of a written handle, publishes).
+/// Every other request is served at SCHED_OTHER. `h` is the entry's header.
+fn quick(h: &[u8; HEADER_SIZE]) -> bool {
     use crate::ll::fuse_abi::fuse_opcode as op;
+    let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap_or_default());
+    let opcode = word(4);
+    let read_only = |flags: u32| {
+        flags & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32 && flags & libc::O_TRUNC as u32 == 0
+    };
+    if opcode == op::FUSE_OPEN as u32 {
+        // fuse_open_in.flags
+        return read_only(word(OP_IN));
+    }
+    if opcode == op::FUSE_RELEASE as u32 {
+        // fuse_release_in.flags, after the 8-byte handle
+        return read_only(word(OP_IN + 8));
+    }
     [
         op::FUSE_LOOKUP as u32,
         op::FUSE_GETATTR as u32,
-        op::FUSE_OPEN as u32,
         op::FUSE_IOCTL as u32,
-        op::FUSE_RELEASE as u32,
         op::FUSE_OPENDIR as u32,
         op::FUSE_RELEASEDIR as u32,
         op::FUSE_ACCESS as u32,
@@ -339,9 +349,10 @@ fn quick(opcode: u32) -> bool {
 /// (coming back needs CAP_SYS_NICE or a RLIMIT_NICE of 20): tried in a
 /// thread of its own, which ends either way.
 fn can_idle_and_return() -> bool {
-    std::thread::spawn(|| set_idle(true) && set_idle(false))
-        .join()
-        .unwrap_or(false)
+    std::thread::Builder::new()
+        .name("fuse-uring-probe".into())
+        .spawn(|| set_idle(true) && set_idle(false))
+        .is_ok_and(|t| t.join().unwrap_or(false))
 }
 
 /// The command area of the SQE: `struct fuse_uring_cmd_req`.
@@ -442,8 +453,9 @@ impl Prepared {
     /// each to be accepted or refused. A refusal also makes the kernel
     /// fall back to `/dev/fuse` (it clears the connection's io_uring), so
     /// an error here leaves a working mount on the classic transport —
-    /// unless the other queues' entries still made the ring ready, which
-    /// the error says.
+    /// unless the other queues' entries still made the ring ready (every
+    /// queue got one), in which case requests come through the ring all
+    /// the same: the caller cannot tell which.
     pub(crate) fn register(self) -> io::Result<UringInfo> {
         self.signal(true);
         let total = self.info.queues * self.info.per_queue;
@@ -505,8 +517,12 @@ pub(crate) fn prepare<FS: Filesystem + 'static>(
     owner: nix::unistd::Uid,
 ) -> io::Result<Prepared> {
     let cpus = possible_cpus()?;
-    if cpus.iter().any(|&c| c > usize::from(u16::MAX)) {
-        return Err(io::Error::other("a CPU id too large for a FUSE queue id"));
+    // The kernel makes one queue per possible CPU and takes qid = CPU id
+    // below their count: a gap in the ids leaves a CPU with no queue.
+    if cpus.iter().enumerate().any(|(i, &c)| i != c) || cpus.len() > usize::from(u16::MAX) {
+        return Err(io::Error::other(
+            "the possible CPUs are not numbered 0..n (FUSE's io_uring queues need that)",
+        ));
     }
     let payload_len = payload_len.max(MIN_PAYLOAD);
     let idle_between = can_idle_and_return();
@@ -657,6 +673,11 @@ impl<FS: Filesystem> Worker<FS> {
                     match self.ring.submit_and_wait(1) {
                         Ok(_) => {}
                         Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                        // Transient: the submission stays queued; try again.
+                        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY | libc::ENOMEM)) => {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                            continue;
+                        }
                         Err(e) => {
                             error!("io_uring queue {}: {e}: this entry stops serving", self.qid);
                             // The kernel may still hold the entry: its
@@ -684,7 +705,13 @@ impl<FS: Filesystem> Worker<FS> {
                 return;
             }
             // SCHED_OTHER to serve anything but a quick lookup or open.
-            let raised = self.idle_between && !quick(self.entry.bufs.opcode()) && set_idle(false);
+            let raised = self.idle_between && !quick(&self.entry.bufs.read_header()) && {
+                let ok = set_idle(false);
+                if !ok {
+                    warn!("io_uring queue {}: could not leave SCHED_IDLE to serve", self.qid);
+                }
+                ok
+            };
             let (_, commit_id) = self.serve_one(weak.as_ref(), &se_ch, &mut copy);
             // Answered by now, or answered EIO here (module invariants).
             {
@@ -716,7 +743,15 @@ impl<FS: Filesystem> Worker<FS> {
         se_ch: &Channel,
         copy: &mut Vec<u64>,
     ) -> (u64, u64) {
-        *self.entry.replied.lock().unwrap_or_else(|p| p.into_inner()) = Replied::default();
+        let generation = {
+            let mut r = self.entry.replied.lock().unwrap_or_else(|p| p.into_inner());
+            let generation = r.generation.wrapping_add(1);
+            *r = Replied {
+                generation,
+                ..Replied::default()
+            };
+            generation
+        };
         let b = &self.entry.bufs;
         let h = b.read_header();
         let word = |at: usize| u64::from_ne_bytes(h[at..at + 8].try_into().unwrap_or_default());
@@ -763,7 +798,7 @@ impl<FS: Filesystem> Worker<FS> {
             allowed: self.allowed,
             session_owner: self.owner,
         };
-        let sender = ChannelSender::to_entry(self.dev.clone(), self.entry.clone());
+        let sender = ChannelSender::to_entry(self.dev.clone(), self.entry.clone(), generation);
         let served = std::panic::catch_unwind(AssertUnwindSafe(|| match RequestWithSender::new(sender, data) {
             Some(req) => {
                 if let Ok(Operation::Destroy(_)) = req.request.operation() {
