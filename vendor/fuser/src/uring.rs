@@ -705,14 +705,17 @@ impl<FS: Filesystem> Worker<FS> {
                 return;
             }
             // SCHED_OTHER to serve anything but a quick lookup or open.
-            let raised = self.idle_between && !quick(&self.entry.bufs.read_header()) && {
+            // The header, copied once: the kernel does not write it until
+            // the commit.
+            let h = self.entry.bufs.read_header();
+            let raised = self.idle_between && !quick(&h) && {
                 let ok = set_idle(false);
                 if !ok {
                     warn!("io_uring queue {}: could not leave SCHED_IDLE to serve", self.qid);
                 }
                 ok
             };
-            let (_, commit_id) = self.serve_one(weak.as_ref(), &se_ch, &mut copy);
+            let (_, commit_id) = self.serve_one(&h, weak.as_ref(), &se_ch, &mut copy);
             // Answered by now, or answered EIO here (module invariants).
             {
                 let mut replied = self.entry.replied.lock().unwrap_or_else(|p| p.into_inner());
@@ -739,6 +742,7 @@ impl<FS: Filesystem> Worker<FS> {
     /// that cannot be dispatched is answered EIO.
     fn serve_one(
         &self,
+        h: &[u8; HEADER_SIZE],
         weak: Option<&Weak<FilesystemHolder<FS>>>,
         se_ch: &Channel,
         copy: &mut Vec<u64>,
@@ -753,7 +757,6 @@ impl<FS: Filesystem> Worker<FS> {
             generation
         };
         let b = &self.entry.bufs;
-        let h = b.read_header();
         let word = |at: usize| u64::from_ne_bytes(h[at..at + 8].try_into().unwrap_or_default());
         let len = u32::from_ne_bytes(h[0..4].try_into().unwrap_or_default()) as usize;
         let unique = word(IN_OUT + 8);
