@@ -13,7 +13,9 @@
 # there is one), then mounts (see mount-scripts/skillfs-mount). Without
 # Rust it says how to get it; with $PREFIX/bin not on PATH it says how to
 # add it. Safe to run again: after an update it restarts a daemon still
-# running the older binary (its unmount publishes what is open first).
+# running the older binary once nothing is inside its mount; while the
+# mount is busy (the agent running) the older daemon keeps serving, every
+# write versioned, and `skillfs status` says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

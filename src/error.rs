@@ -11,7 +11,8 @@
 //! holding history already for `import`), 5 damaged journal (or damaged
 //! parts of the agent's history skipped by `import`), 6 the kernel refused
 //! the mount, 7 bad hide rules or config file, 8 not in history (unknown
-//! id or alias, path absent then).
+//! id or alias, path absent then), 9 busy (an unmount refused while
+//! processes are inside the mount; nothing changed).
 //!
 //! Locks: none; these are values.
 
@@ -238,6 +239,9 @@ pub enum Exit {
     MountRefused = 6,
     BadRules = 7,
     NotFound = 8,
+    /// An unmount refused: processes are inside the mount (`umount(8)`'s
+    /// "target is busy"); nothing was changed.
+    Busy = 9,
 }
 
 /// `message` with its control characters escaped: one line, which no

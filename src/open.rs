@@ -33,6 +33,7 @@ pub fn open_core(root: &Path, store: &Path, rules: RuleArgs) -> Result<Core, Fai
         allow_other: false,
         transport: crate::fuse::Transport::Classic,
         rules,
+        wait: false,
     };
     Ok(Core {
         prepared: prepare(&args)?,

@@ -368,7 +368,7 @@ fn undo_of_an_empty_history_and_restore_on_a_dead_mount_are_refused() {
         vec!["undo", "--root", &r],
     ] {
         let out = skillfs_in(Path::new("/"), &args);
-        assert_refused(&out, 3, &["daemon died", "skillfs umount"]);
+        assert_refused(&out, 3, &["daemon died", "skillfs mount"]);
     }
     m.detach();
 }

@@ -90,3 +90,58 @@ fn an_unprivileged_owner_mounts_writes_and_unmounts() {
 fn common_fusermount() -> bool {
     Command::new("fusermount3").arg("-V").output().is_ok()
 }
+
+/// As a user (fusermount3): a busy unmount is refused and changes nothing,
+/// and `skillfs mount` recovers the mount after its daemon is killed.
+#[test]
+fn an_unprivileged_owner_is_refused_a_busy_unmount_and_recovers_a_dead_mount() {
+    assert!(common_fusermount(), "fusermount3 is required");
+    let s = Scratch::new("unpriv-life");
+    let root = s.root();
+    if unsafe { libc::geteuid() } == 0 {
+        chown(&s.dir, Some(NOBODY), Some(NOBODY)).unwrap();
+        chown(&root, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let _guard = Detach(root.clone());
+    let bin = s.dir.join("skillfs");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    let bin = bin.to_str().unwrap();
+    let r = root.to_str().unwrap();
+    let out = as_user(&[bin, "mount", r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    // A shell of the user's inside the mount.
+    let mut holder = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["sh", "-c", &format!("cd '{r}' && exec sleep 60")])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = as_user(&[bin, "umount", r]);
+    assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("(sleep: cwd)"),
+        "{}",
+        describe(&out)
+    );
+    assert!(is_mounted(&root));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // Killed: a dead mount, which the same `mount` recovers.
+    let store = s.dir.join(".skillfs/skills");
+    let pid = common::daemon_pid(&store).unwrap();
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    common::wait_unlocked(&store);
+    let out = as_user(&[bin, "mount", r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dead mount"));
+    let out = as_user(&["sh", "-c", &format!("echo v > '{r}/after.md'")]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = as_user(&[bin, "log", "--all", "--root", r]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("after.md"),
+        "{}",
+        describe(&out)
+    );
+    let out = as_user(&[bin, "umount", r]);
+    assert!(out.status.success(), "{}", describe(&out));
+}

@@ -263,7 +263,8 @@ impl Target {
             return Err(Failure::new(
                 Exit::BadRoot,
                 format!(
-                    "'{}' is a mount whose daemon died; run `skillfs umount {}`, then mount it again",
+                    "'{}' is a mount whose daemon died: run `skillfs mount {}`, which detaches it, \
+                     checks the store and mounts again",
                     m.mount_point.display(),
                     m.mount_point.display()
                 ),

@@ -64,7 +64,8 @@ Exit codes:
   4 bad store (for import: it holds history already)
   5 damaged journal (for import: damaged parts skipped, the rest imported)
   6 the mount was refused
-  7 bad hide rules or config                    8 not in history";
+  7 bad hide rules or config                    8 not in history
+  9 busy (umount refused: processes are inside the mount; nothing changed)";
 
 /// A versioning filesystem for an AI agent's skills directory: every write
 /// is a copy-on-write version kept in a store beside the directory.
@@ -88,18 +89,30 @@ Examples:
   skillfs mount ~/.hermes --versioned skills   the agent's home, versioning skills/
   skillfs mount ~/.claude/skills               a skills directory alone")]
     Mount(MountCmd),
-    /// Publish what is open, then unmount ROOT.
+    /// Unmount ROOT once nothing is inside it; refuse (exit 9) while busy.
+    ///
+    /// As umount(8): while any process has a file open, a directory as its
+    /// working directory or a file mapped inside the mount, nothing is
+    /// changed: the mount stays up and versioned, and the command names
+    /// the processes (pid and command) and exits 9. --lazy detaches at once
+    /// instead, as `umount -l`: the daemon serves what is open until it is
+    /// closed, and new writes under ROOT go to the plain directory,
+    /// unversioned until the next mount.
     #[command(
         visible_alias = "unmount",
-        after_help = "Example:\n  skillfs umount ~/.hermes"
+        after_help = "Examples:\n  skillfs umount ~/.hermes\n  skillfs umount --lazy ~/.hermes   detach now, even while busy"
     )]
     Umount {
         /// The mount point (a home mounted with --versioned, or the
         /// versioned directory itself).
         root: PathBuf,
-        /// Seconds to wait for the daemon to finish.
+        /// Seconds to wait for the daemon to finish once unmounted.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        /// Detach now even if busy (writes by path then bypass versioning
+        /// until the next mount).
+        #[arg(long, short = 'l')]
+        lazy: bool,
     },
     /// Mount state, history (changes, versions, oldest and newest), store
     /// size and what dedup saves, parks waiting for the sweep, rules.
@@ -308,6 +321,11 @@ struct MountCmd {
     /// Stay in the foreground instead of returning once the mount is ready.
     #[arg(long)]
     foreground: bool,
+    /// Over a mount served by an older skillfs daemon (after an upgrade):
+    /// wait until nothing is inside it to restart it on this binary,
+    /// instead of leaving the older daemon serving.
+    #[arg(long)]
+    wait: bool,
     /// Threads serving requests.
     #[arg(long, default_value_t = 4)]
     threads: usize,
@@ -401,6 +419,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 park_max_age: m.park_max_age,
                 allow_short_park_max_age: m.allow_short_park_max_age,
             },
+            wait: m.wait,
         }),
         Cmd::Import { at, dry_run } => import::import(
             &MountArgs {
@@ -412,11 +431,16 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 allow_other: false,
                 transport: crate::fuse::Transport::Classic,
                 rules: crate::hide::RuleArgs::default(),
+                wait: false,
             },
             dry_run,
         ),
-        Cmd::Umount { root, timeout } => {
-            let msg = daemon::umount(&root, Duration::from_secs(timeout))?;
+        Cmd::Umount {
+            root,
+            timeout,
+            lazy,
+        } => {
+            let msg = daemon::umount(&root, Duration::from_secs(timeout), lazy)?;
             println!("{msg}");
             Ok(())
         }

@@ -99,12 +99,32 @@ pub fn status(t: &Target) -> Result<(), Failure> {
     let state = match (&t.mount, StoreLock::holder(layout)) {
         (Some(_), Some(pid)) => format!("mounted (daemon pid {pid})"),
         (Some(m), None) => format!(
-            "mounted, but its daemon is not running (run `skillfs umount {}`)",
+            "mounted, but its daemon is not running (a dead mount: `skillfs mount {}` \
+             recovers it)",
             m.mount_point.display()
         ),
-        (None, _) => "not mounted".to_string(),
+        (None, Some(pid)) => format!(
+            "not mounted; a daemon (pid {pid}) still serves files left open in a detached \
+             mount, and ends when they are closed"
+        ),
+        (None, None) => "not mounted".to_string(),
     };
     row("state", state);
+    // After an upgrade the running daemon is the binary as it was.
+    if let Some(m) = &t.mount
+        && let Some(pid) = StoreLock::daemon(layout)
+        && crate::daemon::runs_this_binary(pid).is_ok_and(|same| !same)
+    {
+        row(
+            "daemon",
+            format!(
+                "pid {pid} runs an older skillfs (its binary was replaced since it started): \
+                 `skillfs mount {}` restarts it on this one when the mount is quiet (--wait \
+                 waits for that)",
+                m.mount_point.display()
+            ),
+        );
+    }
     if t.mount.is_some() && StoreLock::holder(layout).is_some() {
         let transport = match crate::daemon::control::ask(
             &layout.dir,

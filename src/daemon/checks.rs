@@ -144,7 +144,8 @@ pub(super) fn check_root(root: &Path) -> Result<(), Failure> {
             return Err(Failure::new(
                 Exit::BadRoot,
                 format!(
-                    "ROOT '{}' is a mount whose daemon died; run `skillfs umount {}` first",
+                    "ROOT '{}' is a dead mount of another store (its daemon died): run \
+                     `skillfs umount {}` first",
                     root.display(),
                     root.display()
                 ),

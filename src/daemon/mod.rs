@@ -13,7 +13,10 @@
 //!   to it;
 //! - `run`: the daemon's life: the mount, the signal and sweep threads, the
 //!   shutdown;
-//! - `unmount`: `skillfs umount` and detaching a mount;
+//! - `unmount`: `skillfs umount`, unmounting a quiet mount, detaching one;
+//! - `holders`: who keeps a mount busy (for the message of a refusal);
+//! - `lifecycle`: `skillfs mount` over a mount that is there already (a
+//!   dead one recovered, an older daemon upgraded when quiet);
 //! - `control`: the socket in the store by which a command asks the
 //!   mounted daemon to do work on it (`forget`).
 //!
@@ -28,6 +31,8 @@
 
 mod checks;
 pub mod control;
+pub mod holders;
+mod lifecycle;
 mod mountinfo;
 mod prepare;
 mod run;
@@ -35,8 +40,9 @@ mod spawn;
 mod unmount;
 
 pub use checks::{absolute_root, default_store_of, store_dir};
+pub use lifecycle::runs_this_binary;
 pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mount_serving, mounts, versioned_root_of};
 pub use prepare::{MountArgs, import};
 pub(crate) use prepare::{Prepared, prepare};
 pub use run::mount;
-pub use unmount::{lazy_unmount, umount};
+pub use unmount::{Quiet, busy_failure, lazy_unmount, umount, unmount_if_quiet};

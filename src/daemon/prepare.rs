@@ -49,6 +49,9 @@ pub struct MountArgs {
     /// How requests reach the daemon (see `fuse::Transport`).
     pub transport: crate::fuse::Transport,
     pub rules: RuleArgs,
+    /// Over a mount served by an older daemon: wait for it to be quiet
+    /// (see `lifecycle`), instead of leaving it serving.
+    pub wait: bool,
 }
 
 /// A core ready to serve, its store locked (see `crate::open`).
@@ -137,7 +140,14 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
     // What the user should hear of, on the terminal of a background mount
     // as in the log (see `run`).
     let mut warnings: Vec<String> = Vec::new();
-    let name = args.versioned.as_deref().map(versioned_name).transpose()?;
+    let name = match args.versioned.as_deref() {
+        Some(v) => Some(versioned_name(v)?),
+        // The store remembers what it versions: a home mounted before
+        // with `--versioned NAME` is mounted the same way again.
+        None => remembered_name(&mount_point, args.store.as_deref())?
+            .map(|n| versioned_name(Path::new(&n)))
+            .transpose()?,
+    };
     let root = match &name {
         None => mount_point.clone(),
         Some(n) => mount_point.join(n),
@@ -261,6 +271,22 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
         blobs,
         retention: config.retention,
     })
+}
+
+/// The versioned name a store records for a mount over `mount_point`:
+/// the store (`--store`, else the default one of `mount_point`) versions a
+/// directory directly inside it.
+fn remembered_name(
+    mount_point: &Path,
+    store: Option<&Path>,
+) -> Result<Option<std::ffi::OsString>, Failure> {
+    let store = store_dir(mount_point, store)?;
+    if !store::is_store(&store) {
+        return Ok(None);
+    }
+    Ok(store::RootId::read(&Layout::new(store))
+        .filter(|id| id.path.parent() == Some(mount_point))
+        .and_then(|id| id.path.file_name().map(|n| n.to_os_string())))
 }
 
 /// The rest of [`prepare`]: the journal opened, ROOT opened and scanned.

@@ -4,7 +4,8 @@
 //! Invariants: the daemon never touches the mount point by path once
 //! mounted (only the root fd opened before); the shutdown signals are
 //! blocked before any thread starts, so only the signal thread takes them,
-//! and it answers them by detaching the mount; the core is shut down
+//! and it answers them by unmounting once the mount is quiet (never by
+//! detaching a busy one: that would let writes by path bypass versioning); the core is shut down
 //! (published and synced) when the session ends, even where the kernel
 //! never sent DESTROY.
 //!
@@ -24,7 +25,7 @@ use std::time::Duration;
 use super::mountinfo::SOURCE_PREFIX;
 use super::prepare::{MountArgs, prepare};
 use super::spawn::{ready_pipe, report_ready, spawn_daemon};
-use super::unmount::lazy_unmount;
+use super::unmount::{Quiet, unmount_if_quiet};
 use crate::error::{Exit, Failure};
 use crate::fs::SkillFs;
 use crate::store::Dir;
@@ -42,6 +43,19 @@ pub fn mount(args: MountArgs) -> Result<(), Failure> {
                 args.root.display()
             ),
         ));
+    }
+    // A dead mount is recovered, an older daemon restarted when quiet.
+    // (The daemon a background mount starts finds nothing left to do.)
+    match super::lifecycle::settle(&args, args.wait)? {
+        super::lifecycle::Found::ServedByOlder(line) => {
+            eprintln!("skillfs: {line}");
+            return Ok(());
+        }
+        super::lifecycle::Found::Mount(done) => {
+            for line in done {
+                eprintln!("skillfs: {line}");
+            }
+        }
     }
     if args.foreground {
         return run_daemon(args, ready_pipe());
@@ -108,8 +122,9 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
             let f = Failure::new(
                 Exit::MountRefused,
                 format!(
-                    "could not mount on '{}': {e}",
-                    prepared.mount_point.display()
+                    "could not mount on '{}': {e}{}",
+                    prepared.mount_point.display(),
+                    fuse_device_hint(&e.to_string())
                 ),
             );
             report_ready(
@@ -159,6 +174,29 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     let _ = prepared.top.unlink(super::control::CONTROL);
     tracing::info!("unmounted {}", prepared.mount_point.display());
     result.map_err(|e| Failure::new(Exit::Internal, format!("session ended with an error: {e}")))
+}
+
+/// What to do when `/dev/fuse` may not be opened by this user (a
+/// container or a system without the distributions' udev rule).
+fn fuse_device_hint(err: &str) -> String {
+    if !(err.contains("/dev/fuse") && err.contains("Permission denied")) {
+        return String::new();
+    }
+    use std::os::unix::fs::MetadataExt;
+    let how = std::fs::metadata("/dev/fuse")
+        .map(|m| {
+            format!(
+                "mode {:o}, owner uid {} gid {}",
+                m.mode() & 0o7777,
+                m.uid(),
+                m.gid()
+            )
+        })
+        .unwrap_or_else(|_| "unreadable".to_string());
+    format!(
+        " (/dev/fuse is {how}: as root, `chmod 0666 /dev/fuse`, as distributions ship it, or \
+         add this user to the group that owns it; then mount again)"
+    )
 }
 
 /// Tells the service manager how the daemon is (`Type=notify` in a systemd
@@ -262,13 +300,39 @@ fn block_signals() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
+/// Waits for a shutdown signal, then unmounts once the mount is quiet:
+/// while any process is inside, the daemon keeps serving (every write
+/// stays versioned) and tries again every second, logging who holds it
+/// whenever that changes. `skillfs umount --lazy` detaches a busy mount
+/// for a user who wants it gone now; a service manager's stop timeout
+/// ends in SIGKILL, which leaves a dead mount that lets nothing through.
 fn wait_for_signal_and_unmount(root: &Path) {
     let set = signal_set();
     let mut sig = 0;
     // SAFETY: `set` is an initialised signal set and `sig` a valid int to write.
     unsafe { libc::sigwait(&set, &mut sig) };
-    tracing::info!("signal {sig}: unmounting {}", root.display());
-    if let Err(e) = lazy_unmount(root) {
-        tracing::error!("could not unmount {}: {e}", root.display());
+    tracing::info!(
+        "signal {sig}: unmounting {} once it is quiet",
+        root.display()
+    );
+    let mut said = String::new();
+    loop {
+        let now = match unmount_if_quiet(root) {
+            Ok(Quiet::Unmounted) => return,
+            Ok(Quiet::Busy(busy)) => format!(
+                "{} is busy (held by {}): still serving it, versioned; trying again every \
+                 second (`skillfs umount --lazy {}` detaches it now)",
+                root.display(),
+                busy.describe(8),
+                root.display()
+            ),
+            Err(e) => format!("could not unmount {}: {e}; trying again", root.display()),
+        };
+        if now != said {
+            tracing::warn!("{now}");
+            crate::logging::flush();
+            said = now;
+        }
+        std::thread::sleep(Duration::from_secs(1));
     }
 }

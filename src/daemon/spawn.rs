@@ -146,6 +146,7 @@ pub(super) fn spawn_daemon(args: &MountArgs) -> Result<(), Failure> {
             "6" => Exit::MountRefused,
             "7" => Exit::BadRules,
             "8" => Exit::NotFound,
+            "9" => Exit::Busy,
             _ => Exit::Internal,
         };
         return Err(Failure::new(exit, text));

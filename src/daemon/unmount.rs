@@ -1,11 +1,15 @@
-//! Unmounting: `skillfs umount` asks the daemon to finish and waits for
-//! it; `lazy_unmount` detaches a mount now.
+//! Unmounting: `skillfs umount` unmounts a quiet mount and waits for its
+//! daemon to finish; `lazy_unmount` detaches a mount now.
 //!
-//! Invariants: only a pid proven to be the store's daemon is signalled
-//! (`StoreLock::daemon`; the pid in `LOCK` alone proves nothing), otherwise
-//! the mount is detached and the daemon ends once it is released; with a
-//! daemon running, `umount` returns once the store's lock is free, or
-//! fails after its timeout.
+//! Invariants: a mount whose daemon is alive is unmounted only when
+//! nothing is inside it (`unmount_if_quiet`: the kernel's EBUSY decides,
+//! atomically), so no write under ROOT ever reaches the plain directory
+//! while a process still works in it; the one exception is `--lazy`,
+//! asked for by name. No process is signalled: the end of the FUSE
+//! session is what ends the daemon. A dead mount (no daemon holds the
+//! store) is detached, since it lets nothing through. With a daemon
+//! running, `umount` returns once the store's lock is free, or fails
+//! after its timeout.
 //!
 //! Locks: none taken; the store's flock is only tested (`StoreLock::
 //! is_held`).
@@ -15,11 +19,12 @@
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::checks::absolute_root;
+use super::holders::{self, Busy};
 use super::mountinfo::mount_at;
 use crate::error::{Exit, Failure};
 use crate::store::{Layout, StoreLock};
@@ -61,8 +66,73 @@ pub fn lazy_unmount(root: &Path) -> io::Result<()> {
     ))
 }
 
-/// Runs `skillfs umount ROOT`: asks the daemon to finish and waits for it.
-pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
+/// What an unmount that waits for a quiet mount found.
+pub enum Quiet {
+    /// The mount is gone: the kernel ends the daemon's session.
+    Unmounted,
+    /// Processes (or mounts) inside: nothing was changed.
+    Busy(Busy),
+}
+
+/// Unmounts `root` only if nothing is inside it (`umount(8)` without
+/// `-l`): the kernel refuses a busy mount with EBUSY atomically, so a
+/// mount that is in use is never detached and stays versioned.
+pub fn unmount_if_quiet(root: &Path) -> io::Result<Quiet> {
+    let busy = || Ok(Quiet::Busy(holders::busy(root)));
+    if crate::sys::geteuid() == 0 {
+        let c = std::ffi::CString::new(root.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: `c` is a NUL-terminated string that outlives the call.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            return Ok(Quiet::Unmounted);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EBUSY) => return busy(),
+            Some(libc::EPERM) => {}
+            _ => return Err(e),
+        }
+    }
+    let mut last = None;
+    for bin in ["fusermount3", "fusermount"] {
+        match Command::new(bin).arg("-u").arg("--").arg(root).output() {
+            Ok(out) if out.status.success() => return Ok(Quiet::Unmounted),
+            Ok(out) => {
+                let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+                if err.contains("busy") {
+                    return busy();
+                }
+                return Err(io::Error::other(err));
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(io::Error::other(format!(
+        "fusermount3 not found (install the fuse3 package): {}",
+        last.map_or_else(String::new, |e| e.to_string())
+    )))
+}
+
+/// The line a refused unmount ends with.
+pub fn busy_failure(root: &Path, busy: &Busy) -> Failure {
+    Failure::new(
+        Exit::Busy,
+        format!(
+            "'{root}' is busy: held by {}; nothing was changed (it stays mounted and versioned): \
+             close those files or leave the directory and run this again, or detach it now \
+             with `skillfs umount --lazy {root}` (then new writes go to the plain directory, \
+             unversioned until the next mount)",
+            busy.describe(8),
+            root = root.display()
+        ),
+    )
+}
+
+/// Runs `skillfs umount ROOT`: unmounts it once nothing is inside (the
+/// daemon then publishes, syncs and exits) and waits for the daemon to
+/// finish; a busy mount is refused and left as it was. `lazy` detaches at
+/// once instead, as `umount -l` does.
+pub fn umount(root: &Path, timeout: Duration, lazy: bool) -> Result<String, Failure> {
     let mut root = absolute_root(root)?;
     // The versioned root of a mount over a home: that mount.
     if mount_at(&root).is_none()
@@ -83,59 +153,88 @@ pub fn umount(root: &Path, timeout: Duration) -> Result<String, Failure> {
         ));
     };
     let layout = Layout::new(store);
-    if StoreLock::is_held(&layout) {
-        // Signal only a pid proven to be this store's daemon (`LOCK`
-        // is a file: its pid alone proves nothing). Otherwise detach:
-        // the daemon ends once its mount is released, as after a
-        // signal.
-        match StoreLock::daemon(&layout) {
-            // SAFETY: kill takes plain integers; `proven` is the pid proven to hold this
-            // store's lock (`StoreLock::daemon`).
-            Some(proven) => unsafe {
-                libc::kill(proven as i32, libc::SIGTERM);
-            },
-            None => {
-                tracing::warn!(
-                    "the pid in the lock of '{}' is not proven to be its daemon: detaching the mount without signalling",
-                    root.display()
-                );
-                lazy_unmount(&root).map_err(|e| {
-                    Failure::new(
-                        Exit::Internal,
-                        format!("could not unmount '{}': {e}", root.display()),
-                    )
-                })?;
-            }
-        }
-        let deadline = Instant::now() + timeout;
-        while StoreLock::is_held(&layout) {
-            if Instant::now() > deadline {
-                return Err(Failure::new(
-                    Exit::Internal,
-                    format!(
-                        "the daemon of '{}' did not finish within {timeout:?}; files may still be open",
-                        root.display()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // The daemon detached the mount itself; a stacked mount left by
-        // a failure is detached here too.
-        if mount_at(&root).is_some_and(|m| m.skillfs_store().is_some()) {
-            let _ = lazy_unmount(&root);
-        }
-        Ok(format!("unmounted {}", root.display()))
-    } else {
-        lazy_unmount(&root).map_err(|e| {
+    let detach = |root: &Path| {
+        lazy_unmount(root).map_err(|e| {
             Failure::new(
                 Exit::Internal,
                 format!("could not unmount '{}': {e}", root.display()),
             )
-        })?;
-        Ok(format!(
+        })
+    };
+    if !StoreLock::is_held(&layout) {
+        // A dead mount serves nothing (every access fails with ENOTCONN):
+        // detaching it lets nothing through that was versioned before.
+        detach(&root)?;
+        return Ok(format!(
             "the daemon of {} was not running; detached its stale mount",
             root.display()
-        ))
+        ));
     }
+    if lazy {
+        let busy = holders::busy(&root);
+        detach(&root)?;
+        if !busy.is_empty() {
+            return Ok(format!(
+                "detached {root}; its daemon serves what is still open there (held by {}) and \
+                 ends when they are closed; until the next mount, new writes under {root} go to \
+                 the plain directory, unversioned (the next mount's scan records their final \
+                 state)",
+                busy.describe(8),
+                root = root.display()
+            ));
+        }
+    } else {
+        match unmount_if_quiet(&root) {
+            Ok(Quiet::Unmounted) => {}
+            Ok(Quiet::Busy(busy)) => return Err(busy_failure(&root, &busy)),
+            Err(e) => {
+                return Err(Failure::new(
+                    Exit::Internal,
+                    format!("could not unmount '{}': {e}", root.display()),
+                ));
+            }
+        }
+    }
+    // The session has ended: the daemon publishes, syncs and lets go of
+    // the store's lock.
+    if !released(&layout, timeout) {
+        return Err(Failure::new(
+            Exit::Internal,
+            format!(
+                "'{}' is unmounted, but its daemon did not finish within {timeout:?} \
+                 (see daemon.log in '{}')",
+                root.display(),
+                layout.dir.display()
+            ),
+        ));
+    }
+    // A dead mount of this store left stacked below by a failure is
+    // detached too (nothing serves it).
+    if mount_at(&root).is_some_and(|m| m.source == mount_source(&layout))
+        && !StoreLock::is_held(&layout)
+    {
+        let _ = lazy_unmount(&root);
+    }
+    Ok(format!("unmounted {}", root.display()))
+}
+
+/// Waits up to `timeout` for the store's daemon to let go of its lock
+/// (its session ended, it has published and synced); whether it did.
+pub(super) fn released(layout: &Layout, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while StoreLock::is_held(layout) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+fn mount_source(layout: &Layout) -> PathBuf {
+    PathBuf::from(format!(
+        "{}{}",
+        super::mountinfo::SOURCE_PREFIX,
+        layout.dir.display()
+    ))
 }

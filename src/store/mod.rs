@@ -388,16 +388,33 @@ impl RootId {
         if old.path == self.path || (old.dev, old.ino) == (self.dev, self.ino) {
             return Ok(true);
         }
+        // Say what to type: never to delete a file of the store (a store
+        // rebound to another root would record every path as removed).
+        let hint = match (old.path.parent(), old.path.file_name()) {
+            (Some(p), Some(name)) if p == self.path => format!(
+                "it versions '{}' inside it: mount with `--versioned {}` (or with no \
+                 --versioned: the store remembers it)",
+                name.to_string_lossy(),
+                name.to_string_lossy()
+            ),
+            (Some(p), Some(name)) if Some(p) == self.path.parent() => format!(
+                "mount with `--versioned {}`, or give another --store for '{}'",
+                name.to_string_lossy(),
+                self.path.display()
+            ),
+            _ => format!(
+                "one store per root: give another --store for '{}'",
+                self.path.display()
+            ),
+        };
         Err(StoreError::refused(
             ErrorKind::Store,
             &path,
             format!(
-                "store '{}' versions ROOT '{}', not '{}': one store per root (give another \
-                 --store; if the tree was moved, remove '{}')",
+                "store '{}' versions ROOT '{}', not '{}': {hint}",
                 layout.dir.display(),
                 old.path.display(),
                 self.path.display(),
-                path.display()
             ),
         ))
     }

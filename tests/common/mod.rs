@@ -216,6 +216,22 @@ impl Mount {
         m
     }
 
+    /// The guard of a mount made by other means (another binary, say):
+    /// its daemon found from the store, the deadline and cleanup as for
+    /// any other.
+    pub fn adopt(scratch: Scratch) -> Mount {
+        let m = Mount {
+            pid: daemon_pid(&scratch.store()).expect("daemon pid in LOCK"),
+            scratch,
+            extra_args: Vec::new(),
+            umask: None,
+            done: Arc::new(AtomicBool::new(false)),
+        };
+        assert!(is_mounted(&m.mount_point()));
+        m.start_watchdog(Duration::from_secs(240));
+        m
+    }
+
     pub fn root(&self) -> PathBuf {
         self.scratch.root()
     }

@@ -1,0 +1,194 @@
+//! Who keeps a mount busy: the processes whose working directory, root,
+//! executable, open files or mapped files are inside it, and the mounts
+//! stacked inside it (what `fuser -vm` and `umount(8)`'s "target is busy"
+//! mean).
+//!
+//! Invariants: only `/proc` is read, by `readlink` of its magic links and
+//! the text of `maps`: nothing inside the mount is touched (a hung or dead
+//! daemon would hang a `stat` there). The list is for the message: the
+//! kernel's EBUSY is what decides whether an unmount happens, so a process
+//! that enters or leaves between the two changes only what is named.
+//!
+//! Locks: none.
+
+// The daemon answers errors, never unwraps them (see `daemon`'s mod.rs).
+#![deny(clippy::unwrap_used)]
+
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// One process that holds the mount, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`).
+    pub comm: String,
+    /// How it holds the mount: "cwd", "root", "exe", "open file",
+    /// "mapped file", each once.
+    pub uses: Vec<&'static str>,
+}
+
+/// What keeps the mount at `mount_point` busy, as far as this process can
+/// see: processes (other than this one) and mounts inside it.
+#[derive(Debug, Default)]
+pub struct Busy {
+    pub holders: Vec<Holder>,
+    pub submounts: Vec<PathBuf>,
+}
+
+/// Whether `link` (a path as `/proc` shows it, with a " (deleted)" suffix
+/// for a removed file) lies in `mount_point` or below it.
+fn inside(link: &Path, mount_point: &Path) -> bool {
+    link.starts_with(mount_point)
+}
+
+/// The holders of the mount at `mount_point` (absolute, canonical) and
+/// the mounts below it.
+pub fn busy(mount_point: &Path) -> Busy {
+    let me = std::process::id();
+    let mut holders = Vec::new();
+    let Ok(proc_dir) = fs::read_dir("/proc") else {
+        return Busy::default();
+    };
+    let mut pids: Vec<u32> = proc_dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|p| *p != me)
+        .collect();
+    pids.sort_unstable();
+    for pid in pids {
+        let base = PathBuf::from(format!("/proc/{pid}"));
+        let mut uses: Vec<&'static str> = Vec::new();
+        for (link, what) in [("cwd", "cwd"), ("root", "root"), ("exe", "exe")] {
+            if fs::read_link(base.join(link)).is_ok_and(|t| inside(&t, mount_point)) {
+                uses.push(what);
+            }
+        }
+        if let Ok(fds) = fs::read_dir(base.join("fd"))
+            && fds
+                .flatten()
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|t| inside(&t, mount_point)))
+        {
+            uses.push("open file");
+        }
+        if let Ok(maps) = fs::read(base.join("maps"))
+            && maps_inside(&maps, mount_point)
+        {
+            uses.push("mapped file");
+        }
+        if uses.is_empty() {
+            continue;
+        }
+        let comm = fs::read_to_string(base.join("comm"))
+            .map(|c| c.trim_end().to_string())
+            .unwrap_or_else(|_| "?".to_string());
+        holders.push(Holder { pid, comm, uses });
+    }
+    let submounts = super::mountinfo::mounts()
+        .into_iter()
+        .map(|m| m.mount_point)
+        .filter(|p| p != mount_point && p.starts_with(mount_point))
+        .collect();
+    Busy { holders, submounts }
+}
+
+/// Whether a `/proc/PID/maps` text maps a file inside `mount_point` (the
+/// path is the sixth field, and may hold spaces).
+fn maps_inside(maps: &[u8], mount_point: &Path) -> bool {
+    maps.split(|b| *b == b'\n').any(|line| {
+        let Some(at) = line.iter().position(|b| *b == b'/') else {
+            return false;
+        };
+        // Only a line whose sixth field starts here: five fields before.
+        let fields_before = line[..at]
+            .split(|b| *b == b' ')
+            .filter(|f| !f.is_empty())
+            .count();
+        fields_before == 5
+            && inside(
+                Path::new(std::ffi::OsStr::from_bytes(&line[at..])),
+                mount_point,
+            )
+    })
+}
+
+impl Busy {
+    pub fn is_empty(&self) -> bool {
+        self.holders.is_empty() && self.submounts.is_empty()
+    }
+
+    /// "pid 4242 (bash: cwd), pid 17 (python3: open file, mapped file),
+    /// the mount at /x/y": at most `most` processes, then how many more.
+    pub fn describe(&self, most: usize) -> String {
+        let mut parts: Vec<String> = self
+            .holders
+            .iter()
+            .take(most)
+            .map(|h| format!("pid {} ({}: {})", h.pid, h.comm, h.uses.join(", ")))
+            .collect();
+        if self.holders.len() > most {
+            parts.push(format!("{} more processes", self.holders.len() - most));
+        }
+        parts.extend(
+            self.submounts
+                .iter()
+                .map(|m| format!("the mount at {}", m.display())),
+        );
+        if parts.is_empty() {
+            // The kernel said busy, but nothing this process may see holds
+            // it (another user's process, another mount namespace).
+            return "processes this user cannot see (try `fuser -vm` as root)".to_string();
+        }
+        parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mapped_path_is_the_sixth_field_even_with_spaces() {
+        let mp = Path::new("/home/u/.hermes");
+        let maps = b"7f00-7f01 r--p 00000000 00:2f 1234      /home/u/.hermes/skills/a b.md\n\
+                     7f02-7f03 r-xp 00000000 08:01 99  /usr/lib/libc.so.6\n";
+        assert!(maps_inside(maps, mp));
+        assert!(!maps_inside(
+            b"7f02-7f03 r-xp 00000000 08:01 99  /usr/lib/libc.so.6\n",
+            mp
+        ));
+        // A path that only shares a prefix of the name is not inside.
+        assert!(!maps_inside(
+            b"7f00-7f01 r--p 00000000 00:2f 1 /home/u/.hermes2/x\n",
+            mp
+        ));
+    }
+
+    #[test]
+    fn this_process_finds_another_whose_cwd_is_inside() {
+        let d = std::env::temp_dir().join(format!("skillfs-holders-{}", std::process::id()));
+        fs::create_dir_all(&d).expect("scratch dir");
+        let d = d.canonicalize().expect("canonical");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .current_dir(&d)
+            .spawn()
+            .expect("sleep runs");
+        let b = busy(&d);
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_dir_all(&d);
+        let h = b
+            .holders
+            .iter()
+            .find(|h| h.pid == child.id())
+            .expect("the child is named");
+        assert_eq!(h.comm, "sleep");
+        assert!(h.uses.contains(&"cwd"), "{h:?}");
+        assert!(
+            b.describe(5)
+                .contains(&format!("pid {} (sleep: cwd", child.id()))
+        );
+    }
+}
