@@ -248,9 +248,10 @@ fn setup_without_rust_says_how_to_get_it() {
     assert!(!err.contains("command not found"), "{err}");
 }
 
-/// After an update (the installed binary replaced), the mount script run
-/// again restarts the daemon on the new binary (its unmount publishes what
-/// is open), and says so; run again, it leaves it alone.
+/// After an update (another build installed), the mount script run again
+/// restarts the daemon on the new binary (the mount is quiet), and says
+/// so; run again, or after the same build is installed again, it leaves
+/// it alone.
 #[test]
 fn the_mount_script_restarts_a_daemon_of_an_older_binary() {
     let s = Scratch::new("restart");
@@ -275,9 +276,21 @@ fn the_mount_script_restarts_a_daemon_of_an_older_binary() {
     let store = s.dir.join(".skillfs/hermes");
     let first = common::daemon_pid(&store).unwrap();
     std::fs::write(home.join("skills/kept.md"), "kept").unwrap();
-    // The update: a new file at the installed path.
+    // The same build installed again (a new file, the same bytes): no
+    // restart.
     std::fs::remove_file(&bin).unwrap();
     std::fs::copy(common::BIN, &bin).unwrap();
+    let out = run();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already mounted"));
+    assert_eq!(common::daemon_pid(&store).unwrap(), first);
+    // The update: another build at the installed path (one byte past the
+    // ELF's end: it runs the same).
+    std::fs::remove_file(&bin).unwrap();
+    let mut bytes = std::fs::read(common::BIN).unwrap();
+    bytes.push(0);
+    std::fs::write(&bin, bytes).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = run();
     assert!(out.status.success(), "{}", describe(&out));
     assert!(
