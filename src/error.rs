@@ -4,7 +4,7 @@
 //! store fails with its own `store::StoreError`; the exit code each of its
 //! kinds means is decided here, once (`From<StoreError> for Failure`).
 //!
-//! Exit codes (documented in the README; one place for them):
+//! Exit codes (documented in docs/commands.md, "Exit codes"; one place for them):
 //! 0 success, 1 unexpected internal failure, 2 usage error,
 //! 3 bad ROOT (missing, not a directory, already mounted, not mounted),
 //! 4 bad store (inside ROOT, another filesystem, unwritable, in use, or

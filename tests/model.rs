@@ -336,7 +336,7 @@ impl Side<'_> {
                 // from the kernel itself, full or not.)
                 let ancestor = Path::new(from).starts_with(to);
                 // Two names of one file (the offline pairs): rename(2) leaves
-                // both, skillfs removes the source, as README says ("Other
+                // both, skillfs removes the source, as docs/guarantees.md says ("Other
                 // names of a file"): the kernel sees two inodes and takes
                 // the rename as made.
                 let same_file = self.plain
@@ -693,7 +693,7 @@ fn random_operations_match_a_plain_directory() {
 
 /// Seeds that once failed, replayed every run. Both were the model's own
 /// mistakes about offline hard links: a rename from one name of a pair onto
-/// the other (the mount removes the source, as README says), and a
+/// the other (the mount removes the source, as docs/guarantees.md says), and a
 /// read-only handle on a name whose content a write by path replaced (the
 /// handle follows its name on the mount), and a write through a symlink to
 /// one name of a pair (the file it reaches is split).

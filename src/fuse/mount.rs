@@ -50,7 +50,7 @@ pub fn uring_unavailable() -> Option<String> {
     match std::fs::read_to_string(param) {
         Ok(v) if v.trim() == "Y" || v.trim() == "1" => None,
         Ok(_) => Some(format!(
-            "{param} is off (as root: echo 1 > {param}; see README, \"FUSE over io_uring\")"
+            "{param} is off (as root: echo 1 > {param}; see docs/guide.md, \"Faster: FUSE over io_uring\")"
         )),
         Err(_) => Some(format!(
             "this kernel has no FUSE over io_uring ({param} is missing: it needs Linux 6.14 or \

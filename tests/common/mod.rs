@@ -470,7 +470,7 @@ pub fn cpath(p: &Path) -> std::ffi::CString {
     std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
-/// A command refused as the README's error rule says: exit `code`, one
+/// A command refused as docs/commands.md's error rule says: exit `code`, one
 /// line on stderr that starts `skillfs: ` and holds each of `words`.
 pub fn assert_refused(out: &Output, code: i32, words: &[&str]) {
     assert_eq!(out.status.code(), Some(code), "{}", describe(out));
