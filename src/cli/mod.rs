@@ -529,8 +529,19 @@ fn restore(id: &str, path: &std::path::Path, at: &Where) -> Result<(), Failure> 
         .time_of(id)
         .map(crate::time::format_utc)
         .unwrap_or_default();
+    let parents = match done.parents.as_slice() {
+        [] => String::new(),
+        [one] => format!("; made its missing parent {one}"),
+        many => format!(
+            "; made its missing parents {}",
+            many.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     println!(
-        "restored {rel} as of change {id} ({when}): files {}, directories {}, symlinks {}{}",
+        "restored {rel} as of change {id} ({when}): files {}, directories {}, symlinks {}{parents}{}",
         done.files,
         done.dirs,
         done.symlinks,
