@@ -7,6 +7,7 @@
 //! - `locate`: which ROOT and store a command means (git-style, from PATH
 //!   or the current directory inside a mount);
 //! - `log`: `skillfs log`, its filters and its grouping by operation;
+//! - `missing`: what a command says when its PATH is not in history;
 //! - `undo`: `skillfs undo`;
 //! - `status`: `skillfs status`;
 //! - `export`: `skillfs export` (a tarball, a curator snapshot, git);
@@ -20,6 +21,7 @@ mod forget;
 mod import;
 mod locate;
 mod log;
+mod missing;
 mod output;
 mod status;
 mod undo;
@@ -196,10 +198,17 @@ colours; piped, it prints plain text.")]
     /// Print a path as it was just after a change: a file's bytes, a
     /// symlink's target, a directory's entries. ID is an id or an alias
     /// (latest, @2026-11-30T18:09:30Z, @-10m).
-    #[command(after_help = "Example:\n  skillfs show @-1h:cat/foo/SKILL.md")]
+    #[command(after_help = "\
+Examples:
+  skillfs show @-1h:cat/foo/SKILL.md
+  skillfs show 42 cat/foo/SKILL.md   the same form as diff and restore")]
     Show {
-        /// ID:PATH (e.g. latest:cat/foo/SKILL.md); PATH as for log.
+        /// ID:PATH (e.g. latest:cat/foo/SKILL.md), or ID alone with PATH
+        /// after it. ID is an id or an alias, PATH as for log.
+        #[arg(value_name = "ID:PATH|ID")]
         spec: String,
+        /// PATH, when the first argument is an ID alone.
+        path: Option<PathBuf>,
         #[command(flatten)]
         at: Where,
     },
@@ -208,6 +217,8 @@ colours; piped, it prints plain text.")]
     /// written ./PATH.
     #[command(after_help = "Example:\n  skillfs diff @-1d latest cat/foo")]
     Diff {
+        /// The change to compare from: an id as log shows it, or an alias
+        /// (latest, @2026-11-30T18:09:30Z, @-10m).
         id: String,
         /// A second ID, then an optional PATH.
         rest: Vec<String>,
@@ -219,6 +230,8 @@ colours; piped, it prints plain text.")]
     /// state stays in history, so a restore can itself be undone.
     #[command(after_help = "Example:\n  skillfs restore @-10m cat/foo")]
     Restore {
+        /// The change whose state to put back: an id as log shows it, or an
+        /// alias (latest, @2026-11-30T18:09:30Z, @-10m).
         id: String,
         /// Relative to the current directory inside the mount, else to
         /// ROOT; or absolute under ROOT.
@@ -428,11 +441,15 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             dry_run,
             at,
         } => forget::forget(&locate::locate(&at, None)?, policy, dry_run),
-        Cmd::Show { spec, at } => {
-            let (id, path) = crate::commands::split_spec(&spec)?;
-            let t = locate::locate(&at, Some(std::path::Path::new(path)))?;
-            let rel = t.rel(std::path::Path::new(path))?;
+        Cmd::Show { spec, path, at } => {
+            let (id, path) = match &path {
+                Some(p) => (spec.as_str(), p.as_path()),
+                None => split_show(&spec)?,
+            };
+            let t = locate::locate(&at, Some(path))?;
+            let rel = t.rel(path)?;
             let st = crate::commands::Store::open(t.layout.clone())?;
+            missing::present(&t, &st, path, &rel, st.resolve(id)?)?;
             crate::commands::show(&st, id, &rel)
         }
         Cmd::Diff { id, rest, at } => {
@@ -452,6 +469,13 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 Some(p) => t.rel(p)?,
             };
             let st = crate::commands::Store::open(t.layout.clone())?;
+            if let Some(p) = path
+                && st.index.idx(&rel).is_none()
+            {
+                // Never in history: said with the path as resolved. (One
+                // with versions elsewhere is said by `diff` itself.)
+                missing::present(&t, &st, p, &rel, st.resolve(&id)?)?;
+            }
             crate::commands::diff(&st, &id, b, &rel)
         }
         Cmd::Restore { id, path, at } => restore(&id, &path, &at),
@@ -481,6 +505,9 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 actor,
             };
             let records = crate::commands::read_records(&t.layout)?;
+            if let (Some(p), Some(rel)) = (path.as_deref(), &filter.path) {
+                missing::logged(&t, &records, p, rel)?;
+            }
             // The live ledger, read now: entries the agent appended since
             // the versions they describe were recorded.
             let (ledger, _) = crate::agent::ledger::places(&t.root);
@@ -517,12 +544,29 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
     }
 }
 
+/// `show`'s one argument as ID and PATH: `ID:PATH`, or an ID alone,
+/// which is refused with the two forms that work.
+fn split_show(spec: &str) -> Result<(&str, &std::path::Path), Failure> {
+    if crate::history::parse_alias(spec, crate::time::now_ns()).is_some() {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "'{spec}' is an id with no PATH: give `skillfs show {spec}:PATH` or \
+                 `skillfs show {spec} PATH` (`{spec}:` shows the top of the tree)"
+            ),
+        ));
+    }
+    let (id, path) = crate::commands::split_spec(spec)?;
+    Ok((id, std::path::Path::new(path)))
+}
+
 fn restore(id: &str, path: &std::path::Path, at: &Where) -> Result<(), Failure> {
     let t = locate::locate(at, Some(path))?;
     t.live_mount()?;
     let rel = t.rel(path)?;
     let store = crate::commands::Store::open(t.layout.clone())?;
     let id = store.resolve(id)?;
+    missing::present(&t, &store, path, &rel, id)?;
     let done = crate::commands::restore(&store, &t.root, id, &rel)?;
     let when = store
         .index
