@@ -631,3 +631,45 @@ fn id_arguments_have_help() {
         );
     }
 }
+
+#[test]
+fn man_dir_writes_a_page_per_command_and_every_page_cited_exists() {
+    let s = Scratch::new("manpages");
+    let dir = s.dir.join("man1");
+    let d = dir.display().to_string();
+    let text = ok(&skillfs(&["man", "--dir", &d]));
+    assert!(text.starts_with("wrote "), "{text}");
+    let top = fs::read_to_string(dir.join("skillfs.1")).unwrap();
+    assert!(top.contains(".TH skillfs 1"), "{top}");
+    // Every page the top page cites, as `skillfs\-restore(1)`.
+    let cited: Vec<String> = top
+        .split("skillfs\\-")
+        .skip(1)
+        .filter_map(|t| t.split_once("(1)").map(|(name, _)| name.to_string()))
+        .collect();
+    assert!(cited.len() > 10, "{cited:?}");
+    assert!(
+        !cited.contains(&"help".to_string()),
+        "no help page: {cited:?}"
+    );
+    for name in &cited {
+        let page = fs::read_to_string(dir.join(format!("skillfs-{name}.1")))
+            .unwrap_or_else(|e| panic!("skillfs-{name}.1 is cited but not written: {e}"));
+        assert!(
+            page.contains(&format!(".TH skillfs-{name} 1")) && page.contains(".SH NAME"),
+            "{page}"
+        );
+    }
+    // Every command of the help has its page; nothing else was written.
+    for cmd in [
+        "mount", "umount", "log", "show", "diff", "restore", "undo", "man",
+    ] {
+        assert!(cited.contains(&cmd.to_string()), "{cmd}: {cited:?}");
+    }
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), cited.len() + 1);
+    // One command's page on stdout, by name or alias.
+    let page = ok(&skillfs(&["man", "restore"]));
+    assert!(page.contains(".TH skillfs-restore 1"), "{page}");
+    let out = skillfs(&["man", "nosuch"]);
+    assert_refused(&out, 2, &["'nosuch' is not a skillfs command"]);
+}

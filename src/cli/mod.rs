@@ -290,11 +290,21 @@ Examples:
   skillfs completions zsh > \"${fpath[1]}/_skillfs\"
   skillfs completions fish > ~/.config/fish/completions/skillfs.fish")]
     Completions { shell: clap_complete::Shell },
-    /// Print the man page (roff), made from this help.
+    /// Print the man page (roff) of skillfs or of one command, made from
+    /// this help; or write every page into a directory.
     #[command(after_help = "\
-Example:
-  skillfs man > ~/.local/share/man/man1/skillfs.1")]
-    Man,
+Examples:
+  skillfs man --dir ~/.local/share/man/man1   skillfs.1 and skillfs-<command>.1
+  skillfs man restore | man -l -              the page of one command")]
+    Man {
+        /// The command whose page to print (skillfs-COMMAND(1)).
+        #[arg(value_name = "COMMAND", conflicts_with = "dir")]
+        command: Option<String>,
+        /// Write skillfs.1 and skillfs-<command>.1 for every command into
+        /// DIR (made if missing), replacing pages of those names.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Which directory a store versions and where the store is: `mount`'s,
@@ -536,12 +546,63 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             );
             Ok(())
         }
-        Cmd::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut std::io::stdout())
-            .map_err(|e| {
-                Failure::new(Exit::Internal, format!("could not write the man page: {e}"))
-            }),
+        Cmd::Man { command, dir } => man(command.as_deref(), dir.as_deref()),
     }
+}
+
+/// `skillfs man`: the top page, one command's page, or every page written
+/// into `dir`, all from the one clap definition, so that each page the top
+/// page cites (`skillfs-restore(1)`) exists.
+fn man(command: Option<&str>, dir: Option<&std::path::Path>) -> Result<(), Failure> {
+    // Without `help`: it is no command of its own, and has no page.
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    // Every page names the package and its version (a command has none
+    // of its own).
+    let page = |c: clap::Command| {
+        clap_mangen::Man::new(c).source(format!("skillfs {}", env!("CARGO_PKG_VERSION")))
+    };
+    if let Some(dir) = dir {
+        let mut pages = Vec::new();
+        let pages_of = std::iter::once(cmd.clone()).chain(cmd.get_subcommands().cloned());
+        std::fs::create_dir_all(dir)
+            .and_then(|()| {
+                for c in pages_of.filter(|c| !c.is_hide_set()) {
+                    let written = page(c).generate_to(dir)?;
+                    pages.push(
+                        written
+                            .file_name()
+                            .unwrap_or_default()
+                            .display()
+                            .to_string(),
+                    );
+                }
+                Ok(())
+            })
+            .map_err(|e| Failure::io(Exit::Internal, "write the man pages into", dir, &e))?;
+        println!(
+            "wrote {} man pages to {}: {}",
+            pages.len(),
+            dir.display(),
+            pages.join(" ")
+        );
+        return Ok(());
+    }
+    let chosen = match command {
+        None => cmd,
+        Some(name) => cmd.find_subcommand(name).cloned().ok_or_else(|| {
+            Failure::new(
+                Exit::Usage,
+                format!(
+                    "'{name}' is not a skillfs command (`skillfs --help` lists them); \
+                     `skillfs man` alone prints the page of skillfs"
+                ),
+            )
+        })?,
+    };
+    page(chosen)
+        .render(&mut std::io::stdout())
+        .map_err(|e| Failure::new(Exit::Internal, format!("could not write the man page: {e}")))
 }
 
 /// `show`'s one argument as ID and PATH: `ID:PATH`, or an ID alone,
