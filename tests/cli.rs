@@ -309,10 +309,16 @@ fn undo_puts_back_the_state_before_the_newest_change_and_can_itself_be_undone() 
     std::thread::sleep(Duration::from_millis(2100));
     sed(&m.path("cat/foo/SKILL.md"), "s/v2/v3/");
 
-    // --dry-run: the diff it would reverse, and nothing changed.
+    // --dry-run: what the undo would do (not what the sed did), and
+    // nothing changed.
     let n = m.log().len();
     let text = ok(&skillfs_in(&foo, &["undo", "--dry-run"]));
-    assert!(text.contains("-v2\n+v3\n"), "{text}");
+    assert!(
+        text.contains("undo would put back the state before changes")
+            && text.contains("\n  restore cat/foo/SKILL.md as of change ")
+            && text.contains("-v3\n+v2\n"),
+        "{text}"
+    );
     assert_eq!(m.log().len(), n);
     assert_eq!(fs::read(m.path("cat/foo/SKILL.md")).unwrap(), b"v3\n");
 

@@ -244,12 +244,14 @@ Examples:
     /// again undoes the undo.
     #[command(after_help = "\
 Examples:
-  skillfs undo --dry-run          the diff an undo would reverse
+  skillfs undo --dry-run          what an undo would put back, as a diff from now
   skillfs undo cat/foo/SKILL.md   that file as it was before its newest change")]
     Undo {
         /// Only this path (as for log).
         path: Option<PathBuf>,
-        /// Print the diff the undo would reverse; change nothing.
+        /// Print what the undo would do: each path it would restore or
+        /// remove, and the diff from now to the state it goes back to;
+        /// change nothing.
         #[arg(long)]
         dry_run: bool,
         #[command(flatten)]
