@@ -569,7 +569,11 @@ fn commands_say_what_is_wrong_and_what_to_type_instead() {
     assert_refused(
         &out,
         2,
-        &["'/etc/passwd'", "not inside the versioned directory"],
+        &[
+            "'/etc/passwd'",
+            "not inside the versioned directory",
+            "give a path under it, or --root",
+        ],
     );
 
     // `show ID PATH`, the form of diff and restore, is taken too; an id

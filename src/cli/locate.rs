@@ -220,7 +220,8 @@ impl Target {
                 Failure::new(
                     Exit::Usage,
                     format!(
-                        "'{}' is not inside the versioned directory '{}'",
+                        "'{}' is not inside the versioned directory '{}': give a path \
+                         under it, or --root for another versioned directory",
                         abs.display(),
                         self.root.display()
                     ),

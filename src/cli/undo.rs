@@ -7,7 +7,9 @@
 //! (`commands::restore`, one swap each) or, if it did not exist then, set
 //! aside (`commands::remove`); only the outermost of nested paths is
 //! touched. Nothing else changes: the state before the operation differs
-//! from the present only where the operation wrote.
+//! from the present only where the operation wrote. `--dry-run` prints
+//! that plan, each path to restore or remove, and the diff from now to
+//! the state it goes back to.
 //!
 //! Locks: none; the writes go through the mount, under the daemon's locks.
 
