@@ -3,9 +3,11 @@
 //! mount so that it is itself an ordinary, versioned change.
 //!
 //! Invariant: a restore writes only inside ROOT. The directory that will
-//! hold the restored entry is reached from ROOT one component at a time
-//! without following a symlink, and everything (the staging directory, the
-//! swap) happens relative to that directory's fd.
+//! hold the restored entry (or, when directories above it are gone, the
+//! deepest one left, which gets the outermost missing one) is reached from
+//! ROOT one component at a time without following a symlink, and
+//! everything (the staging directory, the swap) happens relative to that
+//! directory's fd.
 //! System calls go through `sys`; this module has no `unsafe`.
 //!
 //! Locks: none; a command reads the journal once (`read_records`) and
@@ -356,12 +358,21 @@ pub struct Restored {
     pub dirs: usize,
     pub symlinks: usize,
     pub replaced: bool,
+    /// The missing directories above the path that were made with it,
+    /// outermost first.
+    pub parents: Vec<RelPath>,
 }
 
 /// Puts `path` back as it was just after `id`, through the mounted `root`:
 /// the old state is built under a hidden name beside it, then swapped in
 /// with one `RENAME_EXCHANGE` (readers see the old or the restored entry,
 /// never a mix), and what it replaced is removed (it stays in history).
+///
+/// Directories above `path` that are gone now (the agent removes a
+/// category with its last skill) are built with it, each with only the
+/// way down to `path` in it and its own mode, owner and times at `id`,
+/// and the outermost of them is what the one rename puts in place: the
+/// whole restore is still one operation, and one `undo` takes it all out.
 pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Restored, Failure> {
     if path.is_root() {
         return Err(Failure::new(
@@ -371,13 +382,30 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     }
     let (idx, st) = store.lookup(path, id)?;
     let st = st.expect("not the root").clone();
-    let target = root.join(path.as_os_str());
-    let parent_fd = open_parent(root, path)?;
+    let (parent_fd, top) = open_parent(root, path)?;
+    // What the rename puts in place: `path`, or its outermost missing
+    // ancestor with the chain down to it, each as it was at `id`.
+    let mut chain: Vec<(RelPath, EntryState)> = Vec::new();
+    let mut p = path.parent().unwrap_or_default();
+    while p.starts_with(&top) {
+        let (_, s) = store.lookup(&p, id)?;
+        let s = s.expect("not the root").clone();
+        if s.kind != Kind::Dir {
+            return Err(Failure::new(
+                Exit::NotFound,
+                format!("'{p}' was no directory just after change {id}"),
+            ));
+        }
+        chain.push((p.clone(), s));
+        p = p.parent().unwrap_or_default();
+    }
+    chain.reverse();
+    let target = root.join(top.as_os_str());
     // The directory opened above, by a name that never resolves again
     // through ROOT's path (a component swapped for a symlink meanwhile
     // cannot redirect what follows).
     let parent = PathBuf::from(format!("/proc/self/fd/{}", parent_fd.as_raw_fd()));
-    let name = path.file_name();
+    let name = top.file_name();
     // Built inside a directory the default rules hide wherever it is, so no
     // listing shows any of it, whatever kind the restored entry is; what
     // the swap replaces stays there, hidden, until the park sweep (its
@@ -393,30 +421,36 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
         dirs: 0,
         symlinks: 0,
         replaced: false,
+        parents: chain.iter().map(|(p, _)| p.clone()).collect(),
     };
     let count = |d: &mut Restored, k: Kind| match k {
         Kind::File => d.files += 1,
         Kind::Dir => d.dirs += 1,
         Kind::Symlink => d.symlinks += 1,
     };
+    let staged = |p: &RelPath| match p.rebase(&top, &RelPath::root()) {
+        rest if rest.is_root() => stage.clone(),
+        rest => stage.join(rest.as_os_str()),
+    };
     let build = || -> Result<(), Failure> {
-        materialize(store, &stage, &st)?;
+        let entries = chain
+            .iter()
+            .cloned()
+            .chain(std::iter::once((path.clone(), st.clone())))
+            .chain(store.subtree(idx, id));
         let mut dirs = Vec::new();
-        for (p, s) in store.subtree(idx, id) {
-            let dest = stage.join(p.rebase(path, &RelPath::root()).as_os_str());
+        for (p, s) in entries {
+            let dest = staged(&p);
             materialize(store, &dest, &s)?;
             if s.kind == Kind::Dir {
                 dirs.push((dest, s));
             }
         }
-        // Directory times last: creating their entries changed them.
+        // Directory modes and times last, innermost first: creating their
+        // entries changed the times, and a mode may forbid the creating.
         for (d, s) in dirs.iter().rev() {
             apply_meta(d, s)
                 .map_err(|e| Failure::io(Exit::Internal, "set attributes of", d, &e))?;
-        }
-        if st.kind == Kind::Dir {
-            apply_meta(&stage, &st)
-                .map_err(|e| Failure::io(Exit::Internal, "set attributes of", &stage, &e))?;
         }
         Ok(())
     };
@@ -472,7 +506,13 @@ pub fn remove(root: &Path, path: &RelPath) -> Result<(), Failure> {
         return Err(Failure::new(Exit::Usage, "ROOT itself cannot be removed"));
     }
     let target = root.join(path.as_os_str());
-    let parent_fd = open_parent(root, path)?;
+    let (parent_fd, top) = open_parent(root, path)?;
+    if &top != path {
+        return Err(Failure::new(
+            Exit::NotFound,
+            format!("'{path}' is not in the tree: '{top}' is gone"),
+        ));
+    }
     let park_name = staging_dir(&parent_fd, &target, "undo")?;
     let mut to = park_name.clone().into_bytes();
     to.push(b'/');
@@ -487,7 +527,9 @@ pub fn remove(root: &Path, path: &RelPath) -> Result<(), Failure> {
 /// The directory that holds `path`, reached from ROOT one component at a
 /// time, never through a symlink: a symlinked component could lead out of
 /// ROOT, where a restore must not write (and which no history covers).
-fn open_parent(root: &Path, path: &RelPath) -> Result<OwnedFd, Failure> {
+/// Where a directory on the way is gone, the last one that exists, and the
+/// outermost missing path (else `path` itself).
+fn open_parent(root: &Path, path: &RelPath) -> Result<(OwnedFd, RelPath), Failure> {
     let mut fd = sys::openat(
         libc::AT_FDCWD,
         root.as_os_str().as_bytes(),
@@ -502,25 +544,27 @@ fn open_parent(root: &Path, path: &RelPath) -> Result<OwnedFd, Failure> {
         so_far = so_far.join(comp);
         match sys::open_dir(fd.as_raw_fd(), comp) {
             Ok(next) => fd = next,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((fd, so_far)),
             Err(e) => {
                 let st = sys::lstatat(fd.as_raw_fd(), comp);
-                if st.is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK) {
-                    return Err(Failure::new(
-                        Exit::Usage,
-                        format!(
-                            "'{so_far}' is a symlink: a restore writes only inside ROOT, never \
-                             through a link (restore '{so_far}' itself first)"
-                        ),
+                let what = if st.is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK) {
+                    "a symlink: a restore writes only inside ROOT, never through a link"
+                } else if e.raw_os_error() == Some(libc::ENOTDIR) {
+                    "not a directory now"
+                } else {
+                    return Err(Failure::io(
+                        Exit::Internal,
+                        "open the directory",
+                        &root.join(so_far.as_os_str()),
+                        &e,
                     ));
-                }
-                return Err(Failure::io(
-                    Exit::Internal,
-                    "open the directory",
-                    &root.join(so_far.as_os_str()),
-                    &e,
+                };
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!("'{so_far}' is {what} (restore '{so_far}' itself first)"),
                 ));
             }
         }
     }
-    Ok(fd)
+    Ok((fd, path.clone()))
 }

@@ -84,3 +84,66 @@ fn the_real_agent_through_a_home_mount() {
         "deleted by the agent"
     );
 }
+
+/// The real agent's delete of a category's last skill takes the category
+/// with it; `skillfs restore ID social/greet`, the path `log` shows, brings
+/// back both (references/, scripts/, modes), and one `undo` takes both out.
+#[test]
+fn the_real_agents_delete_of_a_categorys_last_skill_is_restored_and_undone() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(py) = agent_python() else { return };
+    let m = Mount::over(common::Scratch::home("agent-delete"), Vec::new());
+    let agent = |phase: &str| {
+        let out = Command::new(&py)
+            .arg(format!(
+                "{}/tests/python/agent_delete.py",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .arg(phase)
+            .current_dir(&m.scratch.dir)
+            .env("HERMES_HOME", m.mount_point())
+            .output()
+            .expect("the agent's python runs");
+        assert!(out.status.success(), "{phase} failed:\n{}", describe(&out));
+    };
+    agent("create");
+    let skill = m.path("social/greet");
+    let mode = |p: &str| {
+        std::fs::symlink_metadata(skill.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    std::fs::set_permissions(
+        skill.join("scripts/run.sh"),
+        PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::set_permissions(skill.join("references"), PermissionsExt::from_mode(0o700)).unwrap();
+    let good = m.log().last().unwrap()["seq"].as_u64().unwrap().to_string();
+    agent("delete");
+    assert!(!m.path("social").exists());
+
+    let home = m.mount_point().display().to_string();
+    let out = common::skillfs(&["restore", &good, "social/greet", "--root", &home]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(
+        std::fs::read(skill.join("scripts/run.sh")).unwrap(),
+        b"#!/bin/sh\necho hi\n"
+    );
+    assert_eq!(
+        std::fs::read(skill.join("references/a.md")).unwrap(),
+        b"ref\n"
+    );
+    assert!(
+        std::fs::read_to_string(skill.join("SKILL.md"))
+            .unwrap()
+            .contains("name: greet")
+    );
+    assert_eq!((mode("scripts/run.sh"), mode("references")), (0o755, 0o700));
+
+    let out = common::skillfs(&["undo", "--root", &home]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(!m.path("social").exists(), "the undo left the category");
+}

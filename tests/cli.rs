@@ -309,10 +309,16 @@ fn undo_puts_back_the_state_before_the_newest_change_and_can_itself_be_undone() 
     std::thread::sleep(Duration::from_millis(2100));
     sed(&m.path("cat/foo/SKILL.md"), "s/v2/v3/");
 
-    // --dry-run: the diff it would reverse, and nothing changed.
+    // --dry-run: what the undo would do (not what the sed did), and
+    // nothing changed.
     let n = m.log().len();
     let text = ok(&skillfs_in(&foo, &["undo", "--dry-run"]));
-    assert!(text.contains("-v2\n+v3\n"), "{text}");
+    assert!(
+        text.contains("undo would put back the state before changes")
+            && text.contains("\n  restore cat/foo/SKILL.md as of change ")
+            && text.contains("-v3\n+v2\n"),
+        "{text}"
+    );
     assert_eq!(m.log().len(), n);
     assert_eq!(fs::read(m.path("cat/foo/SKILL.md")).unwrap(), b"v3\n");
 
@@ -488,4 +494,192 @@ fn completions_and_man_page_come_from_the_same_definitions() {
         text.contains(".TH skillfs") && text.contains("undo"),
         "{text}"
     );
+}
+
+#[test]
+fn commands_say_what_is_wrong_and_what_to_type_instead() {
+    let m = home_mount("whatswrong");
+    fs::write(m.path("cat/foo/SKILL.md"), "v2\n").unwrap();
+    let first = mounted_state(&m);
+    let root = m.root();
+    let r = root.display().to_string();
+    let abs = |p: &str| m.path(p).display().to_string();
+
+    // A path never seen: named as resolved, with a near name if one is.
+    let out = skillfs_in(&root, &["log", "cat/foo/SKIL.md"]);
+    assert_refused(
+        &out,
+        8,
+        &[
+            "no change was ever recorded at 'cat/foo/SKIL.md'",
+            &abs("cat/foo/SKIL.md"),
+            "did you mean 'cat/foo/SKILL.md'?",
+        ],
+    );
+    let out = skillfs_in(&root, &["log", "no/such/path"]);
+    assert_refused(&out, 8, &[&abs("no/such/path"), "`skillfs log` lists"]);
+    for args in [
+        vec!["show", "latest:no/such/path"],
+        vec!["restore", &first, "no/such/path"],
+        vec!["diff", &first, "no/such/path"],
+    ] {
+        let out = skillfs_in(&root, &args);
+        assert_refused(
+            &out,
+            8,
+            &["no change was ever recorded", &abs("no/such/path")],
+        );
+    }
+    // A path history has, but not at that id: the ids it has.
+    fs::write(m.path("cat/foo/late.md"), "x").unwrap();
+    let out = skillfs_in(&root, &["show", &format!("{first}:cat/foo/late.md")]);
+    assert_refused(
+        &out,
+        8,
+        &[
+            &format!("did not exist just after change {first}"),
+            "has versions from change",
+            "skillfs log cat/foo/late.md",
+        ],
+    );
+
+    // An id where a path belongs: `log 29`.
+    let out = skillfs_in(&root, &["log", &first]);
+    let n: u64 = first.parse().unwrap();
+    assert_refused(
+        &out,
+        2,
+        &[
+            &format!("'{first}' is a change id, not a path"),
+            &format!("`skillfs diff {} {first}`", n - 1),
+            &format!("`skillfs show {first}:PATH`"),
+        ],
+    );
+    let out = skillfs_in(&root, &["log", "latest"]);
+    assert_refused(&out, 2, &["is a change id", "`skillfs diff latest`"]);
+
+    // An id that does not exist, and one that is no id.
+    let out = skillfs_in(&root, &["restore", "99999", "cat/foo"]);
+    assert_refused(&out, 8, &["'99999' names no change", "ids 1 to"]);
+    let out = skillfs_in(&root, &["show", "3x:cat/foo"]);
+    assert_refused(&out, 8, &["'3x' is not an id or alias"]);
+
+    // A PATH outside the mount.
+    let out = skillfs_in(&root, &["restore", &first, "/etc/passwd"]);
+    assert_refused(
+        &out,
+        2,
+        &[
+            "'/etc/passwd'",
+            "not inside the versioned directory",
+            "give a path under it, or --root",
+        ],
+    );
+
+    // `show ID PATH`, the form of diff and restore, is taken too; an id
+    // alone says both forms.
+    let text = ok(&skillfs_in(&root, &["show", &first, "cat/foo/SKILL.md"]));
+    assert_eq!(text, "v1\n");
+    let out = skillfs_in(&root, &["show", &first]);
+    assert_refused(
+        &out,
+        2,
+        &[
+            &format!("`skillfs show {first}:PATH`"),
+            &format!("`skillfs show {first} PATH`"),
+        ],
+    );
+
+    // A relative PATH from outside the mount counts from ROOT, and the
+    // message says so.
+    let out = skillfs_in(
+        &m.scratch.dir,
+        &["restore", &first, "skillfs/README.md", "--root", &r],
+    );
+    assert_refused(
+        &out,
+        8,
+        &[
+            "'skillfs/README.md'",
+            &abs("skillfs/README.md"),
+            "counted from ROOT",
+        ],
+    );
+
+    // From inside `.history/<id>/…`, a relative PATH means the live path.
+    let inside = m.path(&format!(".history/{first}/cat/foo"));
+    let text = ok(&skillfs_in(&inside, &["log", "SKILL.md", "--json"]));
+    let paths = json_paths(&text);
+    assert!(
+        !paths.is_empty() && paths.iter().all(|p| p == "cat/foo/SKILL.md"),
+        "{text}"
+    );
+    assert_eq!(
+        ok(&skillfs_in(&inside, &["show", "latest:SKILL.md"])),
+        "v2\n"
+    );
+    let text = ok(&skillfs_in(&inside, &["restore", &first, "SKILL.md"]));
+    assert!(text.contains("restored cat/foo/SKILL.md"), "{text}");
+    assert_eq!(fs::read(m.path("cat/foo/SKILL.md")).unwrap(), b"v1\n");
+    let out = skillfs_in(&inside, &["show", &format!("{first}:late.md")]);
+    assert_refused(&out, 8, &["'late.md'", &abs("cat/foo/late.md"), ".history"]);
+}
+
+#[test]
+fn id_arguments_have_help() {
+    for cmd in ["restore", "diff", "show"] {
+        let text = ok(&skillfs(&[cmd, "--help"]));
+        let line = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Arguments:"))
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            line.contains("<ID") && line.contains("alias"),
+            "{cmd}: the first argument has no help:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn man_dir_writes_a_page_per_command_and_every_page_cited_exists() {
+    let s = Scratch::new("manpages");
+    let dir = s.dir.join("man1");
+    let d = dir.display().to_string();
+    let text = ok(&skillfs(&["man", "--dir", &d]));
+    assert!(text.starts_with("wrote "), "{text}");
+    let top = fs::read_to_string(dir.join("skillfs.1")).unwrap();
+    assert!(top.contains(".TH skillfs 1"), "{top}");
+    // Every page the top page cites, as `skillfs\-restore(1)`.
+    let cited: Vec<String> = top
+        .split("skillfs\\-")
+        .skip(1)
+        .filter_map(|t| t.split_once("(1)").map(|(name, _)| name.to_string()))
+        .collect();
+    assert!(cited.len() > 10, "{cited:?}");
+    assert!(
+        !cited.contains(&"help".to_string()),
+        "no help page: {cited:?}"
+    );
+    for name in &cited {
+        let page = fs::read_to_string(dir.join(format!("skillfs-{name}.1")))
+            .unwrap_or_else(|e| panic!("skillfs-{name}.1 is cited but not written: {e}"));
+        assert!(
+            page.contains(&format!(".TH skillfs-{name} 1")) && page.contains(".SH NAME"),
+            "{page}"
+        );
+    }
+    // Every command of the help has its page; nothing else was written.
+    for cmd in [
+        "mount", "umount", "log", "show", "diff", "restore", "undo", "man",
+    ] {
+        assert!(cited.contains(&cmd.to_string()), "{cmd}: {cited:?}");
+    }
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), cited.len() + 1);
+    // One command's page on stdout, by name or alias.
+    let page = ok(&skillfs(&["man", "restore"]));
+    assert!(page.contains(".TH skillfs-restore 1"), "{page}");
+    let out = skillfs(&["man", "nosuch"]);
+    assert_refused(&out, 2, &["'nosuch' is not a skillfs command"]);
 }

@@ -427,3 +427,82 @@ fn restore_keeps_what_it_replaces_hidden_instead_of_deleting_it() {
         "the replaced tree's hidden file was deleted"
     );
 }
+
+/// `mode & 0o7777` of `p`, not following a symlink.
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap().mode() & 0o7777
+}
+
+/// The agent's delete of a category's last skill removes the category
+/// too (an rmtree of the skill, then an rmdir of the emptied category):
+/// restoring the skill by the path `log` shows makes the category again,
+/// as it was then, in the same one operation, which one `undo` takes out.
+#[test]
+fn restore_of_a_deleted_skill_makes_its_missing_category_and_undo_takes_it_all_out() {
+    let m = Mount::new("restoreparents");
+    let r = m.root().display().to_string();
+    let skill = m.path("social/greet");
+    fs::create_dir_all(skill.join("references")).unwrap();
+    fs::create_dir_all(skill.join("scripts")).unwrap();
+    fs::create_dir(skill.join("private")).unwrap();
+    fs::write(skill.join("SKILL.md"), "---\nname: greet\n---\n").unwrap();
+    fs::write(skill.join("references/a.md"), "ref\n").unwrap();
+    fs::write(skill.join("scripts/run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    fs::write(skill.join("private/key"), "k").unwrap();
+    fs::set_permissions(
+        skill.join("scripts/run.sh"),
+        PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    fs::set_permissions(skill.join("private"), PermissionsExt::from_mode(0o700)).unwrap();
+    fs::set_permissions(m.path("social"), PermissionsExt::from_mode(0o750)).unwrap();
+    std::os::unix::fs::lchown(m.path("social"), Some(4321), Some(4322)).unwrap();
+    let good = last_id(&m);
+    // The agent's delete: the skill, then its emptied category.
+    fs::remove_dir_all(&skill).unwrap();
+    fs::remove_dir(m.path("social")).unwrap();
+    let before = last_id(&m);
+
+    let out = skillfs(&["restore", &good.to_string(), "social/greet", "--root", &r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("made its missing parent social"), "{text}");
+    assert_eq!(names(&m.root()), ["social"]);
+    assert_eq!(names(&m.path("social")), ["greet"]);
+    assert_eq!(
+        names(&skill),
+        ["SKILL.md", "private", "references", "scripts"]
+    );
+    assert_eq!(fs::read(skill.join("references/a.md")).unwrap(), b"ref\n");
+    assert_eq!(fs::read(skill.join("private/key")).unwrap(), b"k");
+    assert_eq!(mode(&skill.join("scripts/run.sh")), 0o755);
+    assert_eq!(mode(&skill.join("private")), 0o700);
+    // The category as it was at that id: its mode and owner.
+    assert_eq!(mode(&m.path("social")), 0o750);
+    let meta = fs::metadata(m.path("social")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (4321, 4322));
+    // One operation: every record of the restore by one process, the
+    // category first.
+    let log = m.log();
+    let restore: Vec<_> = log
+        .iter()
+        .filter(|r| r["seq"].as_u64().unwrap() > before)
+        .collect();
+    assert_eq!(restore[0]["path"], "social", "{restore:?}");
+    assert!(
+        restore
+            .iter()
+            .all(|r| r["actor"]["pid"] == restore[0]["actor"]["pid"]),
+        "{restore:?}"
+    );
+
+    // One undo takes the category out again, with everything in it.
+    let out = skillfs(&["undo", "--root", &r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        names(&m.root()).is_empty(),
+        "the undo left {:?}",
+        names(&m.root())
+    );
+    assert!(!m.path("social").exists());
+}

@@ -201,7 +201,12 @@ fn the_agents_history_is_the_start_of_history_at_the_first_mount() {
         &root,
     ]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("-echo bar"));
+    // What the undo would do: bring the removed file back.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("restore cat/bar/scripts/run.sh") && text.contains("+echo bar"),
+        "{text}"
+    );
 
     // A version made through the mount, then the agent's ledger entry for
     // it: log pairs them when it is read.

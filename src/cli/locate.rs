@@ -44,6 +44,8 @@ pub struct Target {
     /// lies inside ROOT or its mount (as in every Unix tool), else ROOT
     /// (`skillfs log cat/foo` from anywhere).
     base: PathBuf,
+    /// The current directory, if it has one.
+    cwd: Option<PathBuf>,
 }
 
 /// `p` joined to `base` and rid of `.` and `..` without touching the
@@ -189,12 +191,13 @@ pub fn locate(w: &Where, path: Option<&Path>) -> Result<Target, Failure> {
                 .as_ref()
                 .is_some_and(|m| c.starts_with(&m.mount_point))
     };
-    let base = cwd.filter(inside).unwrap_or_else(|| root.clone());
+    let base = cwd.clone().filter(inside).unwrap_or_else(|| root.clone());
     Ok(Target {
         root,
         layout,
         mount,
         base,
+        cwd,
     })
 }
 
@@ -217,18 +220,51 @@ impl Target {
                 Failure::new(
                     Exit::Usage,
                     format!(
-                        "'{}' is not inside the versioned directory '{}'",
+                        "'{}' is not inside the versioned directory '{}': give a path \
+                         under it, or --root for another versioned directory",
                         abs.display(),
                         self.root.display()
                     ),
                 )
             })?;
-        RelPath::parse(rel.as_os_str().as_bytes()).ok_or_else(|| {
+        let rel = RelPath::parse(rel.as_os_str().as_bytes()).ok_or_else(|| {
             Failure::new(
                 Exit::Usage,
                 format!("'{}' is not a path inside ROOT", rel.display()),
             )
-        })
+        })?;
+        Ok(live_path(&rel))
+    }
+
+    /// A user's PATH in a message: as given, then what it names under
+    /// ROOT when that is not plain from it (a relative PATH, counted from
+    /// the current directory inside the mount, else from ROOT; one inside
+    /// `.history`, which means its live path).
+    pub fn shown(&self, given: &Path, rel: &RelPath) -> String {
+        let abs = self.root.join(rel.as_os_str());
+        if given.is_absolute() && lexical(&self.base, given) == abs {
+            return format!("'{}'", given.display());
+        }
+        let from_root = !given.is_absolute()
+            && self
+                .cwd
+                .as_ref()
+                .is_none_or(|c| !lexical(c, given).starts_with(&self.root));
+        let via_history = lexical(&self.base, given)
+            .components()
+            .any(|c| c.as_os_str() == ".history");
+        format!(
+            "'{}' (that is '{}'{})",
+            given.display(),
+            abs.display(),
+            if from_root {
+                ", counted from ROOT, as the current directory is outside it"
+            } else if via_history {
+                ", the live path of that entry of .history"
+            } else {
+                ""
+            }
+        )
     }
 
     /// The mount that serves ROOT, with a daemon alive behind it; exit 3
@@ -274,6 +310,23 @@ impl Target {
     }
 }
 
+/// The live path a path under `.history` stands for: `.history/<id>/cat/foo`
+/// (or `cat/.history/<id>/foo`, from the `.history` of `cat`) is `cat/foo`
+/// as it was at `<id>`. A user browsing history (`cd .history/29/cat`)
+/// means the entry, not the view of it.
+fn live_path(rel: &RelPath) -> RelPath {
+    let comps: Vec<&[u8]> = rel.components().collect();
+    // The name the mount answers in every versioned directory (`fs::history_view`).
+    let Some(at) = comps.iter().position(|c| *c == b".history") else {
+        return rel.clone();
+    };
+    let mut out = RelPath::root();
+    for c in comps[..at].iter().chain(comps.iter().skip(at + 2)) {
+        out = out.join(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,5 +342,15 @@ mod tests {
         assert_eq!(lexical(b, Path::new("/a/../b")), Path::new("/b"));
         assert_eq!(lexical(b, Path::new("../../../../..")), Path::new("/"));
         assert_eq!(lexical(b, Path::new(".")), b);
+    }
+
+    #[test]
+    fn a_path_under_history_means_its_live_path() {
+        let live = |s: &str| live_path(&RelPath::parse(s.as_bytes()).unwrap()).to_string();
+        assert_eq!(live(".history/29/demo/SKILL.md"), "demo/SKILL.md");
+        assert_eq!(live("cat/.history/@-10m/foo"), "cat/foo");
+        assert_eq!(live(".history/29"), ".");
+        assert_eq!(live(".history"), ".");
+        assert_eq!(live("cat/foo"), "cat/foo");
     }
 }

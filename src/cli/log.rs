@@ -38,7 +38,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn keeps(&self, r: &Record) -> bool {
+    pub fn keeps(&self, r: &Record) -> bool {
         if let Some(f) = &self.path {
             let hit = r.path.starts_with(f) || r.to.as_ref().is_some_and(|t| t.starts_with(f));
             if !hit {

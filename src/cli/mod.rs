@@ -7,6 +7,7 @@
 //! - `locate`: which ROOT and store a command means (git-style, from PATH
 //!   or the current directory inside a mount);
 //! - `log`: `skillfs log`, its filters and its grouping by operation;
+//! - `missing`: what a command says when its PATH is not in history;
 //! - `undo`: `skillfs undo`;
 //! - `status`: `skillfs status`;
 //! - `export`: `skillfs export` (a tarball, a curator snapshot, git);
@@ -20,6 +21,7 @@ mod forget;
 mod import;
 mod locate;
 mod log;
+mod missing;
 mod output;
 mod status;
 mod undo;
@@ -209,10 +211,17 @@ colours; piped, it prints plain text.")]
     /// Print a path as it was just after a change: a file's bytes, a
     /// symlink's target, a directory's entries. ID is an id or an alias
     /// (latest, @2026-11-30T18:09:30Z, @-10m).
-    #[command(after_help = "Example:\n  skillfs show @-1h:cat/foo/SKILL.md")]
+    #[command(after_help = "\
+Examples:
+  skillfs show @-1h:cat/foo/SKILL.md
+  skillfs show 42 cat/foo/SKILL.md   the same form as diff and restore")]
     Show {
-        /// ID:PATH (e.g. latest:cat/foo/SKILL.md); PATH as for log.
+        /// ID:PATH (e.g. latest:cat/foo/SKILL.md), or ID alone with PATH
+        /// after it. ID is an id or an alias, PATH as for log.
+        #[arg(value_name = "ID:PATH|ID")]
         spec: String,
+        /// PATH, when the first argument is an ID alone.
+        path: Option<PathBuf>,
         #[command(flatten)]
         at: Where,
     },
@@ -221,6 +230,8 @@ colours; piped, it prints plain text.")]
     /// written ./PATH.
     #[command(after_help = "Example:\n  skillfs diff @-1d latest cat/foo")]
     Diff {
+        /// The change to compare from: an id as log shows it, or an alias
+        /// (latest, @2026-11-30T18:09:30Z, @-10m).
         id: String,
         /// A second ID, then an optional PATH.
         rest: Vec<String>,
@@ -232,6 +243,8 @@ colours; piped, it prints plain text.")]
     /// state stays in history, so a restore can itself be undone.
     #[command(after_help = "Example:\n  skillfs restore @-10m cat/foo")]
     Restore {
+        /// The change whose state to put back: an id as log shows it, or an
+        /// alias (latest, @2026-11-30T18:09:30Z, @-10m).
         id: String,
         /// Relative to the current directory inside the mount, else to
         /// ROOT; or absolute under ROOT.
@@ -244,12 +257,14 @@ colours; piped, it prints plain text.")]
     /// again undoes the undo.
     #[command(after_help = "\
 Examples:
-  skillfs undo --dry-run          the diff an undo would reverse
+  skillfs undo --dry-run          what an undo would put back, as a diff from now
   skillfs undo cat/foo/SKILL.md   that file as it was before its newest change")]
     Undo {
         /// Only this path (as for log).
         path: Option<PathBuf>,
-        /// Print the diff the undo would reverse; change nothing.
+        /// Print what the undo would do: each path it would restore or
+        /// remove, and the diff from now to the state it goes back to;
+        /// change nothing.
         #[arg(long)]
         dry_run: bool,
         #[command(flatten)]
@@ -290,11 +305,21 @@ Examples:
   skillfs completions zsh > \"${fpath[1]}/_skillfs\"
   skillfs completions fish > ~/.config/fish/completions/skillfs.fish")]
     Completions { shell: clap_complete::Shell },
-    /// Print the man page (roff), made from this help.
+    /// Print the man page (roff) of skillfs or of one command, made from
+    /// this help; or write every page into a directory.
     #[command(after_help = "\
-Example:
-  skillfs man > ~/.local/share/man/man1/skillfs.1")]
-    Man,
+Examples:
+  skillfs man --dir ~/.local/share/man/man1   skillfs.1 and skillfs-<command>.1
+  skillfs man restore | man -l -              the page of one command")]
+    Man {
+        /// The command whose page to print (skillfs-COMMAND(1)).
+        #[arg(value_name = "COMMAND", conflicts_with = "dir")]
+        command: Option<String>,
+        /// Write skillfs.1 and skillfs-<command>.1 for every command into
+        /// DIR (made if missing), replacing pages of those names.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Which directory a store versions and where the store is: `mount`'s,
@@ -452,11 +477,15 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             dry_run,
             at,
         } => forget::forget(&locate::locate(&at, None)?, policy, dry_run),
-        Cmd::Show { spec, at } => {
-            let (id, path) = crate::commands::split_spec(&spec)?;
-            let t = locate::locate(&at, Some(std::path::Path::new(path)))?;
-            let rel = t.rel(std::path::Path::new(path))?;
+        Cmd::Show { spec, path, at } => {
+            let (id, path) = match &path {
+                Some(p) => (spec.as_str(), p.as_path()),
+                None => split_show(&spec)?,
+            };
+            let t = locate::locate(&at, Some(path))?;
+            let rel = t.rel(path)?;
             let st = crate::commands::Store::open(t.layout.clone())?;
+            missing::present(&t, &st, path, &rel, st.resolve(id)?)?;
             crate::commands::show(&st, id, &rel)
         }
         Cmd::Diff { id, rest, at } => {
@@ -476,6 +505,13 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 Some(p) => t.rel(p)?,
             };
             let st = crate::commands::Store::open(t.layout.clone())?;
+            if let Some(p) = path
+                && st.index.idx(&rel).is_none()
+            {
+                // Never in history: said with the path as resolved. (One
+                // with versions elsewhere is said by `diff` itself.)
+                missing::present(&t, &st, p, &rel, st.resolve(&id)?)?;
+            }
             crate::commands::diff(&st, &id, b, &rel)
         }
         Cmd::Restore { id, path, at } => restore(&id, &path, &at),
@@ -505,6 +541,9 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 actor,
             };
             let records = crate::commands::read_records(&t.layout)?;
+            if let (Some(p), Some(rel)) = (path.as_deref(), &filter.path) {
+                missing::logged(&t, &records, p, rel)?;
+            }
             // The live ledger, read now: entries the agent appended since
             // the versions they describe were recorded.
             let (ledger, _) = crate::agent::ledger::places(&t.root);
@@ -533,12 +572,79 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             );
             Ok(())
         }
-        Cmd::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut std::io::stdout())
-            .map_err(|e| {
-                Failure::new(Exit::Internal, format!("could not write the man page: {e}"))
-            }),
+        Cmd::Man { command, dir } => man(command.as_deref(), dir.as_deref()),
     }
+}
+
+/// `skillfs man`: the top page, one command's page, or every page written
+/// into `dir`, all from the one clap definition, so that each page the top
+/// page cites (`skillfs-restore(1)`) exists.
+fn man(command: Option<&str>, dir: Option<&std::path::Path>) -> Result<(), Failure> {
+    // Without `help`: it is no command of its own, and has no page.
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    // Every page names the package and its version (a command has none
+    // of its own).
+    let page = |c: clap::Command| {
+        clap_mangen::Man::new(c).source(format!("skillfs {}", env!("CARGO_PKG_VERSION")))
+    };
+    if let Some(dir) = dir {
+        let mut pages = Vec::new();
+        let pages_of = std::iter::once(cmd.clone()).chain(cmd.get_subcommands().cloned());
+        std::fs::create_dir_all(dir)
+            .and_then(|()| {
+                for c in pages_of.filter(|c| !c.is_hide_set()) {
+                    let written = page(c).generate_to(dir)?;
+                    pages.push(
+                        written
+                            .file_name()
+                            .unwrap_or_default()
+                            .display()
+                            .to_string(),
+                    );
+                }
+                Ok(())
+            })
+            .map_err(|e| Failure::io(Exit::Internal, "write the man pages into", dir, &e))?;
+        println!(
+            "wrote {} man pages to {}: {}",
+            pages.len(),
+            dir.display(),
+            pages.join(" ")
+        );
+        return Ok(());
+    }
+    let chosen = match command {
+        None => cmd,
+        Some(name) => cmd.find_subcommand(name).cloned().ok_or_else(|| {
+            Failure::new(
+                Exit::Usage,
+                format!(
+                    "'{name}' is not a skillfs command (`skillfs --help` lists them); \
+                     `skillfs man` alone prints the page of skillfs"
+                ),
+            )
+        })?,
+    };
+    page(chosen)
+        .render(&mut std::io::stdout())
+        .map_err(|e| Failure::new(Exit::Internal, format!("could not write the man page: {e}")))
+}
+
+/// `show`'s one argument as ID and PATH: `ID:PATH`, or an ID alone,
+/// which is refused with the two forms that work.
+fn split_show(spec: &str) -> Result<(&str, &std::path::Path), Failure> {
+    if crate::history::parse_alias(spec, crate::time::now_ns()).is_some() {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "'{spec}' is an id with no PATH: give `skillfs show {spec}:PATH` or \
+                 `skillfs show {spec} PATH` (`{spec}:` shows the top of the tree)"
+            ),
+        ));
+    }
+    let (id, path) = crate::commands::split_spec(spec)?;
+    Ok((id, std::path::Path::new(path)))
 }
 
 fn restore(id: &str, path: &std::path::Path, at: &Where) -> Result<(), Failure> {
@@ -547,14 +653,26 @@ fn restore(id: &str, path: &std::path::Path, at: &Where) -> Result<(), Failure> 
     let rel = t.rel(path)?;
     let store = crate::commands::Store::open(t.layout.clone())?;
     let id = store.resolve(id)?;
+    missing::present(&t, &store, path, &rel, id)?;
     let done = crate::commands::restore(&store, &t.root, id, &rel)?;
     let when = store
         .index
         .time_of(id)
         .map(crate::time::format_utc)
         .unwrap_or_default();
+    let parents = match done.parents.as_slice() {
+        [] => String::new(),
+        [one] => format!("; made its missing parent {one}"),
+        many => format!(
+            "; made its missing parents {}",
+            many.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     println!(
-        "restored {rel} as of change {id} ({when}): files {}, directories {}, symlinks {}{}",
+        "restored {rel} as of change {id} ({when}): files {}, directories {}, symlinks {}{parents}{}",
         done.files,
         done.dirs,
         done.symlinks,

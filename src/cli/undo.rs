@@ -7,7 +7,9 @@
 //! (`commands::restore`, one swap each) or, if it did not exist then, set
 //! aside (`commands::remove`); only the outermost of nested paths is
 //! touched. Nothing else changes: the state before the operation differs
-//! from the present only where the operation wrote.
+//! from the present only where the operation wrote. `--dry-run` prints
+//! that plan, each path to restore or remove, and the diff from now to
+//! the state it goes back to.
 //!
 //! Locks: none; the writes go through the mount, under the daemon's locks.
 
@@ -82,14 +84,6 @@ pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Fail
             ),
         ));
     }
-    if dry_run {
-        return crate::commands::diff(
-            &store,
-            &before.to_string(),
-            Some(&last.seq.to_string()),
-            path.as_ref().unwrap_or(&RelPath::root()),
-        );
-    }
     let mut targets = match &path {
         Some(p) => vec![p.clone()],
         None => log::touched(&newest.iter().collect::<Vec<_>>()),
@@ -103,13 +97,47 @@ pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Fail
             outer.push(p);
         }
     }
-    let (mut restored, mut removed) = (0, 0);
-    for p in &outer {
-        let existed = store
+    let ids = if first.seq == last.seq {
+        format!("change {}", first.seq)
+    } else {
+        format!("changes {}-{}", first.seq, last.seq)
+    };
+    let existed = |p: &RelPath| {
+        store
             .index
             .idx(p)
-            .is_some_and(|i| store.index.state_at(i, before).is_some());
-        if existed {
+            .is_some_and(|i| store.index.state_at(i, before).is_some())
+    };
+    if dry_run {
+        // What the undo will do, not what the operation did: each path it
+        // puts back, then the diff from now to the state it goes back to.
+        let now = store.index.last();
+        println!(
+            "undo would put back the state before {ids} by {}[{}] (that of change {before}):",
+            last.actor.comm, last.actor.pid
+        );
+        for p in &outer {
+            if existed(p) {
+                println!("  restore {p} as of change {before}");
+            } else if t.root.join(p.as_os_str()).symlink_metadata().is_ok() {
+                println!("  remove {p} (it did not exist then)");
+            }
+        }
+        for p in &outer {
+            if existed(p)
+                || store
+                    .index
+                    .idx(p)
+                    .is_some_and(|i| store.index.exists_at(i, now))
+            {
+                crate::commands::diff(&store, &now.to_string(), Some(&before.to_string()), p)?;
+            }
+        }
+        return Ok(());
+    }
+    let (mut restored, mut removed) = (0, 0);
+    for p in &outer {
+        if existed(p) {
             crate::commands::restore(&store, &t.root, before, p)?;
             restored += 1;
         } else if t.root.join(p.as_os_str()).symlink_metadata().is_ok() {
@@ -117,11 +145,6 @@ pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Fail
             removed += 1;
         }
     }
-    let ids = if first.seq == last.seq {
-        format!("change {}", first.seq)
-    } else {
-        format!("changes {}-{}", first.seq, last.seq)
-    };
     println!(
         "undid {ids} by {}[{}]: {restored} restored, {removed} removed, as of change {before}; \
          `skillfs undo` again undoes this",
