@@ -73,6 +73,8 @@ cargo build --release --locked
 mkdir -p "$PREFIX/bin"
 install -m 0755 target/release/skillfs "$PREFIX/bin/skillfs"
 echo "setup: installed $PREFIX/bin/skillfs"
+"$PREFIX/bin/skillfs" man --dir "$PREFIX/share/man/man1" >/dev/null
+echo "setup: installed the man pages in $PREFIX/share/man/man1 (man skillfs, man skillfs-restore, ...)"
 case ":$PATH:" in
     *":$PREFIX/bin:"*) ;;
     *)
