@@ -49,7 +49,7 @@ impl SkillFs {
         if meta_change {
             // As it was, to put back if the change cannot be journaled.
             let before = match &loc {
-                Ok(l) if self.versioned(l).is_some() => Some(l.lstat()?),
+                Ok(l) if self.versioned_now(l).is_some() => Some(l.lstat()?),
                 _ => None,
             };
             match &loc {
@@ -79,7 +79,7 @@ impl SkillFs {
             // FIFOs and sockets are never versioned.
             let special = before.as_ref().is_some_and(|st| special_of(st) != 0);
             if let Ok(l) = &loc
-                && let Some(p) = &self.versioned(l)
+                && let Some(p) = &self.versioned_now(l)
                 && !special
             {
                 let op = match (

@@ -68,7 +68,7 @@ impl SkillFs {
         let ino = self.tree.lock().link(parent, name, kind, attached);
         // `File` here is a FIFO or socket from `mknod`: not versioned.
         if kind != Kind::File
-            && let Some(p) = &self.versioned(&loc)
+            && let Some(p) = &self.versioned(&loc, kind)
         {
             let mut state = state_from_stat(&st, kind);
             state.target = target.map(|t| ByteString(t.to_vec()));
@@ -143,7 +143,7 @@ impl SkillFs {
             }
             tree.detach(parent, name);
         }
-        if let Some(p) = &self.versioned(&f.loc)
+        if let Some(p) = &self.versioned(&f.loc, kind_of(&f.st).unwrap_or(Kind::File))
             && special_of(&f.st) == 0
         {
             let op = if dir { Op::Rmdir } else { Op::Unlink };
@@ -358,25 +358,29 @@ impl SkillFs {
         if src_special || (exchange && dst_special) {
             if exchange {
                 if !src_special {
-                    self.journal_move(&src.loc, a_at, false, &mut plan, caller);
+                    self.journal_move(&src.loc, a_at, kind, false, &mut plan, caller);
                 }
-                if !dst_special {
-                    self.journal_move(&dst, b_at, false, &mut plan, caller);
+                if let Some(b_kind) = b_kind.filter(|_| !dst_special) {
+                    self.journal_move(&dst, b_at, b_kind, false, &mut plan, caller);
                 }
-            } else if dst_st.is_some()
+            } else if let Some(dst_kind) = dst_st.as_ref().and_then(kind_of)
                 && !dst_special
-                && let Some(p) = self.versioned(&dst)
+                && let Some(p) = self.versioned(&dst, dst_kind)
             {
                 self.record(Change::new(Op::Unlink, p, None), caller);
             }
         } else if exchange {
-            let moves = [(&src.loc, a_at), (&dst, b_at)];
-            let versioned = |(from, to): &(&Location, &Location)| {
-                (self.versioned(from).is_some(), self.versioned(to).is_some())
+            let b_kind = b_kind.unwrap_or(Kind::File);
+            let moves = [(&src.loc, a_at, kind), (&dst, b_at, b_kind)];
+            let versioned = |(from, to, k): &(&Location, &Location, Kind)| {
+                (
+                    self.versioned(from, *k).is_some(),
+                    self.versioned(to, *k).is_some(),
+                )
             };
             if let (Some(a), Some(b), [(true, true), (true, true)]) = (
-                self.versioned(&src.loc),
-                self.versioned(&dst),
+                self.versioned(&src.loc, kind),
+                self.versioned(&dst, b_kind),
                 moves.map(|m| versioned(&m)),
             ) {
                 let mut c = Change::new(Op::Exchange, a, None);
@@ -391,12 +395,12 @@ impl SkillFs {
                     (true, true) => 1,
                     (false, true) => 2,
                 });
-                for (from, to) in moves {
-                    self.journal_move(from, to, false, &mut plan, caller);
+                for (from, to, k) in moves {
+                    self.journal_move(from, to, k, false, &mut plan, caller);
                 }
             }
         } else {
-            self.journal_move(&src.loc, &dst, noreplace, &mut plan, caller);
+            self.journal_move(&src.loc, &dst, kind, noreplace, &mut plan, caller);
         }
         // After the records: this rename's own unpark used its plan first.
         drop(plan);
@@ -478,7 +482,8 @@ impl SkillFs {
             return;
         }
         self.free_later(last_ref);
-        if let Some(p) = self.versioned(&other.loc) {
+        let kind = kind_of(&other.st).unwrap_or(Kind::File);
+        if let Some(p) = self.versioned(&other.loc, kind) {
             let op = if dir { Op::Rmdir } else { Op::Unlink };
             self.record(Change::new(op, p, None), caller);
         }
@@ -539,11 +544,12 @@ impl SkillFs {
         &self,
         from: &Location,
         to: &Location,
+        kind: Kind,
         noreplace: bool,
         plan: &mut Option<UnparkPlan>,
         caller: &Caller,
     ) {
-        match (self.versioned(from), self.versioned(to)) {
+        match (self.versioned(from, kind), self.versioned(to, kind)) {
             (Some(a), Some(b)) => {
                 let mut c = Change::new(Op::Rename, a, None);
                 c.to = Some(b);
@@ -612,7 +618,7 @@ impl SkillFs {
             return Err(FsError::EISDIR.into());
         }
         let ino = self.tree.lock().link(parent, name, kind, attached);
-        if created && let Some(p) = &self.versioned(&loc) {
+        if created && let Some(p) = &self.versioned(&loc, Kind::File) {
             // From the content stored to its record: no prune starts between.
             let _writing = self.blobs.writing();
             match self.blobs.put_bytes(b"", false) {

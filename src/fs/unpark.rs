@@ -215,8 +215,8 @@ impl SkillFs {
         let to_dir = nploc.visible.clone()?;
         let to = to_dir.join(newname);
         if kind_of(&src.st) != Some(Kind::Dir)
-            || self.versioned(&src.loc).is_some()
-            || self.rules.is_untracked(&to)
+            || self.versioned(&src.loc, Kind::Dir).is_some()
+            || self.rules.is_untracked(&to, Kind::Dir)
         {
             return None;
         }
@@ -295,7 +295,7 @@ impl SkillFs {
                     plan.steps.push(Step::Hide(dir.clone(), n.name));
                     continue;
                 }
-                if self.rules.is_untracked(&path) {
+                if self.rules.is_untracked(&path, kind) {
                     continue;
                 }
                 let mut state = state_from_stat(&st, kind);
