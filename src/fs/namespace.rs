@@ -551,17 +551,32 @@ impl SkillFs {
     ) {
         match (self.versioned(from, kind), self.versioned(to, kind)) {
             (Some(a), Some(b)) => {
+                self.ledger.lock().resume(&b);
                 let mut c = Change::new(Op::Rename, a, None);
                 c.to = Some(b);
                 c.noreplace = noreplace;
                 self.record(c, caller);
             }
             (Some(a), None) => {
-                let mut c = Change::new(Op::Park, a, None);
+                let mut c = Change::new(Op::Park, a.clone(), None);
                 c.hidden = Some(to.logical.clone());
-                self.record(c, caller);
+                // A file renamed to an untracked name beside it is how
+                // vim, emacs and JetBrains IDEs make their backup before
+                // writing the file anew: its removal waits a moment.
+                let backup = to
+                    .visible
+                    .as_ref()
+                    .is_some_and(|t| t.parent() == a.parent());
+                if kind == Kind::File && backup {
+                    self.ledger.lock().defer(c, caller.actor());
+                } else {
+                    self.record(c, caller);
+                }
             }
             (None, Some(b)) => {
+                // A removal of `b` held back is void: `b` is there again,
+                // and the unpark records it if it differs.
+                self.ledger.lock().resume(&b);
                 if let Err(e) = self.unpark(&b, from, plan.take(), caller) {
                     tracing::error!("could not settle {b} after it became visible: {e:?}");
                 }
@@ -618,7 +633,7 @@ impl SkillFs {
             return Err(FsError::EISDIR.into());
         }
         let ino = self.tree.lock().link(parent, name, kind, attached);
-        if created && let Some(p) = &self.versioned(&loc, Kind::File) {
+        let record_create = |p: &RelPath| {
             // From the content stored to its record: no prune starts between.
             let _writing = self.blobs.writing();
             match self.blobs.put_bytes(b"", false) {
@@ -628,17 +643,36 @@ impl SkillFs {
                 ),
                 Err(e) => tracing::error!("could not journal the creation of {p}: {e}"),
             }
-        }
-        let of = match self.open_live(ino, Ok(&loc)) {
-            Ok(of) => of,
-            Err(e) => {
-                self.tree.lock().forget(ino, 1);
-                return Err(e.into());
-            }
         };
-        let reply = match self.finish_open(ino, Some(&loc), of, flags, true, caller) {
+        // A new file where a file was just renamed to an editor's backup
+        // name (`Ledger::defer`): the same path's history goes on. Opened
+        // as if truncating, so that its last release publishes whatever
+        // it holds then as the next version (none if it is the old
+        // content again).
+        let mut resumed = None;
+        if created && let Some(p) = self.versioned(&loc, Kind::File) {
+            if self.ledger.lock().resume(&p) {
+                resumed = Some(p);
+            } else {
+                record_create(&p);
+            }
+        }
+        let flags = match resumed {
+            Some(_) => flags | libc::O_TRUNC,
+            None => flags,
+        };
+        let opened = self
+            .open_live(ino, Ok(&loc))
+            .map_err(Attempt::from)
+            .and_then(|of| self.finish_open(ino, Some(&loc), of, flags, true, caller));
+        let reply = match opened {
             Ok(r) => r,
             Err(e) => {
+                // Not opened: nothing will publish it, so it is recorded
+                // as what it is, new and empty.
+                if let Some(p) = &resumed {
+                    record_create(p);
+                }
                 self.tree.lock().forget(ino, 1);
                 return Err(e);
             }
