@@ -95,8 +95,14 @@ impl SkillFs {
                 // A change that cannot be journaled is not made: put back
                 // what it changed and answer the error.
                 let recorded = self.state_of(l, p).and_then(|state| {
-                    let change = Change::new(op, p.clone(), Some(state));
-                    Ok(self.ledger.lock().record(change, caller.actor())?)
+                    let mut ledger = self.ledger.lock();
+                    // One that leaves the recorded state as it was (vim
+                    // sets the mode its new file has already) is none.
+                    if ledger.catalog().get(p) != Some(&state) {
+                        let change = Change::new(op, p.clone(), Some(state));
+                        ledger.record(change, caller.actor())?;
+                    }
+                    Ok(())
                 });
                 if let Err(e) = recorded {
                     if let Some(old) = &before {
@@ -213,8 +219,12 @@ impl SkillFs {
         };
         let result = (|| {
             let mut s = self.lock_to_change(ino, &of)?;
-            // The content just before the truncation is kept.
-            if s.staging.as_ref().is_some_and(|stg| stg.dirty)
+            // The content just before the truncation is kept (the empty
+            // moment of an `O_TRUNC` open is none: vim truncates the file
+            // it has just made).
+            if s.staging
+                .as_ref()
+                .is_some_and(|stg| stg.dirty && !stg.trunc_only)
                 && let Some(l) = loc
             {
                 self.publish_locked(&mut s, l, Op::Write, false, caller)?;
