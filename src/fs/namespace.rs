@@ -247,7 +247,11 @@ impl SkillFs {
         if dst_st.is_some() {
             self.publish_dirty_under(&dst, caller)?;
         }
-        if exchange || dst.is_hidden() {
+        // (An untracked name is visible, but leaves the versioned tree all
+        // the same: vim's `SKILL.md~`.)
+        let leaves =
+            self.versioned(&src.loc, kind).is_some() && self.versioned(&dst, kind).is_none();
+        if exchange || dst.is_hidden() || leaves {
             self.publish_dirty_under(&src.loc, caller)?;
         }
         // Two names of one file (hard links made while unmounted, which the
@@ -559,7 +563,9 @@ impl SkillFs {
             }
             (Some(a), None) => {
                 let mut c = Change::new(Op::Park, a.clone(), None);
-                c.hidden = Some(to.logical.clone());
+                // Only a hidden name is recorded: an untracked one is an
+                // editor's scratch, kept out of the log.
+                c.hidden = to.visible.is_none().then(|| to.logical.clone());
                 // A file renamed to an untracked name beside it is how
                 // vim, emacs and JetBrains IDEs make their backup before
                 // writing the file anew: its removal waits a moment.
