@@ -193,15 +193,28 @@ fn vim_close(m: &Mount, swap: File) {
 fn vim_sessions(tag: &str, copy: bool, keep: bool) {
     let m = with_skill(tag);
     let mut n = records_of(&m, SKILL).len();
+    let mut texts = vec!["---\nname: demo\n---\nv0\n".to_string()];
     for session in 0..2 {
         let mut swap = vim_open(&m);
         for save in 0..2 {
             let text = format!("---\nname: demo\n---\nsession {session} save {save}\n");
             vim_write(&m, &mut swap, &text, copy, keep);
             n = assert_one_version(&m, n, &text);
+            texts.push(text);
         }
         vim_close(&m, swap);
     }
+    // One unbroken history: every save's text, in order, none removed.
+    let history: Vec<String> = records_of(&m, SKILL)
+        .iter()
+        .map(|r| {
+            let blob = r["state"]["blob"]
+                .as_str()
+                .expect("a version, not a removal");
+            String::from_utf8(m.blob(blob)).unwrap()
+        })
+        .collect();
+    assert_eq!(history, texts);
     let left = names(&m.path(DIR));
     let expected: &[&str] = if keep || copy {
         &["SKILL.md", "SKILL.md~"]

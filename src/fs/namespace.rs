@@ -2,8 +2,11 @@
 //!
 //! Owns: each change of the tree and its journal record (`journal_move`
 //! tells a rename from a park or an unpark), the publish of staged bytes
-//! about to be replaced or hidden, and the orphaning of a removed
-//! directory's hidden children.
+//! about to be replaced or to leave the versioned tree, and the orphaning
+//! of a removed directory's hidden children. A file renamed to an
+//! untracked name beside it (an editor's backup) has its removal held back
+//! (`Ledger::defer`); a new file or a rename at its path resumes its
+//! history (`create_once`, `journal_move`).
 //! Invariants: each holds `namespace` exclusively (`ns_write`) for the
 //! system call and the inode table update, so a location resolved under the
 //! shared lock stays valid until it is released; a change is made only
