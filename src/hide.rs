@@ -16,6 +16,11 @@
 //! rename target) consults the rules: where an entry physically lives is the
 //! truth afterwards, so a listing never evaluates a rule.
 //!
+//! Untracked rules (`--untracked`, `--tracked`, `"untracked"` and
+//! `"tracked"` in `config.json`) take the same form; of the flags, `dir`,
+//! `file` and `root` apply to them. An untracked entry is visible and
+//! written like any other, but never versioned (see `DEFAULT_UNTRACKED`).
+//!
 //! Invariants: no rule may hide `SKILL.md`, a name the agent's snapshot
 //! code needs listed (`MUST_STAY_VISIBLE`), or every name.
 //!
@@ -45,7 +50,52 @@ const EVERYDAY_NAMES: &[&str] = &["SKILL.md", "references", "skill-one", "notes.
 
 /// Visible files that churn and keep their own history: written
 /// copy-on-write like any file (never torn), but no version is kept.
-pub const DEFAULT_UNTRACKED: &[&str] = &["/.usage.json", "/.curator_ledger.jsonl"];
+///
+/// The agent's two, then the scratch files of the common editors, which
+/// the editor must still see and use by name (so they are untracked, not
+/// hidden), and which are never a version of anything. The names, as each
+/// editor makes them beside the file it edits:
+/// - vim (and neovim, when `'directory'` or `'backupdir'` is `.`):
+///   the swap file `.NAME.swp` (then `.swo` … `.swa` while one exists) and
+///   the `.NAME.swx` that tests the directory (memline.c, `makeswapname`,
+///   `modname` with a dot prepended); the backup `NAME~` (`'backupext'`),
+///   renamed from the original or copied (`'backupcopy'`) and, with the
+///   defaults `nobackup` and `writebackup`, removed after the write;
+///   the undo file `.NAME.un~`; the probe `4913` (bufwrite.c: `for (i =
+///   4913; ; i += 123)` names a file in the edited file's directory,
+///   created `O_CREAT|O_EXCL|O_NOFOLLOW`, fchown'd, stat'd and removed,
+///   to learn whether the owner survives a new file; the next names only
+///   if `4913` exists already);
+/// - emacs: the lock `.#NAME` (a symlink, or a file where links fail),
+///   the auto-save `#NAME#`, the backup `NAME~` (renamed from the
+///   original at the first save unless `backup-by-copying`), numbered
+///   backups `NAME.~N~`;
+/// - nano: the lock file `.NAME.swp` (files.c, `do_lockfile`:
+///   `locking_prefix` "." and `locking_suffix` ".swp") and the backup
+///   `NAME~` of `--backup`;
+/// - VS Code's atomic save: `NAME.vsctmp` written, then renamed over
+///   `NAME` (diskFileSystemProvider.ts, `doWriteFileAtomic` with the
+///   postfix `.vsctmp`);
+/// - JetBrains' "safe write": `NAME___jb_tmp___` written, the original
+///   renamed to `NAME___jb_old___`, the new one renamed into place.
+///
+/// Each is scoped as narrowly as the editor's use: files only (a
+/// directory `foo~` or a skill named `4913` stays versioned), exact
+/// shapes (`.NAME.sw?` needs the leading dot). None matches a name the
+/// agent writes (`.bak`, `.rollback-*`, `.curator_*`, `.usage*`, `.tmp*`).
+/// `--tracked PATTERN` (or `"tracked"` in `config.json`) removes one.
+pub const DEFAULT_UNTRACKED: &[&str] = &[
+    "/.usage.json",
+    "/.curator_ledger.jsonl",
+    ".*.sw?:file",
+    "*~:file",
+    "4913:file",
+    ".#*",
+    "#*#:file",
+    "*.vsctmp:file",
+    "*___jb_tmp___:file",
+    "*___jb_old___:file",
+];
 
 /// What a rule is for: hiding is refused for names that must stay listed;
 /// untracking is allowed for them (that is what it is for).
@@ -326,13 +376,14 @@ impl HideRules {
         HideRules::build(&Config::default(), &RuleArgs::default()).expect("defaults are valid")
     }
 
-    /// Whether the visible `path` is untracked (no versions kept).
-    pub fn is_untracked(&self, path: &RelPath) -> bool {
+    /// Whether the visible `path`, an entry of `kind`, is untracked (no
+    /// versions kept).
+    pub fn is_untracked(&self, path: &RelPath, kind: Kind) -> bool {
         let in_root = path.parent().is_some_and(|p| p.is_root());
         let name = path.file_name();
         self.untracked
             .iter()
-            .any(|r| (!r.root_only || in_root) && glob_match(r.glob.as_bytes(), name))
+            .any(|r| r.matches(name, kind, in_root))
     }
 
     /// The first rule hiding `name` (of `kind`) in a visible directory.
@@ -501,6 +552,66 @@ mod tests {
         assert!(!hidden(&r, "SKILL.md", File, false, true));
     }
 
+    /// The editors' scratch names are untracked, each only in the shape
+    /// and kind its editor makes; the agent's names and skills are not.
+    #[test]
+    fn editor_scratch_files_are_untracked_and_nothing_else() {
+        let r = HideRules::defaults();
+        let untracked =
+            |p: &str, kind| r.is_untracked(&RelPath::parse(p.as_bytes()).unwrap(), kind);
+        use Kind::*;
+        for p in [
+            "cat/demo/.SKILL.md.swp",
+            "cat/demo/.SKILL.md.swo",
+            "cat/demo/.SKILL.md.swx",
+            "cat/demo/SKILL.md~",
+            "cat/demo/.SKILL.md.un~",
+            "cat/demo/SKILL.md.~3~",
+            "cat/demo/4913",
+            "cat/demo/#SKILL.md#",
+            "cat/demo/SKILL.md.vsctmp",
+            "cat/demo/SKILL.md___jb_tmp___",
+            "cat/demo/SKILL.md___jb_old___",
+            "DESCRIPTION.md~",
+        ] {
+            assert!(untracked(p, File), "{p}");
+            assert!(!untracked(p, Dir), "{p}: only files");
+        }
+        // emacs's lock is a symlink (a file where links fail).
+        for k in [Symlink, File] {
+            assert!(untracked("cat/demo/.#SKILL.md", k));
+        }
+        for (p, kind) in [
+            ("cat/4913", Dir), // a skill named 4913
+            ("cat/4913/SKILL.md", File),
+            ("cat/demo/49130", File),
+            ("cat/demo/notes~", Dir),
+            ("cat/demo/SKILL.md", File),
+            ("cat/demo/.swp", File),
+            ("cat/demo/x.swp", File),
+            ("cat/demo/#notes", File),
+            ("cat/demo/.SKILL.md.tmp.a1b2c3d4", File),
+            (".bundled_manifest", File),
+            (".curator_state", File),
+            (".curator_suppressed", File),
+            ("cat/foo.bak", Dir),
+            ("cat/foo.rollback-broken", Dir),
+            ("cat/demo/.tmp-a1b2c3d4-0123abcd", File),
+        ] {
+            assert!(!untracked(p, kind), "{p} must stay versioned");
+        }
+        // A user takes a default back by its pattern.
+        let args = RuleArgs {
+            tracked: vec!["*~".into(), "4913".into()],
+            ..RuleArgs::default()
+        };
+        let r = HideRules::build(&Config::default(), &args).unwrap();
+        let p = |s: &str| RelPath::parse(s.as_bytes()).unwrap();
+        assert!(!r.is_untracked(&p("cat/demo/SKILL.md~"), File));
+        assert!(!r.is_untracked(&p("cat/demo/4913"), File));
+        assert!(r.is_untracked(&p("cat/demo/.SKILL.md.swp"), File));
+    }
+
     #[test]
     fn bad_rules_are_refused() {
         for (t, why) in [
@@ -567,9 +678,11 @@ mod tests {
             );
         }
         let d = HideRules::defaults();
-        assert!(d.is_untracked(&RelPath::parse(b".usage.json").unwrap()));
-        assert!(!d.is_untracked(&RelPath::parse(b"cat/.usage.json").unwrap()));
-        assert!(!d.is_untracked(&RelPath::parse(b"cat/foo/SKILL.md").unwrap()));
+        let untracked =
+            |p: &str| d.is_untracked(&RelPath::parse(p.as_bytes()).unwrap(), Kind::File);
+        assert!(untracked(".usage.json"));
+        assert!(!untracked("cat/.usage.json"));
+        assert!(!untracked("cat/foo/SKILL.md"));
         assert!(serde_json::from_str::<Config>(r#"{"hyde": []}"#).is_err());
         assert_eq!(parse_age("7d"), Some(7 * 86_400 * 1_000_000_000));
         assert_eq!(parse_age("7"), None);

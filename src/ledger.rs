@@ -7,6 +7,10 @@
 //! that appends it (the ledger's mutex, held by the caller), so the journal,
 //! the catalog and the history index never disagree; a record is durable
 //! only after every blob it names (see `sync` and `GroupCommit`).
+//! A removal held back (`defer`) is appended before any record that names
+//! its path, a path above it or below it, so the journal never says a
+//! thing about that path out of order; until then (at most
+//! `DEFER_MAX`, see `flush_deferred`) the catalog still holds the path.
 //!
 //! Locks: the `Ledger` lives behind the core's `ledger` mutex; the
 //! committer's own state is never held while taking it (see `GroupCommit`).
@@ -15,14 +19,21 @@
 #![deny(clippy::unwrap_used)]
 
 use std::io;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 pub use crate::catalog::Catalog;
 use crate::catalog::Fold;
 use crate::history::HistoryIndex;
+use crate::relpath::RelPath;
 use crate::store::blobs::BlobStore;
 use crate::store::journal::{Actor, Change, Journal, Record};
+
+/// How long a held-back removal waits for a new file at its path (an
+/// editor renames the original to its backup name and writes the new one
+/// within microseconds; a person's `mv` and `cp` within seconds).
+pub const DEFER_MAX: Duration = Duration::from_secs(2);
 
 /// The journal and what it implies (the catalog of current states and the
 /// history index), kept in step.
@@ -168,6 +179,21 @@ impl GroupCommit {
 pub struct Ledger {
     journal: Journal,
     fold: Fold,
+    /// Removals held back, oldest first (see `defer`).
+    deferred: Vec<Deferred>,
+}
+
+/// A removal from the versioned tree whose record waits (see
+/// [`Ledger::defer`]).
+struct Deferred {
+    change: Change,
+    actor: Actor,
+    since: Instant,
+}
+
+/// Whether `a` and `b` are one path, or one lies below the other.
+fn overlap(a: &RelPath, b: &RelPath) -> bool {
+    a.starts_with(b) || b.starts_with(a)
 }
 
 impl Ledger {
@@ -176,6 +202,7 @@ impl Ledger {
         Ledger {
             journal,
             fold: Fold::replay(records),
+            deferred: Vec::new(),
         }
     }
 
@@ -189,6 +216,7 @@ impl Ledger {
         Ledger {
             journal,
             fold: crate::checkpoint::fold(base, records),
+            deferred: Vec::new(),
         }
     }
 
@@ -246,9 +274,77 @@ impl Ledger {
     /// [`Ledger::record`] of a change made at `ts`, not now (the agent's
     /// own history, imported: `crate::import`).
     pub fn record_at(&mut self, change: Change, actor: Actor, ts: i64) -> io::Result<Record> {
+        if !self.deferred.is_empty() {
+            let names = |d: &Deferred| {
+                overlap(&d.change.path, &change.path)
+                    || change
+                        .to
+                        .as_ref()
+                        .is_some_and(|t| overlap(&d.change.path, t))
+            };
+            self.append_deferred(names)?;
+        }
+        self.append(change, actor, ts)
+    }
+
+    fn append(&mut self, change: Change, actor: Actor, ts: i64) -> io::Result<Record> {
         let rec = self.journal.append(change, actor, ts)?;
         self.fold.apply(&rec);
         Ok(rec)
+    }
+
+    /// Holds back `change`, the removal of one file from the versioned
+    /// tree by a rename to a name that is not versioned (an editor's
+    /// backup: vim and emacs rename `SKILL.md` to `SKILL.md~`, JetBrains
+    /// to `SKILL.md___jb_old___`), because a new file at its path usually
+    /// follows at once: then [`Ledger::resume`] drops it and the new
+    /// file's content is the next version of the same path, not a removal
+    /// and a creation. Nothing is lost meanwhile: the old content is the
+    /// path's last version. It is appended (as made now) before any record
+    /// that names its path, above or below it, and by `flush_deferred`.
+    /// A crash loses it; the next mount's scan finds the path gone and
+    /// records that.
+    pub fn defer(&mut self, change: Change, actor: Actor) {
+        let path = change.path.clone();
+        if let Err(e) = self.append_deferred(|d| d.change.path == path) {
+            tracing::error!("could not journal a removal held back: {e}");
+        }
+        self.deferred.push(Deferred {
+            change,
+            actor,
+            since: Instant::now(),
+        });
+    }
+
+    /// A versioned entry is at `path` again: a removal of it held back is
+    /// dropped, unrecorded. Whether there was one.
+    pub fn resume(&mut self, path: &RelPath) -> bool {
+        let before = self.deferred.len();
+        self.deferred.retain(|d| d.change.path != *path);
+        self.deferred.len() != before
+    }
+
+    /// Appends the removals held back for `older_than` or longer (all of
+    /// them for zero: at unmount).
+    pub fn flush_deferred(&mut self, older_than: Duration) -> io::Result<()> {
+        self.append_deferred(|d| d.since.elapsed() >= older_than)
+    }
+
+    /// Appends the held-back removals `which` picks, in the order they
+    /// were made. One that fails stays held (tried again later).
+    fn append_deferred(&mut self, which: impl Fn(&Deferred) -> bool) -> io::Result<()> {
+        let mut i = 0;
+        while i < self.deferred.len() {
+            if !which(&self.deferred[i]) {
+                i += 1;
+                continue;
+            }
+            let d = &self.deferred[i];
+            let (change, actor) = (d.change.clone(), d.actor.clone());
+            self.append(change, actor, crate::time::now_ns())?;
+            self.deferred.remove(i);
+        }
+        Ok(())
     }
 
     /// Durability point: every blob stored so far, then every record.
@@ -397,6 +493,71 @@ mod tests {
         let eio = ledger.write_out_then(&blobs, || Err(io::Error::from_raw_os_error(libc::EIO)));
         assert!(eio.is_err() && io.is_poisoned());
         assert!(ledger.sync(&blobs).is_err());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A removal held back is dropped by `resume`, and otherwise appended
+    /// before the first record that names its path (or one above or below
+    /// it), after records of other paths, or once it is old enough.
+    #[test]
+    fn a_removal_held_back_keeps_the_journal_in_order() {
+        use crate::store::durable::StoreIo;
+        use crate::store::{Layout, journal};
+
+        let d = std::env::temp_dir().join(format!("skillfs-defer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let layout = Layout::new(d.clone());
+        layout.create().unwrap();
+        let contents = journal::read_dir(&layout.journal()).unwrap();
+        let j = Journal::open_with(&contents, StoreIo::real()).unwrap();
+        let mut ledger = Ledger::new(j, &contents.records);
+        let p = |s: &str| RelPath::parse(s.as_bytes()).unwrap();
+        let change = |op, s: &str| Change::new(op, p(s), None);
+        let park = || change(Op::Park, "cat/demo/SKILL.md");
+        let ops = |l: &Ledger| -> Vec<(Op, String)> {
+            let contents = journal::read_dir(&layout.journal()).unwrap();
+            assert_eq!(contents.records.len() as u64, l.last_seq());
+            contents
+                .records
+                .iter()
+                .map(|r| (r.op, r.path.to_string()))
+                .collect()
+        };
+        ledger.defer(park(), Actor::daemon());
+        assert!(ledger.resume(&p("cat/demo/SKILL.md")));
+        assert!(!ledger.resume(&p("cat/demo/SKILL.md")));
+        assert!(ops(&ledger).is_empty(), "resumed: nothing recorded");
+
+        ledger.defer(park(), Actor::daemon());
+        ledger
+            .record(change(Op::Unlink, "cat/other"), Actor::daemon())
+            .unwrap();
+        ledger
+            .record(change(Op::Mkdir, "cat/demo/SKILL.md"), Actor::daemon())
+            .unwrap();
+        assert_eq!(
+            ops(&ledger),
+            [
+                (Op::Unlink, "cat/other".to_string()),
+                (Op::Park, "cat/demo/SKILL.md".to_string()),
+                (Op::Mkdir, "cat/demo/SKILL.md".to_string()),
+            ]
+        );
+        // A rename of a directory above it, as its target too.
+        for (from, to) in [("cat", "dog"), ("x", "cat/demo")] {
+            ledger.defer(park(), Actor::daemon());
+            let mut c = change(Op::Rename, from);
+            c.to = Some(p(to));
+            ledger.record(c, Actor::daemon()).unwrap();
+            let got = ops(&ledger);
+            assert_eq!(got[got.len() - 2].0, Op::Park, "{from} -> {to}");
+        }
+        ledger.defer(park(), Actor::daemon());
+        ledger.flush_deferred(DEFER_MAX).unwrap();
+        assert_eq!(ops(&ledger).len(), 7, "not old enough");
+        ledger.flush_deferred(Duration::ZERO).unwrap();
+        assert_eq!(ops(&ledger).last().unwrap().0, Op::Park);
+        assert!(!ledger.resume(&p("cat/demo/SKILL.md")));
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -488,12 +488,12 @@ fn check_live(
         };
         for e in rd.filter_map(Result::ok) {
             let path = dir.join(e.file_name().as_bytes());
-            if rules.is_untracked(&path) {
-                continue;
-            }
             let Some(kind) = live_kind(&root.join(path.as_os_str())) else {
                 continue; // gone, or a FIFO or socket (never versioned)
             };
+            if rules.is_untracked(&path, kind) {
+                continue;
+            }
             seen.insert(path.clone());
             if kind == Kind::Dir && catalog.get(&path).is_some_and(|w| w.kind == Kind::Dir) {
                 stack.push(path.clone());
@@ -504,8 +504,8 @@ fn check_live(
             progress.show(&format!("{} live entries", seen.len()), r.bytes_read);
         }
     }
-    for (path, _) in catalog.iter() {
-        if !seen.contains(path) && !path.is_root() && !rules.is_untracked(path) {
+    for (path, was) in catalog.iter() {
+        if !seen.contains(path) && !path.is_root() && !rules.is_untracked(path, was.kind) {
             diffs.push((path.clone(), "recorded, but not in the tree".to_string()));
         }
     }

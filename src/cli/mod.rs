@@ -379,10 +379,14 @@ struct MountCmd {
     #[arg(long, hide = true)]
     allow_short_park_max_age: bool,
     /// Keep no versions of visible files matching this rule (written
-    /// copy-on-write all the same). Defaults: /.usage.json, /.curator_ledger.jsonl.
+    /// copy-on-write all the same). Defaults: /.usage.json,
+    /// /.curator_ledger.jsonl, and editors' scratch files: .NAME.sw?, NAME~,
+    /// 4913, .#NAME, #NAME#, NAME.vsctmp, NAME___jb_tmp___, NAME___jb_old___
+    /// (`skillfs status` lists the rules in force).
     #[arg(long, value_name = "RULE")]
     untracked: Vec<String>,
-    /// Version again what a default untracked rule excludes.
+    /// Version again what a default untracked rule excludes (give its text
+    /// or pattern, e.g. '*~').
     #[arg(long, value_name = "RULE")]
     tracked: Vec<String>,
 }

@@ -152,6 +152,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
         prepared.layout.dir.display()
     );
     start_sweeper(Arc::clone(&prepared.fs));
+    start_deferred_flusher(Arc::clone(&prepared.fs));
     if let Some(policy) = prepared.retention.clone() {
         start_retention(Arc::clone(&prepared.fs), policy);
     }
@@ -243,6 +244,25 @@ fn start_sweeper(fs: Arc<SkillFs>) {
         });
     if let Err(e) = spawned {
         tracing::error!("could not start the sweep thread: {e}");
+    }
+}
+
+/// Journals the removals held back for an editor's new file (see
+/// `Ledger::defer`) once they have waited `DEFER_MAX`, checking twice in
+/// that time: a removal is in the log at most one and a half times that
+/// after it was made.
+fn start_deferred_flusher(fs: Arc<SkillFs>) {
+    let every = crate::ledger::DEFER_MAX / 2;
+    let spawned = std::thread::Builder::new()
+        .name("deferred".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                fs.flush_deferred();
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("could not start the thread of held-back removals: {e}");
     }
 }
 

@@ -49,7 +49,7 @@ impl SkillFs {
         if meta_change {
             // As it was, to put back if the change cannot be journaled.
             let before = match &loc {
-                Ok(l) if self.versioned(l).is_some() => Some(l.lstat()?),
+                Ok(l) if self.versioned_now(l).is_some() => Some(l.lstat()?),
                 _ => None,
             };
             match &loc {
@@ -79,7 +79,7 @@ impl SkillFs {
             // FIFOs and sockets are never versioned.
             let special = before.as_ref().is_some_and(|st| special_of(st) != 0);
             if let Ok(l) = &loc
-                && let Some(p) = &self.versioned(l)
+                && let Some(p) = &self.versioned_now(l)
                 && !special
             {
                 let op = match (
@@ -95,8 +95,14 @@ impl SkillFs {
                 // A change that cannot be journaled is not made: put back
                 // what it changed and answer the error.
                 let recorded = self.state_of(l, p).and_then(|state| {
-                    let change = Change::new(op, p.clone(), Some(state));
-                    Ok(self.ledger.lock().record(change, caller.actor())?)
+                    let mut ledger = self.ledger.lock();
+                    // One that leaves the recorded state as it was (vim
+                    // sets the mode its new file has already) is none.
+                    if ledger.catalog().get(p) != Some(&state) {
+                        let change = Change::new(op, p.clone(), Some(state));
+                        ledger.record(change, caller.actor())?;
+                    }
+                    Ok(())
                 });
                 if let Err(e) = recorded {
                     if let Some(old) = &before {
@@ -213,8 +219,12 @@ impl SkillFs {
         };
         let result = (|| {
             let mut s = self.lock_to_change(ino, &of)?;
-            // The content just before the truncation is kept.
-            if s.staging.as_ref().is_some_and(|stg| stg.dirty)
+            // The content just before the truncation is kept (the empty
+            // moment of an `O_TRUNC` open is none: vim truncates the file
+            // it has just made).
+            if s.staging
+                .as_ref()
+                .is_some_and(|stg| stg.dirty && !stg.trunc_only)
                 && let Some(l) = loc
             {
                 self.publish_locked(&mut s, l, Op::Write, false, caller)?;

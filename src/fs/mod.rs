@@ -657,6 +657,15 @@ impl SkillFs {
         }
     }
 
+    /// Journals the removals held back (`Ledger::defer`) that no new file
+    /// took up within `ledger::DEFER_MAX`. Called every so often while
+    /// mounted.
+    pub fn flush_deferred(&self) {
+        if let Err(e) = self.ledger.lock().flush_deferred(crate::ledger::DEFER_MAX) {
+            tracing::error!("could not journal a removal held back: {e}");
+        }
+    }
+
     /// Called at unmount: publish what writers left and make it durable.
     pub fn shutdown(&self) {
         self.pages.stop();
@@ -669,6 +678,9 @@ impl SkillFs {
         }
         {
             let mut ledger = self.ledger.lock();
+            if let Err(e) = ledger.flush_deferred(std::time::Duration::ZERO) {
+                tracing::error!("could not journal the removals held back at unmount: {e}");
+            }
             match ledger.sync(&self.blobs) {
                 Err(e) => tracing::error!("could not sync the journal at unmount: {e}"),
                 // The next mount loads the fold instead of making it again.

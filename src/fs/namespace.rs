@@ -2,8 +2,11 @@
 //!
 //! Owns: each change of the tree and its journal record (`journal_move`
 //! tells a rename from a park or an unpark), the publish of staged bytes
-//! about to be replaced or hidden, and the orphaning of a removed
-//! directory's hidden children.
+//! about to be replaced or to leave the versioned tree, and the orphaning
+//! of a removed directory's hidden children. A file renamed to an
+//! untracked name beside it (an editor's backup) has its removal held back
+//! (`Ledger::defer`); a new file or a rename at its path resumes its
+//! history (`create_once`, `journal_move`).
 //! Invariants: each holds `namespace` exclusively (`ns_write`) for the
 //! system call and the inode table update, so a location resolved under the
 //! shared lock stays valid until it is released; a change is made only
@@ -68,7 +71,7 @@ impl SkillFs {
         let ino = self.tree.lock().link(parent, name, kind, attached);
         // `File` here is a FIFO or socket from `mknod`: not versioned.
         if kind != Kind::File
-            && let Some(p) = &self.versioned(&loc)
+            && let Some(p) = &self.versioned(&loc, kind)
         {
             let mut state = state_from_stat(&st, kind);
             state.target = target.map(|t| ByteString(t.to_vec()));
@@ -143,7 +146,7 @@ impl SkillFs {
             }
             tree.detach(parent, name);
         }
-        if let Some(p) = &self.versioned(&f.loc)
+        if let Some(p) = &self.versioned(&f.loc, kind_of(&f.st).unwrap_or(Kind::File))
             && special_of(&f.st) == 0
         {
             let op = if dir { Op::Rmdir } else { Op::Unlink };
@@ -247,7 +250,11 @@ impl SkillFs {
         if dst_st.is_some() {
             self.publish_dirty_under(&dst, caller)?;
         }
-        if exchange || dst.is_hidden() {
+        // (An untracked name is visible, but leaves the versioned tree all
+        // the same: vim's `SKILL.md~`.)
+        let leaves =
+            self.versioned(&src.loc, kind).is_some() && self.versioned(&dst, kind).is_none();
+        if exchange || dst.is_hidden() || leaves {
             self.publish_dirty_under(&src.loc, caller)?;
         }
         // Two names of one file (hard links made while unmounted, which the
@@ -358,25 +365,29 @@ impl SkillFs {
         if src_special || (exchange && dst_special) {
             if exchange {
                 if !src_special {
-                    self.journal_move(&src.loc, a_at, false, &mut plan, caller);
+                    self.journal_move(&src.loc, a_at, kind, false, &mut plan, caller);
                 }
-                if !dst_special {
-                    self.journal_move(&dst, b_at, false, &mut plan, caller);
+                if let Some(b_kind) = b_kind.filter(|_| !dst_special) {
+                    self.journal_move(&dst, b_at, b_kind, false, &mut plan, caller);
                 }
-            } else if dst_st.is_some()
+            } else if let Some(dst_kind) = dst_st.as_ref().and_then(kind_of)
                 && !dst_special
-                && let Some(p) = self.versioned(&dst)
+                && let Some(p) = self.versioned(&dst, dst_kind)
             {
                 self.record(Change::new(Op::Unlink, p, None), caller);
             }
         } else if exchange {
-            let moves = [(&src.loc, a_at), (&dst, b_at)];
-            let versioned = |(from, to): &(&Location, &Location)| {
-                (self.versioned(from).is_some(), self.versioned(to).is_some())
+            let b_kind = b_kind.unwrap_or(Kind::File);
+            let moves = [(&src.loc, a_at, kind), (&dst, b_at, b_kind)];
+            let versioned = |(from, to, k): &(&Location, &Location, Kind)| {
+                (
+                    self.versioned(from, *k).is_some(),
+                    self.versioned(to, *k).is_some(),
+                )
             };
             if let (Some(a), Some(b), [(true, true), (true, true)]) = (
-                self.versioned(&src.loc),
-                self.versioned(&dst),
+                self.versioned(&src.loc, kind),
+                self.versioned(&dst, b_kind),
                 moves.map(|m| versioned(&m)),
             ) {
                 let mut c = Change::new(Op::Exchange, a, None);
@@ -391,12 +402,12 @@ impl SkillFs {
                     (true, true) => 1,
                     (false, true) => 2,
                 });
-                for (from, to) in moves {
-                    self.journal_move(from, to, false, &mut plan, caller);
+                for (from, to, k) in moves {
+                    self.journal_move(from, to, k, false, &mut plan, caller);
                 }
             }
         } else {
-            self.journal_move(&src.loc, &dst, noreplace, &mut plan, caller);
+            self.journal_move(&src.loc, &dst, kind, noreplace, &mut plan, caller);
         }
         // After the records: this rename's own unpark used its plan first.
         drop(plan);
@@ -478,7 +489,8 @@ impl SkillFs {
             return;
         }
         self.free_later(last_ref);
-        if let Some(p) = self.versioned(&other.loc) {
+        let kind = kind_of(&other.st).unwrap_or(Kind::File);
+        if let Some(p) = self.versioned(&other.loc, kind) {
             let op = if dir { Op::Rmdir } else { Op::Unlink };
             self.record(Change::new(op, p, None), caller);
         }
@@ -539,23 +551,41 @@ impl SkillFs {
         &self,
         from: &Location,
         to: &Location,
+        kind: Kind,
         noreplace: bool,
         plan: &mut Option<UnparkPlan>,
         caller: &Caller,
     ) {
-        match (self.versioned(from), self.versioned(to)) {
+        match (self.versioned(from, kind), self.versioned(to, kind)) {
             (Some(a), Some(b)) => {
+                self.ledger.lock().resume(&b);
                 let mut c = Change::new(Op::Rename, a, None);
                 c.to = Some(b);
                 c.noreplace = noreplace;
                 self.record(c, caller);
             }
             (Some(a), None) => {
-                let mut c = Change::new(Op::Park, a, None);
-                c.hidden = Some(to.logical.clone());
-                self.record(c, caller);
+                let mut c = Change::new(Op::Park, a.clone(), None);
+                // Only a hidden name is recorded: an untracked one is an
+                // editor's scratch, kept out of the log.
+                c.hidden = to.visible.is_none().then(|| to.logical.clone());
+                // A file renamed to an untracked name beside it is how
+                // vim, emacs and JetBrains IDEs make their backup before
+                // writing the file anew: its removal waits a moment.
+                let backup = to
+                    .visible
+                    .as_ref()
+                    .is_some_and(|t| t.parent() == a.parent());
+                if kind == Kind::File && backup {
+                    self.ledger.lock().defer(c, caller.actor());
+                } else {
+                    self.record(c, caller);
+                }
             }
             (None, Some(b)) => {
+                // A removal of `b` held back is void: `b` is there again,
+                // and the unpark records it if it differs.
+                self.ledger.lock().resume(&b);
                 if let Err(e) = self.unpark(&b, from, plan.take(), caller) {
                     tracing::error!("could not settle {b} after it became visible: {e:?}");
                 }
@@ -612,7 +642,7 @@ impl SkillFs {
             return Err(FsError::EISDIR.into());
         }
         let ino = self.tree.lock().link(parent, name, kind, attached);
-        if created && let Some(p) = &self.versioned(&loc) {
+        let record_create = |p: &RelPath| {
             // From the content stored to its record: no prune starts between.
             let _writing = self.blobs.writing();
             match self.blobs.put_bytes(b"", false) {
@@ -622,17 +652,36 @@ impl SkillFs {
                 ),
                 Err(e) => tracing::error!("could not journal the creation of {p}: {e}"),
             }
-        }
-        let of = match self.open_live(ino, Ok(&loc)) {
-            Ok(of) => of,
-            Err(e) => {
-                self.tree.lock().forget(ino, 1);
-                return Err(e.into());
-            }
         };
-        let reply = match self.finish_open(ino, Some(&loc), of, flags, true, caller) {
+        // A new file where a file was just renamed to an editor's backup
+        // name (`Ledger::defer`): the same path's history goes on. Opened
+        // as if truncating, so that its last release publishes whatever
+        // it holds then as the next version (none if it is the old
+        // content again).
+        let mut resumed = None;
+        if created && let Some(p) = self.versioned(&loc, Kind::File) {
+            if self.ledger.lock().resume(&p) {
+                resumed = Some(p);
+            } else {
+                record_create(&p);
+            }
+        }
+        let flags = match resumed {
+            Some(_) => flags | libc::O_TRUNC,
+            None => flags,
+        };
+        let opened = self
+            .open_live(ino, Ok(&loc))
+            .map_err(Attempt::from)
+            .and_then(|of| self.finish_open(ino, Some(&loc), of, flags, true, caller));
+        let reply = match opened {
             Ok(r) => r,
             Err(e) => {
+                // Not opened: nothing will publish it, so it is recorded
+                // as what it is, new and empty.
+                if let Some(p) = &resumed {
+                    record_create(p);
+                }
                 self.tree.lock().forget(ino, 1);
                 return Err(e);
             }

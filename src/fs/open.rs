@@ -113,7 +113,7 @@ impl SkillFs {
         if s.direct_writers == 0 {
             return Ok(());
         }
-        if let (Some(path), Some(file)) = (self.versioned(loc), &s.backing) {
+        if let (Some(path), Some(file)) = (self.versioned(loc, Kind::File), &s.backing) {
             self.store_and_record(file, &path, Op::Write, false, caller)
                 .context(format_args!("version {} written directly", loc.logical))?;
         }
@@ -637,7 +637,7 @@ impl SkillFs {
         let (Ok(loc), Some(file)) = (self.loc(ino), of.state.lock().backing.clone()) else {
             return Ok(None);
         };
-        let Some(path) = self.versioned(&loc) else {
+        let Some(path) = self.versioned(&loc, Kind::File) else {
             return Ok(None);
         };
         let (_, want) = self

@@ -253,13 +253,21 @@ impl SkillFs {
         }
     }
 
-    /// The path to journal a change of the entry at `loc` under: its visible
-    /// path, unless it is hidden or untracked (not versioned).
-    pub(super) fn versioned(&self, loc: &Location) -> Option<RelPath> {
+    /// The path to journal a change of the entry at `loc`, of `kind`,
+    /// under: its visible path, unless it is hidden or untracked (not
+    /// versioned).
+    pub(super) fn versioned(&self, loc: &Location, kind: Kind) -> Option<RelPath> {
         loc.visible
             .as_ref()
-            .filter(|p| !self.rules.is_untracked(p))
+            .filter(|p| !self.rules.is_untracked(p, kind))
             .cloned()
+    }
+
+    /// [`SkillFs::versioned`] of the entry that is at `loc` now, of the
+    /// kind it has (a file if it cannot be told).
+    pub(super) fn versioned_now(&self, loc: &Location) -> Option<RelPath> {
+        let kind = loc.lstat().ok().and_then(|st| kind_of(&st));
+        self.versioned(loc, kind.unwrap_or(Kind::File))
     }
 
     /// Moves the attached area of a removed directory to the orphans.

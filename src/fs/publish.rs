@@ -153,7 +153,7 @@ impl SkillFs {
             return Ok(true);
         };
         let stg_file = Arc::clone(&stg.file);
-        let path = self.versioned(&loc);
+        let path = self.versioned(&loc, Kind::File);
         if stg.in_place {
             // Nothing to swap: recorded (if visible now) and flushed.
             let want = match &path {
@@ -235,7 +235,11 @@ impl SkillFs {
         let Some(of) = self.open_file(ino) else {
             return;
         };
-        let Some(path) = self.loc(ino).ok().and_then(|l| self.versioned(&l)) else {
+        let Some(path) = self
+            .loc(ino)
+            .ok()
+            .and_then(|l| self.versioned(&l, Kind::File))
+        else {
             return;
         };
         let s = of.state.lock();
@@ -358,7 +362,7 @@ impl SkillFs {
         let mut recorded: Option<RelPath> = None;
         let steps = |s: &mut OpenState, recorded: &mut Option<RelPath>| -> FsResult<()> {
             let mut replaced = false;
-            if let Some(path) = &self.versioned(loc) {
+            if let Some(path) = &self.versioned(loc, Kind::File) {
                 // Without its record the version must not become live.
                 let (made, want) = self.store_and_record(&stg_file, path, op, durable, caller)?;
                 if made {
@@ -473,7 +477,7 @@ impl SkillFs {
         // Taken out only once recorded: a failure leaves the content dirty,
         // still owed a version.
         let file = Arc::clone(&s.staging.as_ref().expect("caller checked").file);
-        if let Some(path) = &self.versioned(loc) {
+        if let Some(path) = &self.versioned(loc, Kind::File) {
             let (_, want) = self.store_and_record(&file, path, op, durable, caller)?;
             if durable {
                 self.commit.sync_through(&self.ledger, &self.blobs, want)?;

@@ -215,8 +215,8 @@ impl SkillFs {
         let to_dir = nploc.visible.clone()?;
         let to = to_dir.join(newname);
         if kind_of(&src.st) != Some(Kind::Dir)
-            || self.versioned(&src.loc).is_some()
-            || self.rules.is_untracked(&to)
+            || self.versioned(&src.loc, Kind::Dir).is_some()
+            || self.rules.is_untracked(&to, Kind::Dir)
         {
             return None;
         }
@@ -295,7 +295,7 @@ impl SkillFs {
                     plan.steps.push(Step::Hide(dir.clone(), n.name));
                     continue;
                 }
-                if self.rules.is_untracked(&path) {
+                if self.rules.is_untracked(&path, kind) {
                     continue;
                 }
                 let mut state = state_from_stat(&st, kind);
@@ -373,7 +373,7 @@ impl SkillFs {
                             Step::Record(p, state) => {
                                 if settler.differs(&p, &state, true) {
                                     let mut c = Change::new(Op::Unpark, p.clone(), Some(state));
-                                    if &p == path {
+                                    if &p == path && from.visible.is_none() {
                                         c.hidden = Some(hidden.clone());
                                     }
                                     settler.record(c)?;
@@ -386,7 +386,9 @@ impl SkillFs {
             }
             plan => {
                 settler.prehashed = plan.map(|p| p.prehashed).unwrap_or_default();
-                settler.settle(path, Op::Unpark, true, in_pkg, Some(from.logical.clone()))
+                // An untracked name is not recorded (see `journal_move`).
+                let hidden = from.visible.is_none().then(|| from.logical.clone());
+                settler.settle(path, Op::Unpark, true, in_pkg, hidden)
             }
         };
         self.parks.lock().clear(); // the settler may have made or removed parks

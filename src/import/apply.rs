@@ -72,7 +72,7 @@ pub fn versioned(
             return false;
         }
         dir = dir.join(name);
-        if rules.is_untracked(&dir) {
+        if rules.is_untracked(&dir, k) {
             return false;
         }
     }

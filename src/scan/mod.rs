@@ -432,7 +432,7 @@ impl<'a> Settler<'a> {
                     self.hide(&dir, &ent.name)?;
                     continue;
                 }
-                if self.rules.is_untracked(&path) {
+                if self.rules.is_untracked(&path, kind) {
                     continue; // visible, but no versions are kept
                 }
                 self.report.entries += 1;
