@@ -7,52 +7,21 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Mount, Scratch, describe, lazy_unmount, skillfs};
+use common::{BindMount, Mount, Scratch, describe, skillfs};
 use skillfs::store::journal::{self, Kind, Record};
 
 const PRECIOUS: &[u8] = b"precious v1\n";
 
-/// A bind mount of ROOT made before skillfs covers it: a route to the
-/// underlying directory. Detached when dropped (declared after the
-/// `Mount`, so it goes first).
-struct Behind(PathBuf);
-
-impl Behind {
-    fn new(scratch: &Scratch) -> Behind {
-        let alt = scratch.dir.join("alt");
-        fs::create_dir_all(&alt).unwrap();
-        let out = Command::new("mount")
-            .arg("--bind")
-            .arg(scratch.root())
-            .arg(&alt)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "bind mount: {out:?}");
-        Behind(alt)
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.0.join(rel)
-    }
-}
-
-impl Drop for Behind {
-    fn drop(&mut self) {
-        lazy_unmount(&self.0);
-    }
-}
-
 /// A mount over a tree with `cat/`, and a route behind it.
-fn mounted(tag: &str) -> (Mount, Behind) {
+fn mounted(tag: &str) -> (Mount, BindMount) {
     let scratch = Scratch::new(tag);
     fs::create_dir_all(scratch.root().join("cat")).unwrap();
-    let behind = Behind::new(&scratch);
+    let behind = BindMount::new(&scratch.root(), &scratch.dir.join("alt"));
     let m = Mount::over(scratch, Vec::new());
     (m, behind)
 }
@@ -220,6 +189,20 @@ fn an_unreadable_file_written_behind_is_kept_by_its_chmod() {
         fs::set_permissions(m.path("cat/new.md"), fs::Permissions::from_mode(0o644)).unwrap();
     });
     assert_eq!(latest(&m, "cat/new.md"), PRECIOUS);
+}
+
+#[test]
+fn a_large_file_written_behind_is_kept_by_its_chmod() {
+    let mut rng = common::Rng(7);
+    let big: Vec<u8> = (0..3 << 20).map(|_| rng.next() as u8).collect();
+    let (m, behind) = mounted("large");
+    fs::write(behind.path("cat/big.bin"), &big).unwrap();
+    fs::set_permissions(m.path("cat/big.bin"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(latest(&m, "cat/big.bin") == big);
+    fs::write(m.path("cat/big.bin"), b"small now\n").unwrap();
+    assert!(in_history(&m, "cat/big.bin", &big));
+    history_is_whole(&m);
+    drop(behind);
 }
 
 #[test]

@@ -126,6 +126,35 @@ pub fn lazy_unmount(root: &Path) {
         .output();
 }
 
+/// A bind mount of `dir` at `at`, made before skillfs covers `dir`: a
+/// route to the underlying directory, behind the daemon. Detached when
+/// dropped (declare it after the `Mount`, so that it goes first).
+pub struct BindMount(pub PathBuf);
+
+impl BindMount {
+    pub fn new(dir: &Path, at: &Path) -> BindMount {
+        fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
+            .arg("--bind")
+            .arg(dir)
+            .arg(at)
+            .output()
+            .expect("run mount");
+        assert!(out.status.success(), "bind mount: {}", describe(&out));
+        BindMount(at.to_path_buf())
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.0.join(rel)
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        lazy_unmount(&self.0);
+    }
+}
+
 pub fn is_mounted(root: &Path) -> bool {
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let needle = format!(" {} ", root.display());
