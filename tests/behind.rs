@@ -205,6 +205,42 @@ fn a_large_file_written_behind_is_kept_by_its_chmod() {
     drop(behind);
 }
 
+/// On a full disk the content of a file met for the first time cannot be
+/// stored: its chmod is refused (ENOSPC) and changes nothing, rather than
+/// journal a version no blob holds; with room again it goes through.
+#[test]
+fn a_chmod_of_a_file_written_behind_on_a_full_disk_is_refused() {
+    let Some(disk) = common::SmallDisk::new("behindfull", 24) else {
+        return;
+    };
+    let scratch = Scratch::at(&disk.mnt, "behindfull");
+    fs::create_dir_all(scratch.root().join("cat")).unwrap();
+    let behind = BindMount::new(&scratch.root(), &scratch.dir.join("alt"));
+    let m = Mount::over(scratch, Vec::new());
+    let mut rng = common::Rng(11);
+    let big: Vec<u8> = (0..3 << 20).map(|_| rng.next() as u8).collect();
+    fs::write(behind.path("cat/big.bin"), &big).unwrap();
+    fs::set_permissions(
+        behind.path("cat/big.bin"),
+        fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    disk.fill("filler");
+    let err =
+        fs::set_permissions(m.path("cat/big.bin"), fs::Permissions::from_mode(0o600)).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    let mode = fs::metadata(behind.path("cat/big.bin"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644);
+    assert!(without_content(&m.store()).is_empty());
+    disk.free("filler");
+    fs::set_permissions(m.path("cat/big.bin"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(latest(&m, "cat/big.bin") == big);
+    drop(behind);
+}
+
 #[test]
 fn a_directory_made_behind_is_recorded_whole_before_a_name_is_made_in_it() {
     let (m, behind) = mounted("dir");
