@@ -64,6 +64,10 @@ impl SkillFs {
         }
         if let Some(parent) = path.parent() {
             self.meet_path(&parent)?;
+            // Met with a directory the journal never had: recorded there.
+            if self.is_known(path, &state_from_stat(&st, kind)) {
+                return Ok(());
+            }
         }
         // From the content stored to its record: no prune starts between.
         let _writing = self.blobs.writing();
