@@ -28,11 +28,8 @@
 //! `OpenFile` state held; takes the blob store's `writing` gate, then
 //! `ledger`, as a publish does.
 
+use super::unpark::TICK_NS;
 use super::*;
-
-/// A change of a file's times within this long before it was read may not
-/// show in them (see `scan::Prehashed::add`).
-const TICK_NS: i128 = 20_000_000;
 
 impl SkillFs {
     /// Records the entry at `loc` whole unless the journal has it as it is
