@@ -5,7 +5,7 @@
 //! with no gap: the journal reader's own rules, a torn tail told from
 //! damage), every pack entry against its header (and, `--full`, its hash),
 //! every loose blob's name (and, `--full`, its hash), every record's blob
-//! present, and (`--full`) the live tree against the newest state the
+//! named and present, and (`--full`) the live tree against the newest state the
 //! journal gives it.
 //!
 //! Invariants: nothing is written, renamed or locked; every file is opened
@@ -113,6 +113,7 @@ pub fn verify(layout: &Layout, root: &Path, full: bool, live_is_mounted: bool) -
     check_packs(layout, full, &mut r, &mut present, &mut progress);
     check_loose(layout, full, &mut r, &mut present, &mut progress);
     if let Some(records) = &records {
+        check_contents(records, &mut r);
         let missing: Vec<&crate::store::journal::Record> = records
             .iter()
             .filter(|rec| {
@@ -163,6 +164,29 @@ pub fn verify(layout: &Layout, root: &Path, full: bool, live_is_mounted: bool) -
     progress.done();
     r.elapsed = started.elapsed();
     r
+}
+
+/// Every record of a file names its content, and every record of a symlink
+/// its target: one that does not (journaled by a daemon that met a file
+/// written behind it and recorded only its metadata) is a version history
+/// cannot show (`.history` answers EIO, `show`, `export` and `restore`
+/// fail on it).
+fn check_contents(records: &[Record], r: &mut Report) {
+    for rec in records {
+        let Some(state) = &rec.state else { continue };
+        let lacks = match state.kind {
+            Kind::File if state.blob.is_none() => "a file state with no content (no blob)",
+            Kind::Symlink if state.target.is_none() => "a symlink state with no target",
+            _ => continue,
+        };
+        r.problems.push(format!(
+            "journal: record {} ({} {}): {lacks}; history cannot show this version (the next \
+             mount records the live file again if it still holds it)",
+            rec.seq,
+            rec.op.name(),
+            rec.path
+        ));
+    }
 }
 
 /// The journal's checkpoint, if a mount would use it, holds exactly the

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Mount, Scratch, cpath as c, describe, sha256_hex};
+use common::{Mount, Scratch, SmallDisk, cpath as c, describe, sha256_hex};
 
 fn last_id(m: &Mount) -> u64 {
     m.log().last().unwrap()["seq"].as_u64().unwrap()
@@ -428,66 +428,6 @@ fn touch_h_of_a_symlink_keeps_the_times_it_set() {
     let md = fs::symlink_metadata(m.path("link")).unwrap();
     assert_eq!(md.atime(), 1_577_836_800);
     assert_eq!(md.mtime(), 1_577_836_800);
-}
-
-/// A small ext4 image, mounted on a loop device, that the test fills.
-struct SmallDisk {
-    dir: std::path::PathBuf,
-    mnt: std::path::PathBuf,
-}
-
-impl SmallDisk {
-    /// `None` only where loop mounts cannot be had (not root); in CI, as
-    /// root, a failure to make one fails the test.
-    fn new(tag: &str, mib: u32) -> Option<SmallDisk> {
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
-            eprintln!("skipped: a loop mount needs root");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("skillfs-disk-{tag}-{}", std::process::id()));
-        let mnt = dir.join("mnt");
-        fs::create_dir_all(&mnt).unwrap();
-        let img = dir.join("img");
-        let run = |cmd: &mut Command| {
-            let out = cmd.output().unwrap();
-            assert!(out.status.success(), "{}", describe(&out));
-        };
-        run(Command::new("truncate")
-            .arg("-s")
-            .arg(format!("{mib}M"))
-            .arg(&img));
-        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img));
-        run(Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&img)
-            .arg(&mnt));
-        Some(SmallDisk { dir, mnt })
-    }
-
-    fn fill(&self, name: &str) {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.mnt.join(name))
-            .unwrap();
-        for bs in [1 << 16, 1 << 10, 1] {
-            let buf = vec![0u8; bs];
-            while f.write_all(&buf).is_ok() {}
-        }
-    }
-
-    /// Gives back the room `fill` took.
-    fn free(&self, name: &str) {
-        fs::remove_file(self.mnt.join(name)).unwrap();
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        let _ = fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// The adversarial review's disk-full probe: the daemon (logging to its

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::os::unix::fs::chown;
+use std::os::unix::fs::{PermissionsExt, chown};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -142,6 +142,47 @@ fn an_unprivileged_owner_is_refused_a_busy_unmount_and_recovers_a_dead_mount() {
         "{}",
         describe(&out)
     );
+    let out = as_user(&[bin, "umount", r]);
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
+/// A daemon of an unprivileged user meets a file of that user with no read
+/// permission, written behind it (through a bind mount made before the
+/// mount): the owner's `chmod` through the mount works, and the content
+/// is versioned first (the daemon lends itself the read bit to read it).
+#[test]
+fn an_owners_unreadable_file_written_behind_is_versioned_by_its_chmod() {
+    assert!(
+        common_fusermount(),
+        "fusermount3 is required for an unprivileged mount: run scripts/test.sh (it installs fuse3)"
+    );
+    if unsafe { libc::geteuid() } != 0 {
+        return; // the route behind the daemon is a bind mount: root's
+    }
+    let s = Scratch::new("unpriv-behind");
+    let root = s.root();
+    std::fs::create_dir_all(root.join("cat")).unwrap();
+    for d in [&s.dir, &root, &root.join("cat")] {
+        chown(d, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let bin = s.dir.join("skillfs");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    let bin = bin.to_str().unwrap();
+    let r = root.to_str().unwrap();
+    let behind = common::BindMount::new(&root, &s.dir.join("alt"));
+    let _guard = Detach(root.clone());
+    let out = as_user(&[bin, "mount", r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let file = behind.path("cat/new.md");
+    std::fs::write(&file, b"precious\n").unwrap();
+    chown(&file, Some(NOBODY), Some(NOBODY)).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let out = as_user(&["chmod", "644", &format!("{r}/cat/new.md")]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = as_user(&["cat", &format!("{r}/.history/latest/cat/new.md")]);
+    assert_eq!(out.stdout, b"precious\n", "{}", describe(&out));
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o644);
     let out = as_user(&[bin, "umount", r]);
     assert!(out.status.success(), "{}", describe(&out));
 }

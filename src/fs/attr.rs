@@ -27,6 +27,11 @@ impl SkillFs {
         }
         let _ns = self.namespace.read();
         let loc = self.loc(ino);
+        // What it is now, first: the change must not leave a record (or a
+        // truncation) of a file the journal has no content for.
+        if let Ok(l) = &loc {
+            self.meet(l)?;
+        }
         let of = self.open_file(ino);
         if let Some(size) = attr.size {
             self.truncate(ino, loc.as_ref().ok(), size, attr.via_handle, caller)?;

@@ -72,6 +72,7 @@ mod home;
 mod janitor;
 mod listing;
 mod lookup;
+mod meet;
 mod namespace;
 mod notify;
 mod open;

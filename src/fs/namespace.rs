@@ -52,6 +52,8 @@ impl SkillFs {
         check_name(name)?;
         let _ns = self.ns_write();
         let ploc = self.loc(parent)?;
+        // A name is recorded in a directory the journal has.
+        self.meet(&ploc)?;
         let (loc, attached) = self.place(parent, &ploc, name, kind, target)?;
         if self
             .in_other_place(parent, &ploc, name, attached)?
@@ -125,6 +127,8 @@ impl SkillFs {
         if !is_dir {
             self.publish_dirty_under(&f.loc, caller)?;
         }
+        // What is removed is kept, found behind the daemon or not.
+        self.meet(&f.loc)?;
         // A directory whose only children are hidden is empty underneath
         // (they are attached, elsewhere): it is removed and they become
         // orphans. Its key is taken before it is gone.
@@ -257,6 +261,11 @@ impl SkillFs {
         if exchange || dst.is_hidden() || leaves {
             self.publish_dirty_under(&src.loc, caller)?;
         }
+        // What moves and what it replaces are in the journal as they are
+        // (the move's record carries what the catalog has), and so is the
+        // directory a name is made in.
+        self.meet(&src.loc)?;
+        self.meet(&dst)?;
         // Two names of one file (hard links made while unmounted, which the
         // kernel sees as two inodes): renameat2 would leave both, as rename(2)
         // says; the kernel takes the rename as made and moves its entry, so
@@ -629,6 +638,8 @@ impl SkillFs {
             Ok(f) => (f.loc, f.attached, false),
             Err(e) if e.is(libc::ENOENT) => {
                 self.journal_room()?;
+                // A name is recorded in a directory the journal has.
+                self.meet(&ploc)?;
                 let (loc, attached) = self.place(parent, &ploc, name, Kind::File, None)?;
                 self.new_file_at(&loc, mode & 0o7777, caller)?;
                 self.touched(&loc);

@@ -255,6 +255,11 @@ impl SkillFs {
         // `O_RDONLY | O_TRUNC` truncates too (with FUSE_ATOMIC_O_TRUNC the
         // kernel counts on the open to have done it).
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        // What a writer replaces is kept: a file found behind the daemon
+        // is recorded whole before it can change.
+        if write && let Some(l) = loc {
+            self.meet(l)?;
+        }
         if may_pass && let Some(backing) = self.open_direct(&of, loc, flags, write, caller)? {
             let fh = self.new_handle(Handle::File {
                 ino,

@@ -33,7 +33,7 @@ use std::sync::atomic::AtomicBool;
 
 /// A write within the clock's tick of a read can keep the file's times
 /// (kernels before multigrain timestamps tick every few milliseconds).
-const TICK_NS: i128 = 20_000_000;
+pub(super) const TICK_NS: i128 = 20_000_000;
 
 /// A subtree an unpark is planned over, and whether a change reached it.
 pub(super) struct Freeze {

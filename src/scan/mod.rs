@@ -26,7 +26,8 @@ pub use parks::{delete_trash, move_to_trash, old_orphans, tend_parked};
 use crate::store::{Dir, Named};
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 
 use crate::hide::HideRules;
 use crate::ledger::Ledger;
@@ -75,7 +76,7 @@ pub fn state_from_stat(st: &libc::stat, kind: Kind) -> EntryState {
 }
 
 /// True when `now` (from lstat) shows no change against `old` (recorded).
-fn unchanged(old: &EntryState, now: &EntryState) -> bool {
+pub fn unchanged(old: &EntryState, now: &EntryState) -> bool {
     if old.kind != now.kind || old.mode != now.mode || old.uid != now.uid || old.gid != now.gid {
         return false;
     }
@@ -219,8 +220,7 @@ impl<'a> Settler<'a> {
                 }
                 None => {
                     let f =
-                        sys::openat(root, path.as_bytes(), libc::O_RDONLY | libc::O_NOFOLLOW, 0)
-                            .map_err(|e| ctx("open", path, e))?;
+                        open_content(root, path.as_bytes()).map_err(|e| ctx("open", path, e))?;
                     let (id, size) = self
                         .blobs
                         .put_reader(&f)
@@ -251,10 +251,12 @@ impl<'a> Settler<'a> {
         let Some(old) = self.ledger.catalog().get(path) else {
             return true;
         };
-        let intact = || {
-            old.blob
-                .as_deref()
-                .is_none_or(|b| self.blobs.has_intact(b, old.size))
+        // A file recorded with no content (by a daemon that journaled a
+        // chmod of a file written behind it, before it met such files
+        // whole) is read again, so its content is versioned at last.
+        let intact = || match old.blob.as_deref() {
+            Some(b) => self.blobs.has_intact(b, old.size),
+            None => old.kind != Kind::File,
         };
         if unchanged(old, now) && intact() {
             return false;
@@ -450,6 +452,24 @@ impl<'a> Settler<'a> {
         Ok(())
     }
 
+    /// Records the entry at `path` alone (a directory without its entries)
+    /// with `op`, its content read, if it differs from the catalog; nothing
+    /// if it is gone or is no file, directory or symlink.
+    pub fn settle_entry(&mut self, path: &RelPath, op: Op) -> io::Result<()> {
+        let st = match sys::lstatat(self.areas.root_fd, path.as_bytes()) {
+            Ok(st) => st,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Err(e) => return Err(ctx("stat", path, e)),
+        };
+        let Some(kind) = kind_of(&st) else {
+            return Ok(());
+        };
+        if let Some(state) = self.changed_state(path, &st, kind)? {
+            self.record(Change::new(op, path.clone(), Some(state)))?;
+        }
+        Ok(())
+    }
+
     /// After settling the whole root: records what the catalog has that the
     /// tree no longer does.
     pub fn record_removals(&mut self) -> io::Result<()> {
@@ -471,6 +491,39 @@ impl<'a> Settler<'a> {
         }
         Ok(())
     }
+}
+
+/// Opens the regular file `rel` (under `dirfd`) to read its content: never
+/// through a symlink, never blocking on a FIFO put in its place. A file of
+/// the daemon's own user without read permission (`chmod 000`, written
+/// behind the daemon) is read with the owner's read bit lent for the open:
+/// set and put back through a descriptor of the inode checked, never by a
+/// path a symlink could redirect.
+pub fn open_content(dirfd: RawFd, rel: &[u8]) -> io::Result<std::fs::File> {
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let denied = match sys::openat(dirfd, rel, flags, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => e,
+        r => return r,
+    };
+    let pinned = sys::openat(dirfd, rel, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+    let st = sys::fstat(&pinned)?;
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != me {
+        return Err(denied);
+    }
+    let inode = format!("/proc/self/fd/{}", pinned.as_raw_fd());
+    let mode = st.st_mode & 0o7777;
+    let set = |m: u32| std::fs::set_permissions(&inode, std::fs::Permissions::from_mode(m));
+    set(mode | 0o400)?;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&inode);
+    let restored = set(mode);
+    let f = opened?;
+    restored?;
+    Ok(f)
 }
 
 /// Content stored ahead of a settle, outside the namespace lock (see

@@ -126,6 +126,35 @@ pub fn lazy_unmount(root: &Path) {
         .output();
 }
 
+/// A bind mount of `dir` at `at`, made before skillfs covers `dir`: a
+/// route to the underlying directory, behind the daemon. Detached when
+/// dropped (declare it after the `Mount`, so that it goes first).
+pub struct BindMount(pub PathBuf);
+
+impl BindMount {
+    pub fn new(dir: &Path, at: &Path) -> BindMount {
+        fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
+            .arg("--bind")
+            .arg(dir)
+            .arg(at)
+            .output()
+            .expect("run mount");
+        assert!(out.status.success(), "bind mount: {}", describe(&out));
+        BindMount(at.to_path_buf())
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.0.join(rel)
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        lazy_unmount(&self.0);
+    }
+}
+
 pub fn is_mounted(root: &Path) -> bool {
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let needle = format!(" {} ", root.display());
@@ -642,5 +671,65 @@ pub fn agent_python() -> Option<String> {
             eprintln!("SKIPPED: SKILLFS_HERMES_PYTHON not set (scripts/test.sh sets it)");
             None
         }
+    }
+}
+
+/// A small ext4 image, mounted on a loop device, that the test fills.
+pub struct SmallDisk {
+    pub dir: PathBuf,
+    pub mnt: PathBuf,
+}
+
+impl SmallDisk {
+    /// `None` only where loop mounts cannot be had (not root); in CI, as
+    /// root, a failure to make one fails the test.
+    pub fn new(tag: &str, mib: u32) -> Option<SmallDisk> {
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+            eprintln!("skipped: a loop mount needs root");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("skillfs-disk-{tag}-{}", std::process::id()));
+        let mnt = dir.join("mnt");
+        fs::create_dir_all(&mnt).unwrap();
+        let img = dir.join("img");
+        let run = |cmd: &mut Command| {
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "{}", describe(&out));
+        };
+        run(Command::new("truncate")
+            .arg("-s")
+            .arg(format!("{mib}M"))
+            .arg(&img));
+        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img));
+        run(Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&img)
+            .arg(&mnt));
+        Some(SmallDisk { dir, mnt })
+    }
+
+    pub fn fill(&self, name: &str) {
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.mnt.join(name))
+            .unwrap();
+        for bs in [1 << 16, 1 << 10, 1] {
+            let buf = vec![0u8; bs];
+            while std::io::Write::write_all(&mut f, &buf).is_ok() {}
+        }
+    }
+
+    /// Gives back the room `fill` took.
+    pub fn free(&self, name: &str) {
+        fs::remove_file(self.mnt.join(name)).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        let _ = fs::remove_dir_all(&self.dir);
     }
 }

@@ -40,7 +40,9 @@ pub enum Op {
     /// Several attributes at once.
     Setattr,
     /// Found at mount: added or changed while unmounted (or the first
-    /// baseline).
+    /// baseline); or, while mounted, an entry the daemon met that the
+    /// journal did not have as it was (put into ROOT behind the daemon),
+    /// recorded whole before a change to it (`fs::meet`).
     Scan,
     /// Found missing at mount: removed while unmounted.
     ScanRemove,
