@@ -94,6 +94,13 @@ fn a_busy_unmount_changes_nothing_and_names_who_holds_it() {
         "the test's own open file is named too:\n{}",
         describe(&out)
     );
+    // The daemon's descriptors of the directory underneath read as paths
+    // inside the mount: it is never named.
+    assert!(
+        !stderr(&out).contains(&format!("pid {} (", m.pid)),
+        "the daemon is named as a holder:\n{}",
+        describe(&out)
+    );
     // Still mounted, still the same daemon, and a write made now is a
     // version (the old unmount had detached it: the write went to the
     // plain directory, unversioned).

@@ -44,8 +44,10 @@ fn inside(link: &Path, mount_point: &Path) -> bool {
 }
 
 /// The holders of the mount at `mount_point` (absolute, canonical) and
-/// the mounts below it.
-pub fn busy(mount_point: &Path) -> Busy {
+/// the mounts below it. `daemon`, the mount's own daemon, is never one:
+/// its descriptors are of the directory underneath, whose paths read the
+/// same as the mount's.
+pub fn busy(mount_point: &Path, daemon: Option<u32>) -> Busy {
     let me = std::process::id();
     let mut holders = Vec::new();
     let Ok(proc_dir) = fs::read_dir("/proc") else {
@@ -54,7 +56,7 @@ pub fn busy(mount_point: &Path) -> Busy {
     let mut pids: Vec<u32> = proc_dir
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .filter(|p| *p != me)
+        .filter(|p| *p != me && Some(*p) != daemon)
         .collect();
     pids.sort_unstable();
     for pid in pids {
@@ -175,7 +177,7 @@ mod tests {
             .current_dir(&d)
             .spawn()
             .expect("sleep runs");
-        let b = busy(&d);
+        let b = busy(&d, None);
         let _ = child.kill();
         let _ = child.wait();
         let _ = fs::remove_dir_all(&d);

@@ -90,7 +90,7 @@ pub(super) fn settle(args: &MountArgs, wait: bool) -> Result<Found, Failure> {
             break;
         }
         loop {
-            match unmount_if_quiet(&mount_point) {
+            match unmount_if_quiet(&mount_point, Some(pid)) {
                 Ok(Quiet::Unmounted) => break,
                 Ok(Quiet::Busy(_)) if wait => std::thread::sleep(Duration::from_millis(200)),
                 Ok(Quiet::Busy(busy)) => {

@@ -337,7 +337,8 @@ fn wait_for_signal_and_unmount(root: &Path) {
     );
     let mut said = String::new();
     loop {
-        let now = match unmount_if_quiet(root) {
+        // (This daemon is never named: `busy` leaves out its caller.)
+        let now = match unmount_if_quiet(root, None) {
             Ok(Quiet::Unmounted) => return,
             Ok(Quiet::Busy(busy)) => format!(
                 "{} is busy (held by {}): still serving it, versioned; trying again every \

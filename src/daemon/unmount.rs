@@ -76,9 +76,10 @@ pub enum Quiet {
 
 /// Unmounts `root` only if nothing is inside it (`umount(8)` without
 /// `-l`): the kernel refuses a busy mount with EBUSY atomically, so a
-/// mount that is in use is never detached and stays versioned.
-pub fn unmount_if_quiet(root: &Path) -> io::Result<Quiet> {
-    let busy = || Ok(Quiet::Busy(holders::busy(root)));
+/// mount that is in use is never detached and stays versioned. `daemon`:
+/// the mount's daemon, never named as a holder.
+pub fn unmount_if_quiet(root: &Path, daemon: Option<u32>) -> io::Result<Quiet> {
+    let busy = || Ok(Quiet::Busy(holders::busy(root, daemon)));
     if crate::sys::geteuid() == 0 {
         let c = std::ffi::CString::new(root.as_os_str().as_bytes())
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -170,8 +171,9 @@ pub fn umount(root: &Path, timeout: Duration, lazy: bool) -> Result<String, Fail
             root.display()
         ));
     }
+    let daemon = StoreLock::holder(&layout);
     if lazy {
-        let busy = holders::busy(&root);
+        let busy = holders::busy(&root, daemon);
         detach(&root)?;
         if !busy.is_empty() {
             return Ok(format!(
@@ -184,7 +186,7 @@ pub fn umount(root: &Path, timeout: Duration, lazy: bool) -> Result<String, Fail
             ));
         }
     } else {
-        match unmount_if_quiet(&root) {
+        match unmount_if_quiet(&root, daemon) {
             Ok(Quiet::Unmounted) => {}
             Ok(Quiet::Busy(busy)) => return Err(busy_failure(&root, &busy)),
             Err(e) => {

@@ -647,6 +647,12 @@ impl SkillFs {
             }
             Err(e) => return Err(e.into()),
         };
+        // An existing file opened to be written: what it holds is kept
+        // first if the daemon never saw it (`meet`); one this create made
+        // is the daemon's own (recorded below, or its path resumed).
+        if !created && super::open::opens_for_writing(flags) {
+            self.meet(&loc)?;
+        }
         let st = loc.lstat()?;
         let kind = kind_of(&st).ok_or(Attempt::Failed(FsError::EPERM))?;
         if kind == Kind::Dir {

@@ -226,6 +226,11 @@ impl SkillFs {
             let _ns = self.namespace.read();
             match self.loc(ino) {
                 Ok(loc) => {
+                    // What a writer replaces is kept: a file found behind
+                    // the daemon is recorded whole before it can change.
+                    if opens_for_writing(flags) {
+                        self.meet(&loc)?;
+                    }
                     let of = self.open_live(ino, Ok(&loc))?;
                     self.finish_open(ino, Some(&loc), of, flags, true, caller)
                 }
@@ -252,14 +257,7 @@ impl SkillFs {
         may_pass: bool,
         caller: &Caller,
     ) -> TryResult<OpenReply> {
-        // `O_RDONLY | O_TRUNC` truncates too (with FUSE_ATOMIC_O_TRUNC the
-        // kernel counts on the open to have done it).
-        let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
-        // What a writer replaces is kept: a file found behind the daemon
-        // is recorded whole before it can change.
-        if write && let Some(l) = loc {
-            self.meet(l)?;
-        }
+        let write = opens_for_writing(flags);
         if may_pass && let Some(backing) = self.open_direct(&of, loc, flags, write, caller)? {
             let fh = self.new_handle(Handle::File {
                 ino,
@@ -678,4 +676,11 @@ pub(super) enum WritePlace {
     InPlaceUnlinked,
     /// In place (a plain file of the home).
     InPlace,
+}
+
+/// Whether an open of `flags` may change the file: `O_RDONLY | O_TRUNC`
+/// truncates too (with FUSE_ATOMIC_O_TRUNC the kernel counts on the open
+/// to have done it).
+pub(super) fn opens_for_writing(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }

@@ -348,6 +348,32 @@ impl Mount {
         );
     }
 
+    /// `skillfs umount` as a user runs it while a writer comes and goes:
+    /// again while it says busy (exit 9), then as [`Mount::umount`].
+    pub fn umount_when_quiet(&mut self) {
+        let root = self.mount_point().display().to_string();
+        let t = Instant::now();
+        loop {
+            let out = skillfs(&["umount", &root]);
+            if out.status.code() != Some(9) {
+                assert!(out.status.success(), "umount failed:\n{}", describe(&out));
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "never quiet:\n{}",
+                describe(&out)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!is_mounted(&self.mount_point()));
+        let t = Instant::now();
+        while pid_alive(self.pid) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!pid_alive(self.pid), "daemon {} still running", self.pid);
+    }
+
     pub fn remount(&mut self) {
         self.mount();
     }
