@@ -363,3 +363,70 @@ fn an_import_killed_before_its_records_are_in_place_leaves_nothing_of_it() {
     assert!(!m.store().join("tmp/import").exists());
     assert!(log[imported..].iter().all(|r| r["origin"].is_null()));
 }
+
+/// A ledger entry dated in the future is recorded as of the import, and
+/// says so: the journal holds no future time, and `@-1s` after changes
+/// made since names the newest content, not the last before that date.
+#[test]
+fn a_part_dated_in_the_future_is_recorded_as_of_the_import() {
+    let s = Scratch::home("import-future");
+    let root = s.root();
+    let home = s.mount_point();
+    let blobs = home.join(".curator_backups/blobs");
+    fs::create_dir_all(&blobs).unwrap();
+    fs::create_dir_all(root.join("cat/s")).unwrap();
+    let mut ledger = String::new();
+    let dated = [
+        ("2026-05-01T10:00:00+00:00", "cat/s/SKILL.md", "old 1\n"),
+        ("2026-05-02T10:00:00+00:00", "cat/s/SKILL.md", "old 2\n"),
+        ("2026-05-03T10:00:00+00:00", "cat/s/SKILL.md", "old 3\n"),
+        ("2200-01-01T00:00:00+00:00", "cat/s/other.md", "future\n"),
+    ];
+    for (i, (ts, path, text)) in dated.iter().enumerate() {
+        let sha = sha256_hex(text.as_bytes());
+        fs::write(blobs.join(&sha), text).unwrap();
+        let entry = serde_json::json!({
+            "id": format!("fut{i:09}"),
+            "ts": ts,
+            "actor": "agent",
+            "action": "edit",
+            "skill": "s",
+            "before": [],
+            "after": [{"path": root.join(path).to_str().unwrap(), "sha256": sha}],
+        });
+        ledger.push_str(&format!("{entry}\n"));
+    }
+    fs::write(root.join(".curator_ledger.jsonl"), ledger).unwrap();
+    fs::write(root.join("cat/s/SKILL.md"), "old 3\n").unwrap();
+    fs::write(root.join("cat/s/other.md"), "future\n").unwrap();
+
+    let before = skillfs::time::now_ns();
+    let out = skillfs(&["import", home.to_str().unwrap(), "--versioned", "skills"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("fut000000003") && said.contains("dated 2200-01-01T00:00:00Z, after now"),
+        "{said}"
+    );
+
+    let m = Mount::over(s, Vec::new());
+    let log = m.log();
+    let future = log
+        .iter()
+        .find(|r| r["origin"]["id"] == "fut000000003")
+        .expect("the entry is imported");
+    let ts = future["ts"].as_i64().unwrap();
+    assert!(
+        ts >= before && ts <= skillfs::time::now_ns(),
+        "recorded as of the import: {future}"
+    );
+    for i in 1..=8 {
+        fs::write(m.path("cat/s/SKILL.md"), format!("now v{i}\n")).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let now = skillfs::time::format_utc(skillfs::time::now_ns());
+    for alias in ["@-1s".to_string(), format!("@{now}")] {
+        let p = m.path(&format!(".history/{alias}/cat/s/SKILL.md"));
+        assert_eq!(fs::read_to_string(&p).unwrap(), "now v8\n", "{alias}");
+    }
+}

@@ -12,7 +12,9 @@
 //! names the snapshot or entry. `.history/<id>` of its last record is the
 //! tree as the agent had it then. Parts are merged by time; a snapshot
 //! and an entry at the same instant, the snapshot first (the curator
-//! snapshots before it changes anything).
+//! snapshots before it changes anything). A part dated after the import's
+//! own time is recorded at that time, and its line says so: a journal
+//! holds no time from the future (see `HistoryIndex::add`).
 //!
 //! Why an imported record carries its annotation (`origin`) while a version
 //! made through the mount is matched to the live ledger at `log` time
@@ -83,6 +85,8 @@ pub struct Report {
     pub damage: Vec<Damage>,
     /// Records appended.
     pub records: u64,
+    /// One line per part dated after the import, recorded as of it.
+    pub redated: Vec<String>,
 }
 
 impl Report {
@@ -97,6 +101,7 @@ impl Report {
             .iter()
             .map(|d| format!("agent history: {d} (skipped)"))
             .collect();
+        out.extend(self.redated.iter().map(|r| format!("agent history: {r}")));
         out.push(self.summary());
         out
     }
@@ -283,6 +288,7 @@ fn run(
         damage: src.damage.clone(),
         ..Report::default()
     };
+    let now = crate::time::now_ns();
     for part in &src.parts {
         let (ts, what, origin, actor) = match part {
             Part::Snapshot(s) => (
@@ -322,6 +328,20 @@ fn run(
                 },
             ),
         };
+        // A part dated after now is a clock's mistake: it is recorded as
+        // of now, still after every part before it (see `HistoryIndex::add`
+        // for why a future time must not reach the journal).
+        let (ts, what, redated) = if ts > now {
+            let when = crate::time::format_utc(ts);
+            let why = format!("dated {when}, after now: recorded as of now");
+            (
+                now,
+                format!("{what} ({why})"),
+                Some(format!("{what}: {why}")),
+            )
+        } else {
+            (ts, what, None)
+        };
         let d = Defaults {
             uid: src.owner.0,
             gid: src.owner.1,
@@ -343,6 +363,7 @@ fn run(
                 continue;
             }
         };
+        report.redated.extend(redated);
         let Some((ledger, _)) = into.as_mut() else {
             report.taken.push(what);
             continue;
