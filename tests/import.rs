@@ -430,3 +430,58 @@ fn a_part_dated_in_the_future_is_recorded_as_of_the_import() {
         assert_eq!(fs::read_to_string(&p).unwrap(), "now v8\n", "{alias}");
     }
 }
+
+/// An entry that names one large blob many times reads it as a stream,
+/// once to check and once to store: the import's memory stays a buffer's
+/// (here under an address-space limit far below the blob times the names).
+#[test]
+fn an_entry_naming_one_large_blob_many_times_holds_none_of_it_in_memory() {
+    let s = Scratch::home("import-amplified");
+    let root = s.root();
+    let home = s.mount_point();
+    let blobs = home.join(".curator_backups/blobs");
+    fs::create_dir_all(&blobs).unwrap();
+    let big: Vec<u8> = (0..32u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    let sha = sha256_hex(&big);
+    fs::write(blobs.join(&sha), &big).unwrap();
+    let after: Vec<Value> = (0..20)
+        .map(|i| serde_json::json!({"path": root.join(format!("cat/s/f{i}.bin")), "sha256": sha}))
+        .collect();
+    let entry = serde_json::json!({
+        "id": "big000000001",
+        "ts": "2026-05-01T10:00:00+00:00",
+        "actor": "agent",
+        "action": "edit",
+        "skill": "s",
+        "before": [],
+        "after": after,
+    });
+    fs::write(root.join(".curator_ledger.jsonl"), format!("{entry}\n")).unwrap();
+    let home = home.to_str().unwrap();
+    let import = |dry: &str| {
+        // 384 MiB of address space: 20 copies of the blob are 640 MiB.
+        let script =
+            format!("ulimit -v 393216; exec \"$0\" import \"$1\" --versioned skills {dry}");
+        Command::new("sh")
+            .args(["-c", &script, env!("CARGO_BIN_EXE_skillfs"), home])
+            .output()
+            .unwrap()
+    };
+    let out = import("--dry-run");
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = import("");
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("big000000001"),
+        "{}",
+        describe(&out)
+    );
+    let m = Mount::over(s, Vec::new());
+    let id = id_of(&m.log(), "big000000001").unwrap();
+    for i in [0, 19] {
+        let p = m.path(&format!(".history/{id}/cat/s/f{i}.bin"));
+        assert!(fs::read(&p).unwrap() == big, "f{i}.bin");
+    }
+}

@@ -236,8 +236,10 @@ fn snapshot(
     Ok(Ok(states))
 }
 
-/// A ledger entry's paths made relative and every `after` blob read and
-/// checked, then (if `blobs`) stored.
+/// A ledger entry's paths made relative and every `after` blob checked,
+/// then (if `blobs`) stored. Each distinct blob is read once to check it
+/// and once to store it, as a stream: an entry that names one large blob
+/// many times costs one read of it, and no more memory than a buffer.
 fn entry(src: &Sources, e: &Entry, blobs: Option<&BlobStore>) -> Checked<EntryPaths> {
     let rel = |path: &str| {
         ledger::relative(path, &src.roots).ok_or_else(|| {
@@ -251,16 +253,26 @@ fn entry(src: &Sources, e: &Entry, blobs: Option<&BlobStore>) -> Checked<EntryPa
         after: Vec::new(),
         before: Vec::new(),
     };
-    let mut contents = Vec::new();
+    // Each distinct blob, in the order first named, with its size.
+    let mut sizes: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    let mut named = Vec::new();
     for item in &e.after {
         let p = match rel(&item.path) {
             Ok(p) => p,
             Err(why) => return Ok(Err(why)),
         };
-        match ledger::read_blob(&src.blobs, &item.sha256) {
-            Ok(data) => contents.push((p, data)),
-            Err(why) => return Ok(Err(format!("{why}, for '{p}'"))),
+        let sha = item.sha256.as_str();
+        if !sizes.contains_key(sha) {
+            match ledger::check_blob(&src.blobs, sha) {
+                Ok(size) => {
+                    sizes.insert(sha, size);
+                    order.push(sha);
+                }
+                Err(why) => return Ok(Err(format!("{why}, for '{p}'"))),
+            }
         }
+        named.push((p, sha));
     }
     for item in &e.before {
         match rel(&item.path) {
@@ -268,12 +280,20 @@ fn entry(src: &Sources, e: &Entry, blobs: Option<&BlobStore>) -> Checked<EntryPa
             Err(why) => return Ok(Err(why)),
         }
     }
-    for (p, data) in contents {
-        let id = match blobs {
-            Some(b) => b.put_bytes(&data, false)?,
-            None => crate::store::blobs::hash_bytes(&data),
-        };
-        out.after.push((p, id, data.len() as u64));
+    if let Some(b) = blobs {
+        for sha in order {
+            let f = match ledger::open_blob(&src.blobs, sha) {
+                Ok(f) => f,
+                Err(why) => return Ok(Err(why)),
+            };
+            let (id, size) = b.put_reader(f)?;
+            if id != sha || Some(&size) != sizes.get(sha) {
+                return Ok(Err(format!("blob {sha} changed between two reads")));
+            }
+        }
+    }
+    for (p, sha) in named {
+        out.after.push((p, sha.to_string(), sizes[sha]));
     }
     Ok(Ok(out))
 }
