@@ -485,3 +485,67 @@ fn an_entry_naming_one_large_blob_many_times_holds_none_of_it_in_memory() {
         assert!(fs::read(&p).unwrap() == big, "f{i}.bin");
     }
 }
+
+/// A curator snapshot that unpacks to far more than its size (a gzip bomb)
+/// is one damaged part, found before its content is stored: the store does
+/// not fill the disk, and the other parts are imported.
+#[test]
+fn a_gzip_bomb_snapshot_is_skipped_before_it_is_stored() {
+    let s = Scratch::home("import-bomb");
+    let root = s.root();
+    let home = s.mount_point();
+    let src = s.dir.join("src");
+    fs::create_dir_all(src.join("cat/s")).unwrap();
+    fs::write(src.join("cat/s/SKILL.md"), "x\n").unwrap();
+    for (id, bomb) in [
+        ("2026-05-01T13-00-00Z", true),
+        ("2026-05-02T13-00-00Z", false),
+    ] {
+        let dir = root.join(".curator_backups").join(id);
+        fs::create_dir_all(&dir).unwrap();
+        let f = fs::File::create(src.join("cat/s/bomb.bin")).unwrap();
+        // 32 MiB of zeros: a few tens of KB gzipped.
+        f.set_len(if bomb { 32 << 20 } else { 0 }).unwrap();
+        let out = Command::new("sh")
+            .args(["-c", "cd \"$0\" && tar cf - cat | gzip -1 > \"$1\""])
+            .arg(&src)
+            .arg(dir.join("skills.tar.gz"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_skillfs"))
+        .args(["import", home.to_str().unwrap(), "--versioned", "skills"])
+        .env("SKILLFS_UNPACK_MIN", (4u64 << 20).to_string())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("snapshot 2026-05-01T13-00-00Z: it unpacks to more than")
+            && err.contains("gzip bomb"),
+        "{err}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("snapshot 2026-05-02T13-00-00Z"),
+        "{}",
+        describe(&out)
+    );
+    let stored: u64 = walk_sizes(&s.store());
+    assert!(stored < 4 << 20, "the store holds {stored} bytes");
+}
+
+fn walk_sizes(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            let md = fs::symlink_metadata(e.path()).unwrap();
+            if md.is_dir() {
+                walk_sizes(&e.path())
+            } else {
+                md.len()
+            }
+        })
+        .sum()
+}
