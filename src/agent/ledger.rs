@@ -182,7 +182,7 @@ pub fn relative(item: &str, roots: &[PathBuf]) -> Option<RelPath> {
 }
 
 /// Blob `sha256` of `blobs`, opened for reading (its name checked, no
-/// symlink followed), at most [`BLOB_MAX`] bytes of it.
+/// symlink followed), at most `BLOB_MAX` bytes of it.
 pub fn open_blob(blobs: &Path, sha256: &str) -> Result<std::io::Take<File>, String> {
     let named = sha256.len() == 64
         && sha256

@@ -39,8 +39,8 @@ const UNPACK_RATIO: u64 = 64;
 /// real skills unpacks to a few times its size).
 const UNPACK_MIN: u64 = 1 << 30;
 
-/// The most an archive of `len` bytes may unpack to: [`UNPACK_RATIO`]
-/// times its size, at least [`UNPACK_MIN`] (or `SKILLFS_UNPACK_MIN` bytes
+/// The most an archive of `len` bytes may unpack to: `UNPACK_RATIO`
+/// times its size, at least `UNPACK_MIN` (or `SKILLFS_UNPACK_MIN` bytes
 /// from the environment, the tests' way to try a bomb in little room).
 pub fn unpack_limit(len: u64) -> u64 {
     let min = std::env::var("SKILLFS_UNPACK_MIN")

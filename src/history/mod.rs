@@ -9,7 +9,13 @@
 //!   any id is one binary search, whatever the number of versions;
 //! - `touched[d]` lists, in order, the ids of the changes at or below
 //!   directory `d` (what `d/.history` lists);
-//! - path indexes are never reused; index 0 is the root.
+//! - path indexes are never reused; index 0 is the root;
+//! - each change keeps the time its record carries (`recorded_time_of`,
+//!   what `log` shows) and has a place in time (`time_of`, what `@time`
+//!   aliases, listings and retention go by): strictly increasing, and
+//!   never carried forward from a change dated after the clock (the rule
+//!   is [`HistoryIndex::add`]'s), so one bad clock cannot move every later
+//!   change to its date.
 //!
 //! Locks: none of its own; the index is owned by the fold in the `Ledger`,
 //! behind the core's `ledger` mutex (or by one offline command).
