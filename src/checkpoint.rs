@@ -35,7 +35,11 @@ use crate::store::error::StoreResult;
 use crate::store::journal::{self, After, Contents, crc32, crc32_extend};
 
 pub const NAME: &str = "checkpoint";
-const MAGIC: &[u8; 8] = b"SKCKPT01";
+/// `02`: the index holds each change's recorded time, not its place in
+/// time (a `01` checkpoint of a store with a change dated in the future
+/// holds every later change at that date: it is not used, the journal is
+/// read whole).
+const MAGIC: &[u8; 8] = b"SKCKPT02";
 /// Journals shorter than this fold fast enough without one.
 pub const MIN_RECORDS: u64 = 20_000;
 
@@ -77,7 +81,12 @@ pub fn load(dir: &Dir, notes: &mut Vec<String>) -> Option<Checkpoint> {
         ));
         return None;
     }
-    let rest = body.strip_prefix(MAGIC)?;
+    let Some(rest) = body.strip_prefix(MAGIC) else {
+        notes.push(format!(
+            "journal/{NAME} is of another version: the journal is read whole"
+        ));
+        return None;
+    };
     let u64_at = |b: &[u8], at: usize| -> Option<u64> {
         Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
     };

@@ -282,3 +282,84 @@ fn the_root_is_never_removed_and_a_fifo_blocks_nothing() {
         describe(&out)
     );
 }
+
+/// A change dated in the future (an old import, a clock that ran ahead)
+/// moves no later change to its date: `@-1s` and `@<now>` name the newest
+/// content whether the index is folded from the journal, loaded from a
+/// checkpoint, or a checkpoint of the version before that held such a
+/// date is passed over; `log` shows the time as recorded.
+#[test]
+fn a_change_dated_in_the_future_moves_no_later_change() {
+    // As in the other tests of this binary.
+    unsafe { std::env::set_var("SKILLFS_CHECKPOINT_MIN", "1") };
+    let mut m = Mount::new("checkpoint-future");
+    fs::create_dir_all(m.path("cat/s")).unwrap();
+    for i in 1..=3 {
+        fs::write(m.path("cat/s/SKILL.md"), format!("old {i}\n")).unwrap();
+    }
+    fs::write(m.path("cat/other.md"), "from the future\n").unwrap();
+    m.umount();
+
+    // The last record, dated 2200-01-01, as an import before the fix left it.
+    const F: i64 = 7_258_118_400_000_000_000;
+    let seg = segment(&m);
+    let text = fs::read(&seg).unwrap();
+    let mut lines: Vec<Vec<u8>> = text
+        .split_inclusive(|&b| b == b'\n')
+        .map(Vec::from)
+        .collect();
+    let last = lines.pop().unwrap();
+    let mut rec = skillfs::store::journal::decode(&last[..last.len() - 1]).unwrap();
+    assert_eq!(rec.path.to_string(), "cat/other.md");
+    rec.ts = F;
+    lines.push(skillfs::store::journal::encode(&rec));
+    fs::set_permissions(&seg, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(&seg, lines.concat()).unwrap();
+
+    m.remount();
+    for i in 1..=8 {
+        fs::write(m.path("cat/s/SKILL.md"), format!("now v{i}\n")).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let root = m.root().display().to_string();
+    let newest = |m: &Mount, how: &str| {
+        let now = skillfs::time::format_utc(skillfs::time::now_ns());
+        for alias in ["@-1s".to_string(), format!("@{now}")] {
+            let p = m.path(&format!(".history/{alias}/cat/s/SKILL.md"));
+            assert_eq!(fs::read_to_string(&p).unwrap(), "now v8\n", "{alias} {how}");
+        }
+        let out = skillfs(&["show", "--root", &root, "@-1s:cat/s/SKILL.md"]);
+        assert!(out.status.success(), "{}", describe(&out));
+        assert_eq!(out.stdout, b"now v8\n", "show @-1s {how}");
+        let log = m.log();
+        let future = log.iter().rfind(|r| r["path"] == "cat/other.md").unwrap();
+        assert_eq!(future["ts"], F, "log shows the time recorded: {future}");
+    };
+    newest(&m, "folded from the journal");
+    m.umount();
+
+    let cp = m.store().join("journal/checkpoint");
+    m.remount();
+    assert!(
+        daemon_log(&m).contains("from the checkpoint"),
+        "{}",
+        daemon_log(&m)
+    );
+    newest(&m, "loaded from a checkpoint");
+    m.umount();
+
+    // A checkpoint of the version before: not loaded, the journal is read.
+    let mut bytes = fs::read(&cp).unwrap();
+    bytes[..8].copy_from_slice(b"SKCKPT01");
+    let n = bytes.len() - 4;
+    let sum = skillfs::store::journal::crc32(&bytes[..n]);
+    bytes[n..].copy_from_slice(&sum.to_le_bytes());
+    fs::write(&cp, &bytes).unwrap();
+    m.remount();
+    assert!(
+        daemon_log(&m).contains("another version"),
+        "{}",
+        daemon_log(&m)
+    );
+    newest(&m, "with a checkpoint of another version");
+}

@@ -506,3 +506,44 @@ fn restore_of_a_deleted_skill_makes_its_missing_category_and_undo_takes_it_all_o
     );
     assert!(!m.path("social").exists());
 }
+
+/// A large blob found whole on its size by the mount's scan (the current
+/// version of a live file, marked durable) is still hashed before
+/// `.history` serves it: one rotted bit is `EIO`, and a `cp -a` out of it
+/// fails instead of copying the damage (README: read whole, hashed, once
+/// per daemon before it is served).
+#[test]
+fn a_rotted_large_blob_of_a_live_file_is_not_served() {
+    let mut m = Mount::new("rotted");
+    let big: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    fs::write(m.path("big.bin"), &big).unwrap();
+    let id = last_id(&m);
+    m.umount();
+    let blob = common::a_loose_blob(&m.store());
+    let md = fs::metadata(&blob).unwrap();
+    let mut b = fs::read(&blob).unwrap();
+    b[1000] ^= 1;
+    fs::write(&blob, &b).unwrap();
+    common::set_mtime(&blob, md.mtime(), md.mtime_nsec());
+
+    m.remount();
+    assert_eq!(
+        fs::read(m.path("big.bin")).unwrap(),
+        big,
+        "the live file is whole"
+    );
+    let old = m.path(&format!(".history/{id}/big.bin"));
+    assert_eq!(errno(fs::read(&old)), libc::EIO);
+    let copy = m.store().parent().unwrap().join("copy");
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(&old)
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "cp -a copied the damage");
+    let log = fs::read_to_string(m.store().join("daemon.log")).unwrap_or_default();
+    assert!(log.contains("damaged"), "{log}");
+}

@@ -368,3 +368,189 @@ fn an_import_killed_before_its_records_are_in_place_leaves_nothing_of_it() {
     assert!(!m.store().join("tmp/import").exists());
     assert!(log[imported..].iter().all(|r| r["origin"].is_null()));
 }
+
+/// A ledger entry dated in the future is recorded as of the import, and
+/// says so: the journal holds no future time, and `@-1s` after changes
+/// made since names the newest content, not the last before that date.
+#[test]
+fn a_part_dated_in_the_future_is_recorded_as_of_the_import() {
+    let s = Scratch::home("import-future");
+    let root = s.root();
+    let home = s.mount_point();
+    let blobs = home.join(".curator_backups/blobs");
+    fs::create_dir_all(&blobs).unwrap();
+    fs::create_dir_all(root.join("cat/s")).unwrap();
+    let mut ledger = String::new();
+    let dated = [
+        ("2026-05-01T10:00:00+00:00", "cat/s/SKILL.md", "old 1\n"),
+        ("2026-05-02T10:00:00+00:00", "cat/s/SKILL.md", "old 2\n"),
+        ("2026-05-03T10:00:00+00:00", "cat/s/SKILL.md", "old 3\n"),
+        ("2200-01-01T00:00:00+00:00", "cat/s/other.md", "future\n"),
+    ];
+    for (i, (ts, path, text)) in dated.iter().enumerate() {
+        let sha = sha256_hex(text.as_bytes());
+        fs::write(blobs.join(&sha), text).unwrap();
+        let entry = serde_json::json!({
+            "id": format!("fut{i:09}"),
+            "ts": ts,
+            "actor": "agent",
+            "action": "edit",
+            "skill": "s",
+            "before": [],
+            "after": [{"path": root.join(path).to_str().unwrap(), "sha256": sha}],
+        });
+        ledger.push_str(&format!("{entry}\n"));
+    }
+    fs::write(root.join(".curator_ledger.jsonl"), ledger).unwrap();
+    fs::write(root.join("cat/s/SKILL.md"), "old 3\n").unwrap();
+    fs::write(root.join("cat/s/other.md"), "future\n").unwrap();
+
+    let before = skillfs::time::now_ns();
+    let out = skillfs(&["import", home.to_str().unwrap(), "--versioned", "skills"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("fut000000003") && said.contains("dated 2200-01-01T00:00:00Z, after now"),
+        "{said}"
+    );
+
+    let m = Mount::over(s, Vec::new());
+    let log = m.log();
+    let future = log
+        .iter()
+        .find(|r| r["origin"]["id"] == "fut000000003")
+        .expect("the entry is imported");
+    let ts = future["ts"].as_i64().unwrap();
+    assert!(
+        ts >= before && ts <= skillfs::time::now_ns(),
+        "recorded as of the import: {future}"
+    );
+    for i in 1..=8 {
+        fs::write(m.path("cat/s/SKILL.md"), format!("now v{i}\n")).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let now = skillfs::time::format_utc(skillfs::time::now_ns());
+    for alias in ["@-1s".to_string(), format!("@{now}")] {
+        let p = m.path(&format!(".history/{alias}/cat/s/SKILL.md"));
+        assert_eq!(fs::read_to_string(&p).unwrap(), "now v8\n", "{alias}");
+    }
+}
+
+/// An entry that names one large blob many times reads it as a stream,
+/// once to check and once to store: the import's memory stays a buffer's
+/// (here under an address-space limit far below the blob times the names).
+#[test]
+fn an_entry_naming_one_large_blob_many_times_holds_none_of_it_in_memory() {
+    let s = Scratch::home("import-amplified");
+    let root = s.root();
+    let home = s.mount_point();
+    let blobs = home.join(".curator_backups/blobs");
+    fs::create_dir_all(&blobs).unwrap();
+    let big: Vec<u8> = (0..32u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    let sha = sha256_hex(&big);
+    fs::write(blobs.join(&sha), &big).unwrap();
+    let after: Vec<Value> = (0..20)
+        .map(|i| serde_json::json!({"path": root.join(format!("cat/s/f{i}.bin")), "sha256": sha}))
+        .collect();
+    let entry = serde_json::json!({
+        "id": "big000000001",
+        "ts": "2026-05-01T10:00:00+00:00",
+        "actor": "agent",
+        "action": "edit",
+        "skill": "s",
+        "before": [],
+        "after": after,
+    });
+    fs::write(root.join(".curator_ledger.jsonl"), format!("{entry}\n")).unwrap();
+    let home = home.to_str().unwrap();
+    let import = |dry: &str| {
+        // 384 MiB of address space: 20 copies of the blob are 640 MiB.
+        let script =
+            format!("ulimit -v 393216; exec \"$0\" import \"$1\" --versioned skills {dry}");
+        Command::new("sh")
+            .args(["-c", &script, env!("CARGO_BIN_EXE_skillfs"), home])
+            .output()
+            .unwrap()
+    };
+    let out = import("--dry-run");
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = import("");
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("big000000001"),
+        "{}",
+        describe(&out)
+    );
+    let m = Mount::over(s, Vec::new());
+    let id = id_of(&m.log(), "big000000001").unwrap();
+    for i in [0, 19] {
+        let p = m.path(&format!(".history/{id}/cat/s/f{i}.bin"));
+        assert!(fs::read(&p).unwrap() == big, "f{i}.bin");
+    }
+}
+
+/// A curator snapshot that unpacks to far more than its size (a gzip bomb)
+/// is one damaged part, found before its content is stored: the store does
+/// not fill the disk, and the other parts are imported.
+#[test]
+fn a_gzip_bomb_snapshot_is_skipped_before_it_is_stored() {
+    let s = Scratch::home("import-bomb");
+    let root = s.root();
+    let home = s.mount_point();
+    let src = s.dir.join("src");
+    fs::create_dir_all(src.join("cat/s")).unwrap();
+    fs::write(src.join("cat/s/SKILL.md"), "x\n").unwrap();
+    for (id, bomb) in [
+        ("2026-05-01T13-00-00Z", true),
+        ("2026-05-02T13-00-00Z", false),
+    ] {
+        let dir = root.join(".curator_backups").join(id);
+        fs::create_dir_all(&dir).unwrap();
+        let f = fs::File::create(src.join("cat/s/bomb.bin")).unwrap();
+        // 32 MiB of zeros: a few tens of KB gzipped.
+        f.set_len(if bomb { 32 << 20 } else { 0 }).unwrap();
+        let out = Command::new("sh")
+            .args(["-c", "cd \"$0\" && tar cf - cat | gzip -1 > \"$1\""])
+            .arg(&src)
+            .arg(dir.join("skills.tar.gz"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_skillfs"))
+        .args(["import", home.to_str().unwrap(), "--versioned", "skills"])
+        .env("SKILLFS_UNPACK_MIN", (4u64 << 20).to_string())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("snapshot 2026-05-01T13-00-00Z: it unpacks to more than")
+            && err.contains("gzip bomb"),
+        "{err}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("snapshot 2026-05-02T13-00-00Z"),
+        "{}",
+        describe(&out)
+    );
+    let stored: u64 = walk_sizes(&s.store());
+    assert!(stored < 4 << 20, "the store holds {stored} bytes");
+}
+
+fn walk_sizes(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            let md = fs::symlink_metadata(e.path()).unwrap();
+            if md.is_dir() {
+                walk_sizes(&e.path())
+            } else {
+                md.len()
+            }
+        })
+        .sum()
+}

@@ -181,8 +181,9 @@ pub fn relative(item: &str, roots: &[PathBuf]) -> Option<RelPath> {
     RelPath::parse(rest.as_os_str().as_encoded_bytes()).filter(|r| !r.is_root())
 }
 
-/// The bytes of blob `sha256` in `blobs`, checked against their name.
-pub fn read_blob(blobs: &Path, sha256: &str) -> Result<Vec<u8>, String> {
+/// Blob `sha256` of `blobs`, opened for reading (its name checked, no
+/// symlink followed), at most `BLOB_MAX` bytes of it.
+pub fn open_blob(blobs: &Path, sha256: &str) -> Result<std::io::Take<File>, String> {
     let named = sha256.len() == 64
         && sha256
             .bytes()
@@ -191,20 +192,39 @@ pub fn read_blob(blobs: &Path, sha256: &str) -> Result<Vec<u8>, String> {
         return Err(format!("'{}' is not a sha256", plain(sha256, 80)));
     }
     let path = blobs.join(sha256);
-    let mut data = Vec::new();
     crate::sys::openat(
         libc::AT_FDCWD,
         path.as_os_str().as_encoded_bytes(),
         libc::O_RDONLY | libc::O_NOFOLLOW,
         0,
     )
-    .and_then(|f: File| f.take(BLOB_MAX).read_to_end(&mut data))
-    .map_err(|e| format!("blob {sha256} is missing or unreadable ({e})"))?;
-    let got = hex(Sha256::digest(&data).as_slice());
+    .map(|f: File| f.take(BLOB_MAX))
+    .map_err(|e| format!("blob {sha256} is missing or unreadable ({e})"))
+}
+
+/// The size of blob `sha256` of `blobs`, once its bytes, read as a
+/// stream (never held whole), hash to its name.
+pub fn check_blob(blobs: &Path, sha256: &str) -> Result<u64, String> {
+    let mut f = open_blob(blobs, sha256)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut size = 0u64;
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                size += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("blob {sha256} is missing or unreadable ({e})")),
+        }
+    }
+    let got = hex(hasher.finalize().as_slice());
     if got != sha256 {
         return Err(format!("blob {sha256} holds other bytes (sha256 {got})"));
     }
-    Ok(data)
+    Ok(size)
 }
 
 /// How long before its entry a version may have been made and still be

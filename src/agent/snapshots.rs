@@ -12,7 +12,10 @@
 //! (the agent's own rollback refuses it too); members that are neither
 //! files, directories nor links (devices, FIFOs) are left out, as the
 //! mount's scan leaves them out. Reading never follows a symlink out of
-//! the snapshot directory.
+//! the snapshot directory. An archive that unpacks to more than
+//! [`unpack_limit`] (its members' sizes and 512 bytes a header) is damaged,
+//! found before that much is read: a gzip bomb must not fill the disk of
+//! every mount that tries to import it.
 //!
 //! Locks: none.
 
@@ -30,6 +33,22 @@ pub const BACKUPS: &str = ".curator_backups";
 /// The archive of one snapshot, in its directory.
 pub const ARCHIVE: &str = "skills.tar.gz";
 const MANIFEST: &str = "manifest.json";
+/// An archive may unpack to this many times its own size...
+const UNPACK_RATIO: u64 = 64;
+/// ...or to this much, whichever is more (skills are text: an archive of
+/// real skills unpacks to a few times its size).
+const UNPACK_MIN: u64 = 1 << 30;
+
+/// The most an archive of `len` bytes may unpack to: `UNPACK_RATIO`
+/// times its size, at least `UNPACK_MIN` (or `SKILLFS_UNPACK_MIN` bytes
+/// from the environment, the tests' way to try a bomb in little room).
+pub fn unpack_limit(len: u64) -> u64 {
+    let min = std::env::var("SKILLFS_UNPACK_MIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(UNPACK_MIN);
+    len.saturating_mul(UNPACK_RATIO).max(min)
+}
 
 /// One snapshot found.
 #[derive(Clone, Debug)]
@@ -241,6 +260,12 @@ pub fn read(
     content: &mut dyn FnMut(&Member, &mut dyn Read) -> io::Result<()>,
 ) -> Result<Vec<Member>, Failed> {
     let damaged = |what: &str, e: io::Error| Failed::Damaged(format!("{what}: {e}"));
+    let len = file
+        .metadata()
+        .map_err(|e| damaged("could not read it", e))?
+        .len();
+    let limit = unpack_limit(len);
+    let mut unpacked = 0u64;
     let mut f = file;
     f.seek(SeekFrom::Start(0))
         .map_err(|e| damaged("could not read it", e))?;
@@ -256,6 +281,14 @@ pub fn read(
         .map_err(|e| damaged("not a tar.gz archive", e))?;
     for entry in entries {
         let mut entry = entry.map_err(|e| damaged("not a whole tar.gz archive", e))?;
+        // Counted from the header, before the content is read.
+        unpacked = unpacked.saturating_add(512).saturating_add(entry.size());
+        if unpacked > limit {
+            return Err(Failed::Damaged(format!(
+                "it unpacks to more than {limit} bytes, the most a {len}-byte archive may \
+                 (a gzip bomb?)"
+            )));
+        }
         let Some(path) = member_path(&entry.path_bytes()).map_err(Failed::Damaged)? else {
             continue;
         };

@@ -4,7 +4,9 @@
 //! Invariants: `decode(encode(h))` is `h`, field for field (the tables a
 //! fold derives, `paths` and `children`, are rebuilt the way `intern`
 //! builds them: a child's index is past its parent's, so ascending order
-//! gives the same lists); anything `decode` cannot read whole is `None`,
+//! gives the same lists; the changes' places in time are not stored but
+//! placed again from their recorded times by the decoding reader's clock,
+//! as its fold of the journal would); anything `decode` cannot read whole is `None`,
 //! never a partial index. Integers are LEB128 (ids and sizes are small).
 //!
 //! Locks: none; plain values.
@@ -186,9 +188,9 @@ impl HistoryIndex {
             }
             w.ids(&self.touched[i]);
         }
-        w.u(self.times.len() as u64);
+        w.u(self.recorded.len() as u64);
         let mut prev = 0i64;
-        for &t in &self.times {
+        for &t in &self.recorded {
             w.i(t.wrapping_sub(prev));
             prev = t;
         }
@@ -252,12 +254,14 @@ impl HistoryIndex {
             h.touched.push(r.ids()?);
         }
         let nt = r.len()?;
-        h.times.reserve_exact(nt);
+        h.recorded.reserve_exact(nt);
         let mut t = 0i64;
         for _ in 0..nt {
             t = t.wrapping_add(r.i()?);
-            h.times.push(t);
+            h.recorded.push(t);
         }
+        // Placed by this reader's clock, as a fold of the journal would.
+        h.settle_all(crate::time::now_ns());
         let nf = r.len()?;
         for _ in 0..nf {
             h.forgotten.push((r.u()?, r.u()?));
@@ -326,6 +330,7 @@ mod tests {
         assert_eq!(d.versions, h.versions);
         assert_eq!(d.touched, h.touched);
         assert_eq!(d.times, h.times);
+        assert_eq!(d.recorded, h.recorded);
         assert_eq!(d.forgotten, h.forgotten);
         assert_eq!(d.removals, h.removals);
         assert_eq!(d.forgets, h.forgets);

@@ -9,14 +9,20 @@
 //!   any id is one binary search, whatever the number of versions;
 //! - `touched[d]` lists, in order, the ids of the changes at or below
 //!   directory `d` (what `d/.history` lists);
-//! - path indexes are never reused; index 0 is the root.
+//! - path indexes are never reused; index 0 is the root;
+//! - each change keeps the time its record carries (`recorded_time_of`,
+//!   what `log` shows) and has a place in time (`time_of`, what `@time`
+//!   aliases, listings and retention go by): strictly increasing, and
+//!   never carried forward from a change dated after the clock (the rule
+//!   is [`HistoryIndex::add`]'s), so one bad clock cannot move every later
+//!   change to its date.
 //!
 //! Locks: none of its own; the index is owned by the fold in the `Ledger`,
 //! behind the core's `ledger` mutex (or by one offline command).
 //!
-//! Memory: per record, one version entry per path it changes (about 130
-//! bytes with its state) plus one id (8 bytes) per ancestor directory of each
-//! changed path; per distinct path ever seen, its name and two small vectors.
+//! Memory: per record, two times (16 bytes), one version entry per path it
+//! changes (about 130 bytes with its state) plus one id (8 bytes) per
+//! ancestor directory of each changed path; per distinct path ever seen, its name and two small vectors.
 
 // The daemon answers errors, never unwraps them (tests may; see clippy.toml).
 #![deny(clippy::unwrap_used)]
@@ -45,9 +51,18 @@ pub struct HistoryIndex {
     children: Vec<Vec<PathIdx>>,
     versions: Vec<Vec<(u64, Option<EntryState>)>>,
     touched: Vec<Vec<u64>>,
-    /// `times[id - 1]`: when change `id` was made, never decreasing (a clock
-    /// stepping back is flattened, so time aliases stay monotonic).
+    /// `times[id - 1]`: change `id`'s place in time, strictly increasing,
+    /// placed from `recorded` by the rule of [`HistoryIndex::add`].
     times: Vec<i64>,
+    /// `recorded[id - 1]`: the time change `id`'s record carries (what
+    /// `log` shows).
+    recorded: Vec<i64>,
+    /// How many of the first records are dated after the clock: they are
+    /// placed just before the first one that is not (see `add`).
+    lead: usize,
+    /// No record placed at its own time is dated after this: while it is
+    /// not after the clock, no record needs placing again.
+    trusted_max: i64,
     /// Ids forgotten by `skillfs forget`: sorted, disjoint, inclusive
     /// ranges. A forgotten id is listed and resolved nowhere; the states
     /// it made stay in `versions`, since a kept id after it may show them.
@@ -118,7 +133,10 @@ pub fn parse_alias(name: &str, now_ns: i64) -> Option<Alias> {
 
 impl HistoryIndex {
     pub fn new() -> HistoryIndex {
-        let mut h = HistoryIndex::default();
+        let mut h = HistoryIndex {
+            trusted_max: i64::MIN,
+            ..HistoryIndex::default()
+        };
         h.intern(&RelPath::root());
         h
     }
@@ -218,13 +236,34 @@ impl HistoryIndex {
         i
     }
 
+    /// The time change `id`'s record carries, as recorded.
+    pub fn recorded_time_of(&self, id: u64) -> Option<i64> {
+        self.recorded.get(id.checked_sub(1)? as usize).copied()
+    }
+
     /// Adds change `seq` (the next id) made at `ts`, with its effects.
+    ///
+    /// Its place in time (`time_of`, what `@time` aliases, listings'
+    /// mtimes and retention go by) is strictly increasing, so aliases
+    /// resolve by one binary search and a listing's mtime moves whenever it
+    /// grows. The clock now is the truth:
+    /// - a change dated after the clock (an imported part from the future,
+    ///   a clock that ran ahead and was set back) is placed 1 ns after the
+    ///   change before it, never at its own time: one bad clock must not
+    ///   carry every later change to its future date;
+    /// - any other change is placed at its own time, or 1 ns after the
+    ///   change before it if that is later (a clock stepped back);
+    /// - changes dated after the clock before any that is not are placed
+    ///   just before the first that is not (or from the clock on, if none).
+    ///
+    /// The placing is done at the fold (at mount, by each command) and
+    /// again, for the changes after it, when a change arrives dated before
+    /// a change placed at its own time that is now after the clock (a
+    /// clock set back while the daemon runs). A change whose date the clock
+    /// has passed since it was placed keeps its place until the next fold.
     pub fn add(&mut self, seq: u64, ts: i64, effects: Vec<Effect>) {
         debug_assert_eq!(seq, self.last() + 1);
-        // Strictly increasing: a listing's mtime (its newest id's time)
-        // must move whenever it grows.
-        let ts = ts.max(self.times.last().map_or(i64::MIN, |t| t + 1));
-        self.times.push(ts);
+        self.place(ts, crate::time::now_ns());
         for (path, state) in effects {
             let i = self.intern(&path);
             self.versions[i as usize].push((seq, state));
@@ -242,6 +281,81 @@ impl HistoryIndex {
                 pi = self.parents[pi as usize];
             }
         }
+    }
+
+    /// Places the next change, recorded at `ts`, at `now` (see `add`).
+    fn place(&mut self, ts: i64, now: i64) {
+        let n = self.recorded.len();
+        self.recorded.push(ts);
+        let last = self.times.last().copied();
+        let after = |t: Option<i64>| t.map_or(i64::MIN, |t| t.saturating_add(1));
+        if ts > now {
+            let t = if self.lead == n {
+                self.lead += 1;
+                now.max(after(last))
+            } else {
+                after(last)
+            };
+            self.times.push(t);
+        } else if self.lead > 0 && self.lead == n {
+            self.times.push(ts);
+            self.settle(0, now);
+        } else if last.is_none_or(|l| ts > l) {
+            self.times.push(ts);
+            self.trusted_max = self.trusted_max.max(ts);
+        } else if self.trusted_max > now {
+            // The clock went back below changes placed at their own time:
+            // they (all after `ts`) are placed again.
+            let from = self.times.partition_point(|&x| x <= ts);
+            self.times.push(ts);
+            self.settle(from, now);
+        } else {
+            self.times.push(after(last));
+        }
+    }
+
+    /// Places changes `from..` again from their recorded times, as `add`
+    /// says (from the first, if `from` is within the leading ones).
+    fn settle(&mut self, from: usize, now: i64) {
+        let n = self.recorded.len();
+        let mut start = from;
+        if from <= self.lead {
+            let k = self.recorded.iter().position(|&r| r <= now).unwrap_or(n);
+            self.lead = k;
+            self.trusted_max = i64::MIN;
+            for i in 0..k {
+                let t = match self.recorded.get(k) {
+                    Some(&r) => r.saturating_sub((k - i) as i64),
+                    None => now.saturating_add(i as i64),
+                };
+                self.times[i] = t;
+            }
+            start = k;
+        }
+        let mut prev = start.checked_sub(1).map(|i| self.times[i]);
+        if let Some(p) = prev {
+            // Every change before `start` is placed no later than `p`.
+            self.trusted_max = self.trusted_max.min(p);
+        }
+        for i in start..n {
+            let r = self.recorded[i];
+            let after = prev.map_or(i64::MIN, |p| p.saturating_add(1));
+            let t = if r > now {
+                after
+            } else {
+                self.trusted_max = self.trusted_max.max(r);
+                r.max(after)
+            };
+            self.times[i] = t;
+            prev = Some(t);
+        }
+    }
+
+    /// Places every change again, at `now` (a decoded index).
+    fn settle_all(&mut self, now: i64) {
+        self.times = self.recorded.clone();
+        self.lead = self.recorded.len();
+        self.settle(0, now);
     }
 
     /// The state of `idx` just after change `id` (`None`: absent). The root
@@ -527,6 +641,57 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The places of changes recorded at `ts`, each added at its `now`.
+    fn placed(ts_now: &[(i64, i64)]) -> HistoryIndex {
+        let mut h = HistoryIndex::new();
+        for &(ts, now) in ts_now {
+            h.place(ts, now);
+        }
+        h
+    }
+
+    #[test]
+    fn a_change_dated_after_the_clock_carries_no_later_change_with_it() {
+        const F: i64 = 7_258_118_400_000_000_000; // 2200-01-01
+        let now = 1_000;
+        // An imported part from the future, then changes made since: each
+        // keeps its own time, the future one goes right after the one
+        // before it, and a time alias names the newest change.
+        let h = placed(&[
+            (100, now),
+            (200, now),
+            (300, now),
+            (F, now),
+            (400, now),
+            (500, now),
+        ]);
+        assert_eq!(h.times, [100, 200, 300, 301, 400, 500]);
+        assert_eq!(h.recorded_time_of(4), Some(F), "recorded as it was");
+        assert_eq!(h.resolve(ROOT_IDX, Alias::At(now)), Some(6));
+        assert_eq!(h.resolve(ROOT_IDX, Alias::At(450)), Some(5));
+        assert_eq!(h.resolve(ROOT_IDX, Alias::At(350)), Some(4));
+        // A clock stepped back: flattened after the change before, as ever.
+        let h = placed(&[(100, now), (200, now), (50, now), (300, now)]);
+        assert_eq!(h.times, [100, 200, 201, 300]);
+        // Leading changes from the future: just before the first that is
+        // not; with none, from the clock on (so `@now` names the newest).
+        let h = placed(&[(F, now), (F + 1, now), (100, now), (200, now)]);
+        assert_eq!(h.times, [98, 99, 100, 200]);
+        let h = placed(&[(F, now)]);
+        assert_eq!(h.resolve(ROOT_IDX, Alias::At(now)), Some(1));
+        // A live clock that ran ahead and is set back: the changes made
+        // meanwhile were placed at their own time, and are placed again
+        // after the change before them once a change shows the clock back.
+        let h = placed(&[(100, 100), (F, F), (F + 10, F + 10), (200, 200), (300, 300)]);
+        assert_eq!(h.times, [100, 101, 102, 200, 300]);
+        assert_eq!(h.resolve(ROOT_IDX, Alias::At(250)), Some(4));
+        // A fold of the same records at the same clock places them alike.
+        let mut again = HistoryIndex::new();
+        again.recorded = h.recorded.clone();
+        again.settle_all(300);
+        assert_eq!(again.times, h.times);
     }
 
     #[test]

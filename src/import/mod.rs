@@ -12,7 +12,9 @@
 //! names the snapshot or entry. `.history/<id>` of its last record is the
 //! tree as the agent had it then. Parts are merged by time; a snapshot
 //! and an entry at the same instant, the snapshot first (the curator
-//! snapshots before it changes anything).
+//! snapshots before it changes anything). A part dated after the import's
+//! own time is recorded at that time, and its line says so: a journal
+//! holds no time from the future (see `HistoryIndex::add`).
 //!
 //! Why an imported record carries its annotation (`origin`) while a version
 //! made through the mount is matched to the live ledger at `log` time
@@ -83,6 +85,8 @@ pub struct Report {
     pub damage: Vec<Damage>,
     /// Records appended.
     pub records: u64,
+    /// One line per part dated after the import, recorded as of it.
+    pub redated: Vec<String>,
 }
 
 impl Report {
@@ -97,6 +101,7 @@ impl Report {
             .iter()
             .map(|d| format!("agent history: {d} (skipped)"))
             .collect();
+        out.extend(self.redated.iter().map(|r| format!("agent history: {r}")));
         out.push(self.summary());
         out
     }
@@ -231,8 +236,10 @@ fn snapshot(
     Ok(Ok(states))
 }
 
-/// A ledger entry's paths made relative and every `after` blob read and
-/// checked, then (if `blobs`) stored.
+/// A ledger entry's paths made relative and every `after` blob checked,
+/// then (if `blobs`) stored. Each distinct blob is read once to check it
+/// and once to store it, as a stream: an entry that names one large blob
+/// many times costs one read of it, and no more memory than a buffer.
 fn entry(src: &Sources, e: &Entry, blobs: Option<&BlobStore>) -> Checked<EntryPaths> {
     let rel = |path: &str| {
         ledger::relative(path, &src.roots).ok_or_else(|| {
@@ -246,16 +253,26 @@ fn entry(src: &Sources, e: &Entry, blobs: Option<&BlobStore>) -> Checked<EntryPa
         after: Vec::new(),
         before: Vec::new(),
     };
-    let mut contents = Vec::new();
+    // Each distinct blob, in the order first named, with its size.
+    let mut sizes: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    let mut named = Vec::new();
     for item in &e.after {
         let p = match rel(&item.path) {
             Ok(p) => p,
             Err(why) => return Ok(Err(why)),
         };
-        match ledger::read_blob(&src.blobs, &item.sha256) {
-            Ok(data) => contents.push((p, data)),
-            Err(why) => return Ok(Err(format!("{why}, for '{p}'"))),
+        let sha = item.sha256.as_str();
+        if !sizes.contains_key(sha) {
+            match ledger::check_blob(&src.blobs, sha) {
+                Ok(size) => {
+                    sizes.insert(sha, size);
+                    order.push(sha);
+                }
+                Err(why) => return Ok(Err(format!("{why}, for '{p}'"))),
+            }
         }
+        named.push((p, sha));
     }
     for item in &e.before {
         match rel(&item.path) {
@@ -263,12 +280,20 @@ fn entry(src: &Sources, e: &Entry, blobs: Option<&BlobStore>) -> Checked<EntryPa
             Err(why) => return Ok(Err(why)),
         }
     }
-    for (p, data) in contents {
-        let id = match blobs {
-            Some(b) => b.put_bytes(&data, false)?,
-            None => crate::store::blobs::hash_bytes(&data),
-        };
-        out.after.push((p, id, data.len() as u64));
+    if let Some(b) = blobs {
+        for sha in order {
+            let f = match ledger::open_blob(&src.blobs, sha) {
+                Ok(f) => f,
+                Err(why) => return Ok(Err(why)),
+            };
+            let (id, size) = b.put_reader(f)?;
+            if id != sha || Some(&size) != sizes.get(sha) {
+                return Ok(Err(format!("blob {sha} changed between two reads")));
+            }
+        }
+    }
+    for (p, sha) in named {
+        out.after.push((p, sha.to_string(), sizes[sha]));
     }
     Ok(Ok(out))
 }
@@ -283,6 +308,7 @@ fn run(
         damage: src.damage.clone(),
         ..Report::default()
     };
+    let now = crate::time::now_ns();
     for part in &src.parts {
         let (ts, what, origin, actor) = match part {
             Part::Snapshot(s) => (
@@ -322,6 +348,20 @@ fn run(
                 },
             ),
         };
+        // A part dated after now is a clock's mistake: it is recorded as
+        // of now, still after every part before it (see `HistoryIndex::add`
+        // for why a future time must not reach the journal).
+        let (ts, what, redated) = if ts > now {
+            let when = crate::time::format_utc(ts);
+            let why = format!("dated {when}, after now: recorded as of now");
+            (
+                now,
+                format!("{what} ({why})"),
+                Some(format!("{what}: {why}")),
+            )
+        } else {
+            (ts, what, None)
+        };
         let d = Defaults {
             uid: src.owner.0,
             gid: src.owner.1,
@@ -343,6 +383,7 @@ fn run(
                 continue;
             }
         };
+        report.redated.extend(redated);
         let Some((ledger, _)) = into.as_mut() else {
             report.taken.push(what);
             continue;

@@ -16,8 +16,9 @@
 //! wrong bytes. Once a loose blob's content has been fsynced (after it was
 //! written, or checked) its mtime is set to [`DURABLE_MTIME`]: a blob so
 //! marked is known whole on its size, so a mount need not read every large
-//! version again (it is still hashed before it is served). Every sync goes
-//! through [`StoreIo`] (see `store::durable`).
+//! version again; it is still hashed before it is served, once per process
+//! (`known` tells a blob found on its size from one hashed or written
+//! here). Every sync goes through [`StoreIo`] (see `store::durable`).
 //!
 //! A prune (`gc`) removes contents no kept version shows; it is made safe
 //! against writers by `gate` and `pins`, as `gc` says.
@@ -28,7 +29,7 @@
 //! their `index`.
 //! File helpers shared with `packs` are in `store::fsutil`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
@@ -76,10 +77,10 @@ pub struct BlobStore {
     sync_lock: Mutex<()>,
     /// Fan-out directories known to exist (saves a mkdir per blob).
     fans: Mutex<[bool; 256]>,
-    /// Blobs this process stored or found intact (hash checked) (saves a
-    /// `stat` per version; nothing removes blobs while a store is open for
-    /// writing).
-    known: Mutex<HashSet<[u8; 32]>>,
+    /// Blobs this process found present, and how far it checked them
+    /// (saves a `stat` per version; nothing but a prune removes blobs while
+    /// a store is open for writing).
+    known: Mutex<HashMap<[u8; 32], Known>>,
     spares: Option<Arc<Spares>>,
     packs: Packs,
     io: StoreIo,
@@ -89,6 +90,19 @@ pub struct BlobStore {
     /// While a prune runs: every content a writer found present or stored
     /// since it started, which it must not remove (see `gc`).
     pins: Mutex<Option<HashSet<[u8; 32]>>>,
+}
+
+/// What this process knows of a blob in `known`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    /// Present with the right size and the durable mark (the mount's scan
+    /// asks): enough to deduplicate onto, not to serve unhashed.
+    OnSize,
+    /// Stored by this process, or read whole and hashed by it.
+    Hashed,
+    /// Read whole and found not to match its name: never trusted, and
+    /// replaced by the next store of the content.
+    Damaged,
 }
 
 /// The 32 bytes behind a hex id (None for anything else).
@@ -116,7 +130,7 @@ impl BlobStore {
             unsynced: Mutex::new(Vec::new()),
             sync_lock: Mutex::new(()),
             fans: Mutex::new([false; 256]),
-            known: Mutex::new(HashSet::new()),
+            known: Mutex::new(HashMap::new()),
             spares: None,
             packs: Packs::new(Arc::clone(&dir)),
             dir,
@@ -179,20 +193,23 @@ impl BlobStore {
         // Every store and dedup asks here first: pinned before it looks, a
         // content a prune is about to remove is either kept or not found.
         self.pin(&raw);
-        if self.known.lock().contains(&raw) {
-            return true;
+        match self.known.lock().get(&raw) {
+            Some(Known::OnSize | Known::Hashed) => return true,
+            Some(Known::Damaged) => return false,
+            None => {}
         }
-        let intact = if size <= PACK_MAX {
+        if size <= PACK_MAX {
             // Small contents live in packs (a loose copy left by an older
             // version of skillfs is not looked for: at worst stored twice).
-            self.packs.has_intact(&raw, size)
+            // A pack hashes an entry at its first read by itself.
+            let intact = self.packs.has_intact(&raw, size);
+            if intact {
+                self.known.lock().insert(raw, Known::Hashed);
+            }
+            intact
         } else {
             self.loose_intact(id, &raw, size)
-        };
-        if intact {
-            self.known.lock().insert(raw);
         }
-        intact
     }
 
     /// The size alone does not tell a loose blob from one a power loss
@@ -207,6 +224,9 @@ impl BlobStore {
             return false;
         }
         if is_marked_durable(&f) {
+            // Not `Hashed`: the mark says it was whole once, not that it
+            // still is; the first read of it here hashes it.
+            self.known.lock().entry(*raw).or_insert(Known::OnSize);
             return true;
         }
         if self.check_loose(id, raw, &f).is_err() {
@@ -220,7 +240,7 @@ impl BlobStore {
 
     /// Checks a loose blob's content against its name, once per process.
     fn check_loose(&self, id: &str, raw: &[u8; 32], f: &File) -> io::Result<()> {
-        if self.known.lock().contains(raw) {
+        if self.known.lock().get(raw) == Some(&Known::Hashed) {
             return Ok(());
         }
         let mut hasher = Sha256::new();
@@ -235,9 +255,10 @@ impl BlobStore {
             off += n as u64;
         }
         if hasher.finalize().as_slice() != raw {
+            self.known.lock().insert(*raw, Known::Damaged);
             return Err(damaged_blob(id, &self.path(id)));
         }
-        self.known.lock().insert(*raw);
+        self.known.lock().insert(*raw, Known::Hashed);
         Ok(())
     }
 
@@ -250,11 +271,12 @@ impl BlobStore {
         }
         let mut data = Vec::new();
         self.open_loose(id)?.read_to_end(&mut data)?;
-        if !self.known.lock().contains(&raw) {
+        if self.known.lock().get(&raw) != Some(&Known::Hashed) {
             if Sha256::digest(&data).as_slice() != raw {
+                self.known.lock().insert(raw, Known::Damaged);
                 return Err(damaged_blob(id, &self.path(id)));
             }
-            self.known.lock().insert(raw);
+            self.known.lock().insert(raw, Known::Hashed);
         }
         Ok(data)
     }
@@ -278,7 +300,7 @@ impl BlobStore {
     fn put_packed(&self, id: &str, data: &[u8], durable: bool) -> io::Result<()> {
         let raw = raw_id(id).expect("hex of a sha256");
         let appended = self.packs.append(&raw, data, durable)?;
-        self.known.lock().insert(raw);
+        self.known.lock().insert(raw, Known::Hashed);
         if !durable {
             let mut pending = self.unsynced.lock();
             if appended.new_pack && !pending.contains(&Pending::PacksDir) {
@@ -512,7 +534,7 @@ impl BlobStore {
         // writers of the same content write the same bytes.
         tmp.dir.rename(&tmp.name, &fan, id, 0)?;
         if let Some(raw) = raw_id(id) {
-            self.known.lock().insert(raw);
+            self.known.lock().insert(raw, Known::Hashed);
         }
         if durable {
             self.io.sync_dir(&fan)?;
@@ -679,6 +701,37 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let md = fs::metadata(&path).unwrap();
         assert_eq!((md.mtime(), md.mtime_nsec()), DURABLE_MTIME);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_blob_trusted_on_its_size_is_still_hashed_before_it_is_served() {
+        let d = tempdir("rotted-marked");
+        let big: Vec<u8> = (0..PACK_MAX as usize + 5000)
+            .map(|i| (i % 253) as u8)
+            .collect();
+        let bs = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
+        let id = bs.put_bytes(&big, true).unwrap();
+        let path = bs.path(&id);
+        // One bit rots; the durable mark (its mtime) stays.
+        let mut bad = big.clone();
+        bad[1000] ^= 1;
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        fs::write(&path, &bad).unwrap();
+        mark_durable(&File::open(&path).unwrap());
+
+        // A mount's scan finds it on its size, as designed; serving it
+        // hashes it all the same, and it is trusted no more after.
+        let fresh = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
+        assert!(fresh.has_intact(&id, big.len() as u64));
+        let e = fresh.open(&id).err().expect("served a rotted blob");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(fresh.read(&id).is_err());
+        assert!(
+            !fresh.has_intact(&id, big.len() as u64),
+            "deduplicated onto damage"
+        );
         fs::remove_dir_all(&d).unwrap();
     }
 }
