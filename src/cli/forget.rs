@@ -44,7 +44,11 @@ pub fn forget(t: &Target, policy: Policy, dry_run: bool) -> Result<(), Failure> 
 }
 
 fn by_daemon(t: &Target, policy: Policy, dry_run: bool) -> Result<Report, Failure> {
-    let asked = control::ask(&t.layout.dir, &Request::Forget { policy, dry_run });
+    let asked = control::ask(
+        &t.layout.dir,
+        &Request::Forget { policy, dry_run },
+        control::FORGET_WAIT,
+    );
     match asked {
         Ok(Response::Forgot(r)) => Ok(r),
         Ok(Response::Refused(why)) => Err(Failure::new(Exit::Usage, why)),
