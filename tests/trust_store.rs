@@ -945,6 +945,38 @@ fn a_control_socket_past_sun_path_is_reached() {
     );
 }
 
+/// The daemon ends while a mounted `forget` waits for it: the command
+/// says so, not that a remount would give the daemon a socket.
+#[test]
+fn a_forget_whose_daemon_ends_before_answering_says_so() {
+    let mut m = Mount::new("ctl-ended");
+    fs::write(m.path("f"), "1\n").unwrap();
+    fs::write(m.path("f"), "2\n").unwrap();
+    let root = m.root().display().to_string();
+    // The daemon's socket, as the daemon would hold the connection.
+    let control = m.store().join("control");
+    fs::remove_file(&control).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
+    let forget = Command::new(common::BIN)
+        .args(["forget", "--root", &root, "--keep-last", "1"])
+        .env_remove("HERMES_HOME")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let conn = accept_within(&listener);
+    m.kill_daemon();
+    drop(conn);
+    let out = forget.wait_with_output().unwrap();
+    assert_refused(&out, 6, &["ended before it answered", "skillfs log"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("remount"),
+        "{}",
+        describe(&out)
+    );
+    m.detach();
+}
+
 /// A listener at `control` that is neither the store's owner nor root is
 /// not asked anything: its uid is checked before the request is sent.
 #[test]
