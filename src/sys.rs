@@ -75,6 +75,16 @@ pub fn lstatat(dir: RawFd, rel: &[u8]) -> io::Result<libc::stat> {
     Ok(st)
 }
 
+/// `stat` relative to `dir`, following a final symlink.
+pub fn statat(dir: RawFd, rel: &[u8]) -> io::Result<libc::stat> {
+    let c = cpath(rel)?;
+    let mut st = empty_stat();
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF). `st` is a valid `stat` to write.
+    check(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, 0) })?;
+    Ok(st)
+}
+
 /// Marks an open file so that reads through it leave its access time
 /// alone (`O_NOATIME`; refused unless the caller owns the file or has
 /// CAP_FOWNER, which is not an error worth reporting).
