@@ -1020,3 +1020,30 @@ fn a_control_listener_of_another_user_is_not_asked() {
         assert!(got.is_empty(), "sent {got:?}");
     }
 }
+
+/// A directory where the control socket goes would leave the daemon with
+/// no control channel for good (`forget` impossible, however often it is
+/// remounted): the mount is refused and says what to remove.
+#[test]
+fn a_directory_at_control_is_refused() {
+    let mut m = Mount::new("ctl-dir");
+    fs::write(m.path("a.md"), "a").unwrap();
+    m.umount();
+    let _detach = Detach(vec![m.root()]);
+    let control = m.store().join("control");
+    let _ = fs::remove_file(&control);
+    fs::create_dir(&control).unwrap();
+    fs::write(control.join("held"), "x").unwrap();
+    let before = snapshot(&m.scratch.dir);
+    let out = skillfs(&["mount", m.root().to_str().unwrap()]);
+    assert_refused(&out, 4, &["control", "is a directory", "remove it"]);
+    assert_eq!(snapshot(&m.scratch.dir), before, "something changed");
+    fs::remove_dir_all(&control).unwrap();
+    m.remount();
+    assert!(
+        fs::symlink_metadata(&control)
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+}
