@@ -674,6 +674,15 @@ pub fn dir_passes_on_more(dir: RawFd, rel: &[u8]) -> io::Result<bool> {
 }
 
 /// The size of a page of memory (of the page cache).
+/// The machine's physical memory in bytes (`u64::MAX` if unknown).
+pub fn phys_memory() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    match unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) } {
+        n if n > 0 => (n as u64).saturating_mul(page_size()),
+        _ => u64::MAX,
+    }
+}
+
 pub fn page_size() -> u64 {
     // SAFETY: sysconf reads a constant of the system.
     match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
