@@ -16,6 +16,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 
 /// A relative path as the C string the kernel wants; the empty path is `.`.
 pub fn cpath(rel: &[u8]) -> io::Result<CString> {
@@ -71,6 +72,16 @@ pub fn lstatat(dir: RawFd, rel: &[u8]) -> io::Result<libc::stat> {
     // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
     // the kernel (a closed one is EBADF). `st` is a valid `stat` to write.
     check(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
+    Ok(st)
+}
+
+/// `stat` relative to `dir`, following a final symlink.
+pub fn statat(dir: RawFd, rel: &[u8]) -> io::Result<libc::stat> {
+    let c = cpath(rel)?;
+    let mut st = empty_stat();
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
+    // the kernel (a closed one is EBADF). `st` is a valid `stat` to write.
+    check(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, 0) })?;
     Ok(st)
 }
 
@@ -193,6 +204,48 @@ pub fn fchmodat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
     // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
     // the kernel (a closed one is EBADF).
     check(unsafe { libc::fchmodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
+}
+
+/// Connects a unix stream socket to `path`, waiting at most `timeout`
+/// for a listener whose queue is full (the kernel bounds a blocking
+/// connect by the send timeout; std sets it only after connecting).
+pub fn connect_unix(path: &[u8], timeout: std::time::Duration) -> io::Result<UnixStream> {
+    // SAFETY: `sockaddr_un` is plain integers, for which all zeros is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    if path.len() >= addr.sun_path.len() || path.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "socket path too long for sun_path",
+        ));
+    }
+    for (d, s) in addr.sun_path.iter_mut().zip(path) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: socket takes and returns plain integers.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket, and nothing else owns it.
+    let sock = unsafe { UnixStream::from_raw_fd(fd) };
+    sock.set_write_timeout(Some(timeout))?;
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: `addr` is a valid `sockaddr_un` of `len` bytes that outlives the call; the fd is
+    // borrowed for it.
+    let got = unsafe {
+        libc::connect(
+            sock.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    match check(got) {
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("nobody accepted within {} s", timeout.as_secs()),
+        )),
+        Err(e) => Err(e),
+        Ok(_) => Ok(sock),
+    }
 }
 
 /// The uid of the process at the other end of a unix socket.
@@ -621,6 +674,15 @@ pub fn dir_passes_on_more(dir: RawFd, rel: &[u8]) -> io::Result<bool> {
 }
 
 /// The size of a page of memory (of the page cache).
+/// The machine's physical memory in bytes (`u64::MAX` if unknown).
+pub fn phys_memory() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    match unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) } {
+        n if n > 0 => (n as u64).saturating_mul(page_size()),
+        _ => u64::MAX,
+    }
+}
+
 pub fn page_size() -> u64 {
     // SAFETY: sysconf reads a constant of the system.
     match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {

@@ -326,3 +326,79 @@ fn a_warning_with_a_newline_in_its_path_stays_one_line() {
     assert!(lines[0].contains("st\\nerr 6"), "{err}");
     ok(skillfs(&["umount", &r]));
 }
+
+/// `skillfs ARGS`, killed if it outlives 20 s (`None` then).
+fn within_20s(args: &[&str]) -> Option<std::process::Output> {
+    let mut child = Command::new(common::BIN)
+        .args(args)
+        .env_remove("HERMES_HOME")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+/// A journal segment that is a FIFO, or a sparse file larger than the
+/// machine's memory (another user's store, read by root): every command
+/// that reads the journal fails with a line naming it, instead of blocking
+/// forever or aborting on the allocation.
+#[test]
+fn a_fifo_or_a_huge_sparse_journal_segment_is_refused() {
+    let mut m = Mount::new("seg-bad");
+    fs::write(m.path("f.md"), "1\n").unwrap();
+    fs::write(m.path("f.md"), "2\n").unwrap();
+    m.umount();
+    let root = m.root().display().to_string();
+    let seg = m.store().join("journal/00000000000000000001.jsonl");
+    let commands: [&[&str]; 5] = [
+        &["log"],
+        &["status"],
+        &["verify"],
+        &["show", "latest:f.md"],
+        &["forget", "--keep-last", "1", "--dry-run"],
+    ];
+    let phys = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) as u64 * 4096 };
+    for (what, words) in [("fifo", "not a regular file"), ("sparse", "memory")] {
+        fs::remove_file(&seg).unwrap();
+        if what == "fifo" {
+            let c = std::ffi::CString::new(seg.as_os_str().as_encoded_bytes()).unwrap();
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        } else {
+            let f = fs::File::create(&seg).unwrap();
+            f.set_len(phys.saturating_mul(2).max(64 << 30)).unwrap();
+        }
+        for cmd in commands {
+            let mut args = cmd.to_vec();
+            args.extend(["--root", &root]);
+            let out = within_20s(&args).unwrap_or_else(|| panic!("{what}: {cmd:?} hangs"));
+            // `verify` lists its problems on stdout, the others say it on stderr.
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                out.status.code(),
+                Some(5),
+                "{what} {cmd:?}: {}",
+                describe(&out)
+            );
+            assert!(
+                said.contains("00000000000000000001.jsonl") && said.contains(words),
+                "{what} {cmd:?}: {}",
+                describe(&out)
+            );
+        }
+    }
+    fs::remove_file(&seg).unwrap();
+}

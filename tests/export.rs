@@ -577,3 +577,96 @@ fn refusals_name_the_reason_and_change_nothing() {
     assert_refused(&export(&m, &["--curator", "latest"]), 3, &["not mounted"]);
     assert!(!m.path(".curator_backups").exists());
 }
+
+/// `--force` replaces a file, or a symlink itself, and nothing else: a
+/// device, a FIFO, a socket, or a link to one is refused and left exactly
+/// as it was (as root, `-o /dev/null --force` turned `/dev/null` into a
+/// file). Nodes made in a scratch directory stand in for the system's.
+#[test]
+fn force_never_replaces_a_device_a_fifo_or_a_link_to_one() {
+    use std::os::unix::fs::FileTypeExt;
+    let m = Mount::with_tree("export-nodes", |r| {
+        fs::write(r.join("SKILL.md"), "v1\n").unwrap();
+    });
+    let out_dir = m.scratch.dir.join("out");
+    fs::create_dir_all(&out_dir).unwrap();
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let fifo = out_dir.join("fifo");
+    assert_eq!(unsafe { libc::mkfifo(c(&fifo).as_ptr(), 0o644) }, 0);
+    let mut nodes = vec![(fifo.clone(), "a FIFO")];
+    // A character device 1:3, as /dev/null: root only.
+    let null = out_dir.join("null");
+    let dev = unsafe {
+        libc::mknod(
+            c(&null).as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(1, 3),
+        )
+    };
+    if dev == 0 {
+        nodes.push((null.clone(), "a character device"));
+    } else {
+        eprintln!(
+            "no character device (not root): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let sock = out_dir.join("sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    nodes.push((sock, "a socket"));
+    let link = out_dir.join("stdout");
+    symlink(&fifo, &link).unwrap();
+    nodes.push((link, "a symlink to a FIFO"));
+
+    for (node, what) in &nodes {
+        let before = fs::symlink_metadata(node).unwrap();
+        let o = node.display().to_string();
+        for force in [false, true] {
+            let mut args = vec!["latest", "-o", &o];
+            if force {
+                args.push("--force");
+            }
+            assert_refused(&export(&m, &args), 2, &[what, "--force replaces only"]);
+            let after = fs::symlink_metadata(node).unwrap();
+            assert_eq!(
+                (after.ino(), after.mode(), after.rdev(), after.len()),
+                (before.ino(), before.mode(), before.rdev(), before.len()),
+                "{what} changed"
+            );
+            assert!(!after.file_type().is_file(), "{what} became a file");
+        }
+    }
+    assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_eq!(names(&out_dir).len(), nodes.len(), "no temporary file left");
+
+    // A symlink to a file is replaced itself, its target untouched.
+    let target = out_dir.join("target");
+    fs::write(&target, "mine").unwrap();
+    let to_file = out_dir.join("to-file.tgz");
+    symlink(&target, &to_file).unwrap();
+    ok(&export(
+        &m,
+        &["latest", "-o", to_file.to_str().unwrap(), "--force"],
+    ));
+    assert!(fs::symlink_metadata(&to_file).unwrap().is_file());
+    assert_eq!(fs::read(&target).unwrap(), b"mine");
+}
+
+/// The tarball is the owner's alone whatever the umask lets through: the
+/// history may hold files that only their owner could read.
+#[test]
+fn an_export_file_is_made_private() {
+    let m = Mount::with_tree("export-mode", |r| {
+        fs::write(r.join("secret.md"), "mine\n").unwrap();
+        fs::set_permissions(r.join("secret.md"), fs::Permissions::from_mode(0o600)).unwrap();
+    });
+    let root = m.root().display().to_string();
+    for (mask, mode) in [(0o022, 0o600), (0o000, 0o600), (0o277, 0o400)] {
+        let out = m.scratch.dir.join(format!("t{mask:o}.tgz"));
+        let o = out.display().to_string();
+        let got = common::skillfs_umask(&["export", "latest", "-o", &o, "--root", &root], mask);
+        ok(&got);
+        let m = fs::metadata(&out).unwrap().mode() & 0o7777;
+        assert_eq!(m, mode, "umask {mask:o}: mode {m:o}");
+    }
+}

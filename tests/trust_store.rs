@@ -794,3 +794,256 @@ fn a_store_directory_swapped_for_a_symlink_while_open_is_never_written_through()
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// Runs `skillfs ARGS`, killed if it outlives `limit`: its output and how
+/// long it took, or `None` when it had to be killed.
+fn within(args: &[&str], limit: Duration) -> Option<(std::process::Output, Duration)> {
+    let mut child = Command::new(common::BIN)
+        .args(args)
+        .env_remove("HERMES_HOME")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some((child.wait_with_output().unwrap(), t.elapsed()))
+}
+
+fn transport_line(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("transport:"))
+        .unwrap_or_else(|| panic!("no transport line: {}", describe(out)))
+        .to_string()
+}
+
+/// The first client of `listener`, within 30 s (a test fails, never hangs).
+fn accept_within(listener: &std::os::unix::net::UnixListener) -> std::os::unix::net::UnixStream {
+    listener.set_nonblocking(true).unwrap();
+    let t = Instant::now();
+    loop {
+        match listener.accept() {
+            Ok((c, _)) => {
+                c.set_nonblocking(false).unwrap();
+                return c;
+            }
+            Err(_) if t.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("nobody connected: {e}"),
+        }
+    }
+}
+
+/// Stands in for the daemon at `control`: accepts one client, gives it
+/// `stream` (bytes and never a newline, `limit` at most, so that a client
+/// with no cap is hung rather than the machine's memory exhausted), then
+/// holds the connection until the client drops it. Returns the bytes the
+/// client took.
+fn hostile_listener(control: &Path, stream: bool) -> std::thread::JoinHandle<u64> {
+    use std::io::{Read, Write};
+    let _ = fs::remove_file(control);
+    let listener = std::os::unix::net::UnixListener::bind(control).unwrap();
+    std::thread::spawn(move || {
+        let mut c = accept_within(&listener);
+        c.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut sent = 0u64;
+        let chunk = vec![b'x'; 1 << 20];
+        while stream && sent < 256 << 20 {
+            match c.write(&chunk) {
+                Ok(n) => sent += n as u64,
+                Err(_) => break,
+            }
+        }
+        let mut sink = [0u8; 4096];
+        while matches!(c.read(&mut sink), Ok(n) if n > 0) {}
+        sent
+    })
+}
+
+/// Root may run `status` or `forget` on a store whose owner replaced its
+/// `control` socket with a listener of their own: the command asks it
+/// with a deadline, reads a bounded answer, and says what went wrong.
+#[test]
+fn a_hostile_control_listener_neither_hangs_nor_swells_the_client() {
+    let m = Mount::new("hostile-ctl");
+    fs::write(m.path("f"), "1\n").unwrap();
+    fs::write(m.path("f"), "2\n").unwrap();
+    let root = m.root().display().to_string();
+    let control = m.store().join("control");
+
+    // Bytes and never a newline.
+    let streamer = hostile_listener(&control, true);
+    let (out, took) = within(&["status", "--root", &root], Duration::from_secs(20))
+        .expect("status still waiting on a listener that streams");
+    let sent = streamer.join().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let line = transport_line(&out);
+    assert!(line.contains("unknown (") && line.contains("MiB"), "{line}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert!(
+        sent < 32 << 20,
+        "the client read {sent} bytes of one answer"
+    );
+    // `forget` reads its answer the same way, and changes nothing.
+    let streamer = hostile_listener(&control, true);
+    let asked = within(
+        &["forget", "--root", &root, "--keep-last", "1"],
+        Duration::from_secs(20),
+    )
+    .expect("forget still waiting on a listener that streams");
+    assert!(streamer.join().unwrap() < 32 << 20);
+    assert_refused(&asked.0, 6, &["did not answer", "MiB"]);
+
+    // A listener that accepts and says nothing.
+    let silent = hostile_listener(&control, false);
+    let (out, took) = within(&["status", "--root", &root], Duration::from_secs(20))
+        .expect("status still waiting on a silent listener");
+    silent.join().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let line = transport_line(&out);
+    assert!(
+        line.contains("unknown (") && line.contains("no answer"),
+        "{line}"
+    );
+    assert!(took < Duration::from_secs(15), "{took:?}");
+}
+
+/// A store deep enough that `control`'s path passes `sun_path` (108
+/// bytes): the commands reach the daemon through an fd of the store, as
+/// the daemon binds.
+#[test]
+fn a_control_socket_past_sun_path_is_reached() {
+    let outer = Scratch::new("deep");
+    let deep = outer.dir.join("d".repeat(60)).join("e".repeat(60));
+    fs::create_dir_all(&deep).unwrap();
+    let m = Mount::over(Scratch::at(&deep, "sock"), Vec::new());
+    assert!(m.store().join("control").as_os_str().len() > 108);
+    fs::write(m.path("f"), "1\n").unwrap();
+    fs::write(m.path("f"), "2\n").unwrap();
+    let root = m.root().display().to_string();
+
+    let out = skillfs(&["status", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let line = transport_line(&out);
+    assert!(!line.contains("unknown"), "{line}");
+    let out = skillfs(&["forget", "--root", &root, "--keep-last", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("forgot "),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// The daemon ends while a mounted `forget` waits for it: the command
+/// says so, not that a remount would give the daemon a socket.
+#[test]
+fn a_forget_whose_daemon_ends_before_answering_says_so() {
+    let mut m = Mount::new("ctl-ended");
+    fs::write(m.path("f"), "1\n").unwrap();
+    fs::write(m.path("f"), "2\n").unwrap();
+    let root = m.root().display().to_string();
+    // The daemon's socket, as the daemon would hold the connection.
+    let control = m.store().join("control");
+    fs::remove_file(&control).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
+    let forget = Command::new(common::BIN)
+        .args(["forget", "--root", &root, "--keep-last", "1"])
+        .env_remove("HERMES_HOME")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let conn = accept_within(&listener);
+    m.kill_daemon();
+    drop(conn);
+    let out = forget.wait_with_output().unwrap();
+    assert_refused(&out, 6, &["ended before it answered", "skillfs log"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("remount"),
+        "{}",
+        describe(&out)
+    );
+    m.detach();
+}
+
+/// A listener at `control` that is neither the store's owner nor root is
+/// not asked anything: its uid is checked before the request is sent.
+#[test]
+fn a_control_listener_of_another_user_is_not_asked() {
+    let m = Mount::new("ctl-other");
+    let root = m.root().display().to_string();
+    let theirs = m.scratch.dir.join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(NOBODY), Some(NOBODY)).unwrap();
+    // Bound and listening as another user: this thread alone changes its
+    // uid (the raw syscall, not libc's, which would change every thread).
+    let at = theirs.join("sock");
+    let listener = std::thread::spawn(move || {
+        let set =
+            |u: u32, saved: u32| unsafe { libc::syscall(libc::SYS_setresuid, u, u, saved) == 0 };
+        assert!(set(NOBODY, 0), "setresuid");
+        let l = std::os::unix::net::UnixListener::bind(&at);
+        assert!(set(0, 0), "setresuid back");
+        l.unwrap()
+    })
+    .join()
+    .unwrap();
+    fs::rename(theirs.join("sock"), m.store().join("control")).unwrap();
+
+    let limit = Duration::from_secs(20);
+    let (out, _) = within(&["status", "--root", &root], limit).expect("status waits on it");
+    assert!(out.status.success(), "{}", describe(&out));
+    let line = transport_line(&out);
+    assert!(
+        line.contains("unknown (") && line.contains("uid 65534"),
+        "{line}"
+    );
+    let forget = ["forget", "--root", &root, "--keep-last", "1"];
+    let (out, _) = within(&forget, limit).expect("forget waits on it");
+    assert_refused(&out, 6, &["uid 65534"]);
+    // Each connected, and dropped the connection without a byte.
+    for _ in 0..2 {
+        let mut c = accept_within(&listener);
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut c, &mut got).unwrap();
+        assert!(got.is_empty(), "sent {got:?}");
+    }
+}
+
+/// A directory where the control socket goes would leave the daemon with
+/// no control channel for good (`forget` impossible, however often it is
+/// remounted): the mount is refused and says what to remove.
+#[test]
+fn a_directory_at_control_is_refused() {
+    let mut m = Mount::new("ctl-dir");
+    fs::write(m.path("a.md"), "a").unwrap();
+    m.umount();
+    let _detach = Detach(vec![m.root()]);
+    let control = m.store().join("control");
+    let _ = fs::remove_file(&control);
+    fs::create_dir(&control).unwrap();
+    fs::write(control.join("held"), "x").unwrap();
+    let before = snapshot(&m.scratch.dir);
+    let out = skillfs(&["mount", m.root().to_str().unwrap()]);
+    assert_refused(&out, 4, &["control", "is a directory", "remove it"]);
+    assert_eq!(snapshot(&m.scratch.dir), before, "something changed");
+    fs::remove_dir_all(&control).unwrap();
+    m.remount();
+    assert!(
+        fs::symlink_metadata(&control)
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+}

@@ -44,7 +44,11 @@ pub fn forget(t: &Target, policy: Policy, dry_run: bool) -> Result<(), Failure> 
 }
 
 fn by_daemon(t: &Target, policy: Policy, dry_run: bool) -> Result<Report, Failure> {
-    let asked = control::ask(&t.layout.dir, &Request::Forget { policy, dry_run });
+    let asked = control::ask(
+        &t.layout.dir,
+        &Request::Forget { policy, dry_run },
+        control::FORGET_WAIT,
+    );
     match asked {
         Ok(Response::Forgot(r)) => Ok(r),
         Ok(Response::Refused(why)) => Err(Failure::new(Exit::Usage, why)),
@@ -52,14 +56,28 @@ fn by_daemon(t: &Target, policy: Policy, dry_run: bool) -> Result<Report, Failur
             Exit::Internal,
             format!("the daemon answered a forget with {other:?}"),
         )),
-        Err(e) => Err(Failure::new(
-            Exit::MountRefused,
-            format!(
-                "the daemon serving the store '{}' did not answer on its control socket ({e}); \
-                 a daemon older than `forget` has none: remount it with this skillfs",
-                t.layout.dir.display()
-            ),
-        )),
+        Err(e) => {
+            // Why it did not answer decides what helps: a remount only
+            // gives a socket to a daemon that never made one.
+            let next = if StoreLock::holder(&t.layout).is_none() {
+                "the daemon ended before it answered (it died, or the store was unmounted): \
+                 `skillfs log` shows whether the forget was recorded; run it again if not"
+            } else if e.kind() == std::io::ErrorKind::NotFound {
+                "a daemon older than `forget` has none: remount it with this skillfs"
+            } else if e.kind() == std::io::ErrorKind::TimedOut {
+                "it may still be working: `skillfs log` shows the forget once it is recorded"
+            } else {
+                "`skillfs log` shows whether a forget was recorded"
+            };
+            Err(Failure::new(
+                Exit::MountRefused,
+                format!(
+                    "the daemon serving the store '{}' did not answer on its control socket \
+                     ({e}); {next}",
+                    t.layout.dir.display()
+                ),
+            ))
+        }
     }
 }
 

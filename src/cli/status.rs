@@ -129,6 +129,7 @@ pub fn status(t: &Target) -> Result<(), Failure> {
         let transport = match crate::daemon::control::ask(
             &layout.dir,
             &crate::daemon::control::Request::Status,
+            crate::daemon::control::STATUS_WAIT,
         ) {
             Ok(crate::daemon::control::Response::Status { transport }) => transport,
             Ok(other) => format!("unknown (the daemon answered {other:?})"),

@@ -8,20 +8,25 @@
 //! peer's uid checked (`SO_PEERCRED`): the store's owner or root only.
 //! One request a connection, one JSON line each way; requests are served
 //! one at a time (a second waits), and a peer that sends nothing within
-//! [`READ_TIMEOUT`] is dropped.
+//! [`READ_TIMEOUT`] is dropped. The client trusts the daemon no more than
+//! the daemon trusts it ([`ask`]): it connects through an fd of the store
+//! too, asks only a listener owned by the store's owner or root, and
+//! bounds the answer in time and size.
 //!
 //! Invariants: the socket is unlinked and bound again at every mount (the
 //! store's lock is held, so no other daemon uses it); a request is never
-//! more than [`MAX_REQUEST`] bytes.
+//! more than [`MAX_REQUEST`] bytes, an answer read never more than
+//! [`MAX_ANSWER`].
 //!
 //! Locks: none of its own; a request reaches the core's locks through
 //! `SkillFs`.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -150,19 +155,112 @@ fn reply(mut conn: &UnixStream, r: &Response) -> io::Result<()> {
     conn.write_all(&line)
 }
 
-/// Sends `req` to the daemon serving the store at `store` and waits for
-/// its answer (a forget of a large store may take minutes: no timeout).
-pub fn ask(store: &Path, req: &Request) -> io::Result<Response> {
-    let mut conn = UnixStream::connect(store.join(CONTROL))?;
+/// How long `skillfs status` waits for the daemon's answer.
+pub const STATUS_WAIT: Duration = Duration::from_secs(5);
+/// How long `skillfs forget` waits: a forget of a large store rewrites
+/// packs for minutes, and sends nothing until it is done.
+pub const FORGET_WAIT: Duration = Duration::from_secs(60 * 60);
+/// The largest answer read: a report is a few KB (its forgotten ids are
+/// ranges); more is not the daemon speaking.
+const MAX_ANSWER: usize = 8 << 20;
+
+/// Sends `req` to the daemon serving the store at `store` and waits at
+/// most `wait` for its answer.
+///
+/// Whatever listens on `control` is untrusted until proven: the socket is
+/// reached through an fd of the store (`/proc/self/fd/N/control`, as the
+/// daemon binds it, so a store at any depth is reachable past `sun_path`'s
+/// 108 bytes), its listener must be the store's owner or root
+/// (`SO_PEERCRED`, checked before anything is sent), and the answer is
+/// bounded in time and in size.
+pub fn ask(store: &Path, req: &Request, wait: Duration) -> io::Result<Response> {
+    use std::os::unix::ffi::OsStrExt;
+    let deadline = Instant::now() + wait;
+    let dir = crate::sys::openat(
+        libc::AT_FDCWD,
+        store.as_os_str().as_bytes(),
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+    )?;
+    let owner = crate::sys::fstat(&dir)?.st_uid;
+    let st = crate::sys::lstatat(dir.as_raw_fd(), CONTROL.as_bytes())?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("'{CONTROL}' in the store is not a socket"),
+        ));
+    }
+    let at = format!("/proc/self/fd/{}/{CONTROL}", dir.as_raw_fd());
+    let mut conn = crate::sys::connect_unix(at.as_bytes(), wait)?;
+    // The listener's credentials, as of its listen(): a socket swapped in
+    // since the lstat above is caught here.
+    let uid = crate::sys::peer_uid(&conn)?;
+    if uid != owner && uid != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the control socket is served by uid {uid}, not by the store's owner \
+                 (uid {owner}) or root: not asking it"
+            ),
+        ));
+    }
     let mut line = serde_json::to_vec(req).map_err(io::Error::other)?;
     line.push(b'\n');
+    conn.set_write_timeout(Some(left(deadline, wait)?))?;
     conn.write_all(&line)?;
     let mut answer = Vec::new();
-    BufReader::new(conn).read_until(b'\n', &mut answer)?;
+    let mut buf = [0u8; 8192];
+    while !answer.contains(&b'\n') {
+        if answer.len() > MAX_ANSWER {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the answer passed {} MiB without ending: not the daemon's",
+                    MAX_ANSWER >> 20
+                ),
+            ));
+        }
+        conn.set_read_timeout(Some(left(deadline, wait)?))?;
+        let n = match conn.read(&mut buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(late(wait));
+            }
+            r => r?,
+        };
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    if let Some(end) = answer.iter().position(|&b| b == b'\n') {
+        answer.truncate(end);
+    }
     serde_json::from_slice(&answer).map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("the daemon's answer is not one: {e}"),
         )
     })
+}
+
+/// The time left before `deadline`, or the error of one passed.
+fn left(deadline: Instant, wait: Duration) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(late(wait))
+    } else {
+        Ok(left)
+    }
+}
+
+fn late(wait: Duration) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no answer within {} s", wait.as_secs()),
+    )
 }

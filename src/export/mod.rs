@@ -29,6 +29,7 @@ pub mod git;
 pub mod tar;
 
 use std::fs::File;
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -198,21 +199,7 @@ impl Output {
         .map_err(|e| Failure::io(Exit::Usage, "open the directory", parent, &e))?;
         let name = name.as_bytes().to_vec();
         use std::os::fd::AsRawFd;
-        match sys::lstatat(dir.as_raw_fd(), &name) {
-            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
-                return Err(usage(format!(
-                    "'{}' is a directory: -o takes a file name",
-                    path.display()
-                )));
-            }
-            Ok(_) if !replace => {
-                return Err(usage(format!(
-                    "'{}' exists: give --force to replace it",
-                    path.display()
-                )));
-            }
-            _ => {}
-        }
+        check_target(dir.as_raw_fd(), &name, path, replace)?;
         let mut tmp = b".".to_vec();
         tmp.extend_from_slice(&name);
         tmp.extend_from_slice(
@@ -223,11 +210,13 @@ impl Output {
             )
             .as_bytes(),
         );
+        // The owner's alone (a stricter umask narrows it further): the
+        // history may hold files only their owner could read.
         let file = sys::openat(
             dir.as_raw_fd(),
             &tmp,
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-            0o666,
+            0o600,
         )
         .map_err(|e| Failure::io(Exit::Internal, "create a file in", parent, &e))?;
         Ok(Output {
@@ -250,6 +239,8 @@ impl Output {
         let io = |what: &str, e: std::io::Error| Failure::io(Exit::Internal, what, &self.path, &e);
         sys::fsync(&self.file).map_err(|e| io("write", e))?;
         let d = self.dir.as_raw_fd();
+        // What took the name since `create` looked is judged again.
+        check_target(d, &self.name, &self.path, replace)?;
         // No replace: the name must still be free (another writer may have
         // taken it since `create` looked).
         let flags = if replace { 0 } else { libc::RENAME_NOREPLACE };
@@ -269,6 +260,60 @@ impl Output {
         self.tmp.clear();
         let _ = sys::fsync(&self.dir);
         Ok(())
+    }
+}
+
+/// What `-o` may land on: a free name or, with `replace`, a regular file
+/// or a symlink (the link itself is replaced, its target never written)
+/// that leads to a file or nowhere. Never a directory, a device, a FIFO or
+/// a socket, nor a link to one: `-o /dev/null --force` as root would turn
+/// the system's `/dev/null` into a file, `-o /dev/stdout` its link.
+fn check_target(dir: RawFd, name: &[u8], path: &Path, replace: bool) -> Result<(), Failure> {
+    let usage = |m: String| Err(Failure::new(Exit::Usage, m));
+    let Ok(st) = sys::lstatat(dir, name) else {
+        return Ok(());
+    };
+    let fmt = st.st_mode & libc::S_IFMT;
+    if fmt == libc::S_IFDIR {
+        return usage(format!(
+            "'{}' is a directory: -o takes a file name",
+            path.display()
+        ));
+    }
+    let leads = match fmt {
+        libc::S_IFREG => None,
+        libc::S_IFLNK => sys::statat(dir, name)
+            .ok()
+            .map(|t| t.st_mode & libc::S_IFMT)
+            .filter(|&t| t != libc::S_IFREG)
+            .map(|t| format!("a symlink to {}", kind(t))),
+        _ => Some(kind(fmt).to_string()),
+    };
+    if let Some(what) = leads {
+        return usage(format!(
+            "'{}' is {what}: -o writes a regular file, and --force replaces only a file or a \
+             symlink",
+            path.display()
+        ));
+    }
+    if !replace {
+        return usage(format!(
+            "'{}' exists: give --force to replace it",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+fn kind(fmt: libc::mode_t) -> &'static str {
+    match fmt {
+        libc::S_IFDIR => "a directory",
+        libc::S_IFCHR => "a character device",
+        libc::S_IFBLK => "a block device",
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFLNK => "a symlink",
+        _ => "not a regular file",
     }
 }
 

@@ -340,6 +340,15 @@ fn walk(
         let Some(is_dir) = check_entry(&path, false, uid, repairs)? else {
             continue; // gone since listed
         };
+        // A directory where the socket is bound: the daemon could not
+        // unlink it, and would serve with no control channel, for good.
+        if top && is_dir && ent.file_name().as_bytes() == crate::daemon::control::CONTROL.as_bytes()
+        {
+            return Err(refuse(
+                &path,
+                "is a directory where the daemon's control socket goes: remove it".into(),
+            ));
+        }
         if !is_dir {
             if depth == Depth::Areas {
                 return Err(refuse(&path, "is not a directory".into()));

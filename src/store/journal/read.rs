@@ -231,6 +231,38 @@ pub fn read_in_after(dir: &Dir, after: &After) -> StoreResult<Option<Contents>> 
     read_from(dir, Some(after))
 }
 
+/// A segment's bytes, read from the held `journal/`. Never blocks on a
+/// FIFO put in its place (opened `O_NONBLOCK`, and only a regular file is
+/// read), and a size no memory holds (a sparse file claiming 50 GiB) is an
+/// error, not an abort.
+pub(super) fn read_segment(dir: &Dir, name: &str) -> io::Result<Vec<u8>> {
+    let mut f = dir.open(name, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+    let md = f.metadata()?;
+    if !md.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    let too_big = || {
+        io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!("{} bytes, more than this machine's memory holds", md.len()),
+        )
+    };
+    if md.len() > crate::sys::phys_memory() {
+        return Err(too_big());
+    }
+    // Sized once: a year's segment grown by doubling is copied and
+    // faulted in several times over.
+    let mut data = Vec::new();
+    let len = usize::try_from(md.len()).map_err(|_| too_big())?;
+    data.try_reserve_exact(len.saturating_add(1))
+        .map_err(|_| too_big())?;
+    f.read_to_end(&mut data)?;
+    Ok(data)
+}
+
 fn read_from(dir: &Dir, after: Option<&After>) -> StoreResult<Option<Contents>> {
     let segs = list_segments(dir)
         .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "list journal", dir.path(), e))?;
@@ -246,15 +278,7 @@ fn read_from(dir: &Dir, after: Option<&After>) -> StoreResult<Option<Contents>> 
     let nsegs = segs.len();
     for (si, name) in segs.iter().enumerate() {
         let seg = &dir.join(name);
-        let mut data = Vec::new();
-        dir.read_file(name)
-            .and_then(|mut f| {
-                // Sized once: a year's segment grown by doubling is copied
-                // and faulted in several times over.
-                let len = f.metadata()?.len();
-                data.reserve_exact(usize::try_from(len).unwrap_or(0).saturating_add(1));
-                f.read_to_end(&mut data)
-            })
+        let data = read_segment(dir, name)
             .map_err(|e| StoreError::io(ErrorKind::DamagedJournal, "read journal", seg, e))?;
         let is_last_seg = si + 1 == nsegs;
         // A checkpoint's bytes are checked whole, not decoded.

@@ -18,10 +18,10 @@
 //! here the same way (kept in the copy, not filled).
 //! Locks: the caller's store lock.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use super::encoding::encode;
-use super::read::{list_segments, split_lines};
+use super::read::{list_segments, read_segment, split_lines};
 use super::record::{Actor, Op, Record};
 use crate::relpath::RelPath;
 use crate::store::dir::Dir;
@@ -45,8 +45,7 @@ pub fn repair(dir: &Dir) -> io::Result<Repaired> {
     let mut expect = 1u64;
     let mut last_ts = 0i64;
     for (si, name) in segs.iter().enumerate() {
-        let mut data = Vec::new();
-        dir.read_file(name)?.read_to_end(&mut data)?;
+        let data = read_segment(dir, name)?;
         let lines = split_lines(&data);
         let is_last = si + 1 == segs.len();
         let mut out: Vec<u8> = Vec::with_capacity(data.len());
