@@ -263,6 +263,20 @@ pub fn one_line(message: String) -> String {
         .collect()
 }
 
+/// `p` as one word a shell reads back as `p` (single-quoted when it holds
+/// anything but plain characters), for a command a message suggests.
+pub fn shell_word(p: &std::path::Path) -> String {
+    let s = p.to_string_lossy();
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+~@%:,=".contains(&b));
+    if plain {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 /// The one line a failed command prints, and its exit code.
 #[derive(Debug)]
 pub struct Failure {

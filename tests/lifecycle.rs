@@ -310,6 +310,10 @@ fn a_home_remembers_what_it_versions() {
     assert_refused(&out, 4, &["--versioned skills"]);
     assert!(!stderr(&out).contains("remove"), "{}", describe(&out));
     assert!(!is_mounted(&home));
+    assert!(
+        !home.join("other").exists(),
+        "a refused mount made its directory"
+    );
 }
 
 /// A copy of the binary that differs from it by one byte past its end (an
@@ -447,5 +451,134 @@ fn an_upgrade_restarts_the_daemon_only_when_quiet_and_a_writer_loses_nothing() {
     );
     let out = skillfs(&["verify", "--full", "--root", &r]);
     assert!(out.status.success(), "{}", describe(&out));
+    m.umount();
+}
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A bind mount of the mount, or a private copy of it in another mount
+/// namespace, would keep the daemon serving after an unmount here while
+/// writes by path here went to the plain directory: busy, nothing changed.
+#[test]
+fn a_mount_also_mounted_elsewhere_is_busy() {
+    if !is_root() {
+        eprintln!("a bind mount and a mount namespace need root: not run");
+        return;
+    }
+    let mut m = Mount::new("elsewhere");
+    fs::create_dir_all(m.path("cat")).unwrap();
+    let mp = m.mount_point().display().to_string();
+    {
+        let _bind = common::BindMount::new(&m.mount_point(), &m.scratch.dir.join("bind"));
+        let out = skillfs(&["umount", &mp]);
+        assert_refused(&out, 9, &["the bind mount at"]);
+        assert!(is_mounted(&m.mount_point()));
+    }
+    // A private copy in another mount namespace (what a container or a
+    // sandboxed service started now would hold).
+    let mut ns = Holder(
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sleep", "120"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("unshare runs"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let out = skillfs(&["umount", &mp]);
+    assert_refused(&out, 9, &["mount namespace of pid"]);
+    assert!(is_mounted(&m.mount_point()));
+    fs::write(m.path("cat/still.md"), "versioned").unwrap();
+    assert!(logged(&m).contains(&("cat/still.md".to_string(), "write".to_string())));
+    let _ = ns.0.kill();
+    let _ = ns.0.wait();
+    m.umount();
+}
+
+/// Only a lock taken proves a daemon dead: with the store's LOCK gone, a
+/// live mount is neither detached nor served twice.
+#[test]
+fn a_live_mount_whose_lock_cannot_be_read_is_never_taken_for_dead() {
+    let mut m = Mount::new("nolock");
+    fs::write(m.path("a.md"), "a").unwrap();
+    let held = fs::File::open(m.path("a.md")).unwrap();
+    fs::remove_file(m.store().join("LOCK")).unwrap();
+    let mp = m.mount_point().display().to_string();
+    let out = skillfs(&["mount", &mp]);
+    assert_refused(&out, 4, &["cannot tell whether a daemon serves", "LOCK"]);
+    assert!(is_mounted(&m.mount_point()) && pid_alive(m.pid));
+    // umount does not detach it as "dead": a quiet unmount, refused busy.
+    let out = skillfs(&["umount", &mp]);
+    assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+    drop(held);
+    let out = skillfs(&["umount", &mp]);
+    assert!(out.status.success(), "{}", describe(&out));
+    wait_until("the daemon ends", Duration::from_secs(10), || {
+        !pid_alive(m.pid)
+    });
+    m.remount();
+    m.umount();
+}
+
+/// A daemon told to stop after its mount was detached elsewhere stops
+/// trying, and never unmounts what is mounted at ROOT since.
+#[test]
+fn a_stopping_daemon_never_unmounts_what_is_mounted_at_root_since() {
+    if !is_root() {
+        eprintln!("mounting a tmpfs needs root: not run");
+        return;
+    }
+    let m = Mount::new("sigtermtmpfs");
+    fs::create_dir_all(m.path("cat")).unwrap();
+    let shell = Holder::cwd(&m.path("cat"));
+    let mp = m.mount_point().display().to_string();
+    let out = skillfs(&["umount", "--lazy", &mp]);
+    assert!(out.status.success(), "{}", describe(&out));
+    unsafe { libc::kill(m.pid as i32, libc::SIGTERM) };
+    let out = Command::new("mount")
+        .args(["-t", "tmpfs", "other", &mp])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    std::thread::sleep(Duration::from_millis(2500));
+    let tmpfs_there = fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains(&format!(" {mp} ")) && l.contains(" - tmpfs other "));
+    let _ = Command::new("umount").arg(&mp).output();
+    drop(shell);
+    assert!(
+        tmpfs_there,
+        "the daemon unmounted the tmpfs mounted at ROOT since"
+    );
+    wait_until("the daemon ends", Duration::from_secs(10), || {
+        !pid_alive(m.pid)
+    });
+}
+
+/// A build not older than the running daemon's never restarts it: two
+/// installed binaries do not swap the daemon back and forth.
+#[test]
+fn an_older_build_never_restarts_a_newer_daemon() {
+    let s = Scratch::new("downgrade");
+    let bins = s.dir.join("bin");
+    fs::create_dir_all(&bins).unwrap();
+    let old = another_build(&bins, "skillfs-old", 1);
+    std::thread::sleep(Duration::from_millis(20));
+    let new = another_build(&bins, "skillfs-new", 2);
+    let r = s.root().display().to_string();
+    let out = run(&new, &["mount", &r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let mut m = Mount::adopt(s);
+    let out = run(&old, &["mount", &r]);
+    assert_refused(&out, 3, &["already mounted"]);
+    assert_eq!(daemon_pid(&m.store()), Some(m.pid));
+    let out = run(&old, &["status", "--root", &r]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("not older than this one"),
+        "{}",
+        describe(&out)
+    );
     m.umount();
 }

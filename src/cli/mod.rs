@@ -470,7 +470,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             lazy,
         } => {
             let msg = daemon::umount(&root, Duration::from_secs(timeout), lazy)?;
-            println!("{msg}");
+            println!("{}", crate::error::one_line(msg));
             Ok(())
         }
         Cmd::Status { at } => status::status(&locate::locate(&at, None)?),

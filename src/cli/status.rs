@@ -113,17 +113,23 @@ pub fn status(t: &Target) -> Result<(), Failure> {
     // After an upgrade the running daemon is the binary as it was.
     if let Some(m) = &t.mount
         && let Some(pid) = StoreLock::daemon(layout)
-        && crate::daemon::runs_this_binary(pid).is_ok_and(|same| !same)
     {
-        row(
-            "daemon",
-            format!(
-                "pid {pid} runs an older skillfs (its binary was replaced since it started): \
-                 `skillfs mount {}` restarts it on this one when the mount is quiet (--wait \
-                 waits for that)",
-                m.mount_point.display()
+        use crate::daemon::Build;
+        match crate::daemon::compare_build(pid) {
+            Ok(Build::Older) => row(
+                "daemon",
+                format!(
+                    "pid {pid} runs an older skillfs build than this one: `skillfs mount {}` \
+                     restarts it on this one when the mount is quiet (--wait waits for that)",
+                    m.mount_point.display()
+                ),
             ),
-        );
+            Ok(Build::NotOlder) => row(
+                "daemon",
+                format!("pid {pid} runs another skillfs build, not older than this one"),
+            ),
+            Ok(Build::Same) | Err(_) => {}
+        }
     }
     if t.mount.is_some() && StoreLock::holder(layout).is_some() {
         let transport = match crate::daemon::control::ask(

@@ -35,6 +35,11 @@ pub struct Holder {
 pub struct Busy {
     pub holders: Vec<Holder>,
     pub submounts: Vec<PathBuf>,
+    /// Other mounts of the same filesystem that an unmount here would
+    /// leave standing (a bind mount, a private copy in another mount
+    /// namespace): through them the daemon would go on serving while
+    /// writes by path here bypass it.
+    pub elsewhere: Vec<String>,
 }
 
 /// Whether `link` (a path as `/proc` shows it, with a " (deleted)" suffix
@@ -50,16 +55,10 @@ fn inside(link: &Path, mount_point: &Path) -> bool {
 pub fn busy(mount_point: &Path, daemon: Option<u32>) -> Busy {
     let me = std::process::id();
     let mut holders = Vec::new();
-    let Ok(proc_dir) = fs::read_dir("/proc") else {
-        return Busy::default();
-    };
-    let mut pids: Vec<u32> = proc_dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+    for pid in pids()
+        .into_iter()
         .filter(|p| *p != me && Some(*p) != daemon)
-        .collect();
-    pids.sort_unstable();
-    for pid in pids {
+    {
         let base = PathBuf::from(format!("/proc/{pid}"));
         let mut uses: Vec<&'static str> = Vec::new();
         for (link, what) in [("cwd", "cwd"), ("root", "root"), ("exe", "exe")] {
@@ -92,7 +91,121 @@ pub fn busy(mount_point: &Path, daemon: Option<u32>) -> Busy {
         .map(|m| m.mount_point)
         .filter(|p| p != mount_point && p.starts_with(mount_point))
         .collect();
-    Busy { holders, submounts }
+    Busy {
+        holders,
+        submounts,
+        elsewhere: elsewhere(mount_point),
+    }
+}
+
+/// One line of a mountinfo text: its device (`maj:min`, one per FUSE
+/// connection), mount point (escaped as the kernel writes it) and
+/// propagation tags (`shared:N`, `master:N`).
+struct MountLine<'a> {
+    dev: &'a str,
+    point: &'a str,
+    tags: Vec<&'a str>,
+}
+
+fn mount_lines(text: &str) -> Vec<MountLine<'_>> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            (sep >= 6).then(|| MountLine {
+                dev: f[2],
+                point: f[4],
+                tags: f[6..sep].to_vec(),
+            })
+        })
+        .collect()
+}
+
+/// The other mounts of the filesystem mounted at `mount_point` that an
+/// unmount of `mount_point` leaves standing: bind mounts in this mount
+/// namespace, and copies in other namespaces that share no propagation
+/// group with it (a peer or a slave of ours is unmounted with it, and the
+/// kernel counts its users in the EBUSY).
+pub fn elsewhere(mount_point: &Path) -> Vec<String> {
+    let Ok(mine) = fs::read("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mine = String::from_utf8_lossy(&mine);
+    let escaped = escape_mountinfo(mount_point);
+    let lines = mount_lines(&mine);
+    let Some(ours) = lines.iter().rev().find(|m| m.point == escaped) else {
+        return Vec::new();
+    };
+    let dev = ours.dev.to_string();
+    let group = ours
+        .tags
+        .iter()
+        .find_map(|t| t.strip_prefix("shared:"))
+        .map(str::to_string);
+    let linked = |m: &MountLine| {
+        group.as_deref().is_some_and(|g| {
+            m.tags.iter().any(|t| {
+                t.strip_prefix("shared:") == Some(g) || t.strip_prefix("master:") == Some(g)
+            })
+        })
+    };
+    let mut out: Vec<String> = lines
+        .iter()
+        .filter(|m| m.dev == dev && m.point != escaped)
+        .map(|m| format!("the bind mount at {}", m.point))
+        .collect();
+    let my_ns = fs::read_link("/proc/self/ns/mnt").ok();
+    let mut seen = std::collections::BTreeSet::new();
+    for pid in pids() {
+        let Ok(ns) = fs::read_link(format!("/proc/{pid}/ns/mnt")) else {
+            continue;
+        };
+        if Some(&ns) == my_ns.as_ref() || !seen.insert(ns) {
+            continue;
+        }
+        let Ok(text) = fs::read(format!("/proc/{pid}/mountinfo")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&text);
+        if mount_lines(&text)
+            .iter()
+            .any(|m| m.dev == dev && !linked(m))
+        {
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            out.push(format!(
+                "a copy in the mount namespace of pid {pid} ({})",
+                comm.trim_end()
+            ));
+        }
+    }
+    out
+}
+
+/// `p` as mountinfo writes it: space, tab, newline and backslash as
+/// octal escapes, other bytes raw (compared after the same lossy UTF-8
+/// reading as the file's).
+fn escape_mountinfo(p: &Path) -> String {
+    let mut v = Vec::new();
+    for b in p.as_os_str().as_bytes() {
+        match b {
+            b' ' | b'\t' | b'\n' | b'\\' => v.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+            _ => v.push(*b),
+        }
+    }
+    String::from_utf8_lossy(&v).into_owned()
+}
+
+/// The pids `/proc` lists, in order.
+fn pids() -> Vec<u32> {
+    let mut pids: Vec<u32> = fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.sort_unstable();
+    pids
 }
 
 /// Whether a `/proc/PID/maps` text maps a file inside `mount_point` (the
@@ -117,7 +230,7 @@ fn maps_inside(maps: &[u8], mount_point: &Path) -> bool {
 
 impl Busy {
     pub fn is_empty(&self) -> bool {
-        self.holders.is_empty() && self.submounts.is_empty()
+        self.holders.is_empty() && self.submounts.is_empty() && self.elsewhere.is_empty()
     }
 
     /// "pid 4242 (bash: cwd), pid 17 (python3: open file, mapped file),
@@ -137,6 +250,7 @@ impl Busy {
                 .iter()
                 .map(|m| format!("the mount at {}", m.display())),
         );
+        parts.extend(self.elsewhere.iter().cloned());
         if parts.is_empty() {
             // The kernel said busy, but nothing this process may see holds
             // it (another user's process, another mount namespace).

@@ -27,7 +27,7 @@ use super::mountinfo::mount_at;
 use super::prepare::MountArgs;
 use super::unmount::{Quiet, lazy_unmount, released, unmount_if_quiet};
 use crate::error::{Exit, Failure};
-use crate::store::{Layout, StoreLock};
+use crate::store::{Layout, LockState, StoreLock};
 
 /// What `skillfs mount` found at its mount point.
 pub(super) enum Found {
@@ -64,74 +64,142 @@ pub(super) fn settle(args: &MountArgs, wait: bool) -> Result<Found, Failure> {
             break;
         }
         let layout = Layout::new(store);
-        if !StoreLock::is_held(&layout) {
-            check_journal(&layout, &mount_point)?;
-            lazy_unmount(&mount_point).map_err(|e| {
-                Failure::new(
-                    Exit::BadRoot,
-                    format!(
-                        "'{}' is a dead mount (its daemon died) and could not be detached: {e}",
-                        mount_point.display()
-                    ),
-                )
-            })?;
-            done.push(format!(
-                "'{}' was a dead mount (its daemon had died): detached it; the store's journal \
-                 reads sound; mounting again",
-                mount_point.display()
-            ));
-            continue;
-        }
-        let Some(pid) = StoreLock::daemon(&layout) else {
-            break;
-        };
-        if runs_this_binary(pid).unwrap_or(true) {
-            // "already mounted", from `checks`.
-            break;
-        }
-        loop {
-            match unmount_if_quiet(&mount_point, Some(pid)) {
-                Ok(Quiet::Unmounted) => break,
-                Ok(Quiet::Busy(_)) if wait => std::thread::sleep(Duration::from_millis(200)),
-                Ok(Quiet::Busy(busy)) => {
-                    return Ok(Found::ServedByOlder(format!(
-                        "'{mp}' stays served by an older skillfs daemon (pid {pid}, its binary \
-                         replaced since it started), because the mount is busy (held by {}): it \
-                         stays mounted and versioned; run `skillfs mount` again when it is \
-                         quiet to restart it on this binary, or with --wait to wait for that",
-                        busy.describe(8),
-                        mp = mount_point.display()
-                    )));
-                }
-                Err(e) => {
-                    return Err(Failure::new(
-                        Exit::MountRefused,
-                        format!(
-                            "could not unmount the older daemon's mount '{}': {e}",
-                            mount_point.display()
-                        ),
-                    ));
+        match StoreLock::state(&layout) {
+            LockState::Free => {}
+            LockState::Held(_) => {
+                upgrade(&mount_point, &layout, wait, &mut done)?;
+                match done.last() {
+                    Some(Step::Served(line)) => return Ok(Found::ServedByOlder(line.clone())),
+                    Some(Step::Upgraded(_)) => continue,
+                    _ => break,
                 }
             }
+            LockState::Unknown(e) => {
+                // Only a lock taken proves a daemon dead: never detach on a guess.
+                return Err(Failure::new(
+                    Exit::BadStore,
+                    format!(
+                        "cannot tell whether a daemon serves '{}': its store's lock '{}' cannot \
+                         be read ({e}); nothing was changed",
+                        mount_point.display(),
+                        layout.lock().display()
+                    ),
+                ));
+            }
         }
-        if !released(&layout, FINISH) {
-            return Err(Failure::new(
-                Exit::BadStore,
+        // Dead: no daemon holds the store.
+        check_journal(&layout, &mount_point)?;
+        lazy_unmount(&mount_point).map_err(|e| {
+            Failure::new(
+                Exit::BadRoot,
                 format!(
-                    "the older daemon (pid {pid}) of '{}' did not finish within {FINISH:?} \
-                     after its unmount: see daemon.log in '{}'",
-                    mount_point.display(),
-                    layout.dir.display()
+                    "'{}' is a dead mount (its daemon died) and could not be detached: {e}",
+                    mount_point.display()
                 ),
-            ));
-        }
-        done.push(format!(
-            "'{}' was served by an older skillfs daemon (pid {pid}): it was quiet, so it was \
-             unmounted and has finished; mounting on this binary",
+            )
+        })?;
+        done.push(Step::Recovered(format!(
+            "'{}' was a dead mount (its daemon had died): detached it; the store's journal \
+             reads sound; mounting again",
             mount_point.display()
+        )));
+    }
+    Ok(Found::Mount(
+        done.into_iter()
+            .filter_map(|s| match s {
+                Step::Recovered(l) | Step::Upgraded(l) => Some(l),
+                Step::Served(_) | Step::Current => None,
+            })
+            .collect(),
+    ))
+}
+
+/// What was done to a mount already there.
+enum Step {
+    /// A dead mount detached.
+    Recovered(String),
+    /// An older daemon unmounted when quiet, and finished.
+    Upgraded(String),
+    /// An older daemon left serving a busy mount.
+    Served(String),
+    /// A daemon of this binary, or of one not older: left alone.
+    Current,
+}
+
+/// A live daemon at `mount_point`: one of an older build is unmounted
+/// once the mount is quiet (see the module's invariants).
+fn upgrade(
+    mount_point: &Path,
+    layout: &Layout,
+    wait: bool,
+    done: &mut Vec<Step>,
+) -> Result<(), Failure> {
+    let Some(pid) = StoreLock::daemon(layout) else {
+        done.push(Step::Current);
+        return Ok(());
+    };
+    if !matches!(compare_build(pid), Ok(Build::Older)) {
+        // "already mounted", from `checks`.
+        done.push(Step::Current);
+        return Ok(());
+    }
+    let mut said = false;
+    loop {
+        match unmount_if_quiet(mount_point, Some(pid)) {
+            Ok(Quiet::Unmounted) => break,
+            Ok(Quiet::Busy(busy)) if wait => {
+                if !said {
+                    eprintln!(
+                        "skillfs: waiting for '{}' to be quiet to restart its older daemon (pid \
+                         {pid}) on this binary: held by {}",
+                        mount_point.display(),
+                        busy.describe(8)
+                    );
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Ok(Quiet::Busy(busy)) => {
+                done.push(Step::Served(format!(
+                    "'{mp}' stays served by an older skillfs daemon (pid {pid}, a build older \
+                     than this one), because the mount is busy (held by {}): it stays mounted \
+                     and versioned; run `skillfs mount` again when it is quiet to restart it on \
+                     this binary, or with --wait to wait for that",
+                    busy.describe(8),
+                    mp = mount_point.display()
+                )));
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(Failure::new(
+                    Exit::MountRefused,
+                    format!(
+                        "could not unmount the older daemon's mount '{}': {e}",
+                        mount_point.display()
+                    ),
+                ));
+            }
+        }
+    }
+    if !released(layout, FINISH) {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "'{}' is unmounted, but its older daemon (pid {pid}) did not finish within \
+                 {FINISH:?} and still holds the store, so it is not mounted again: see \
+                 daemon.log in '{}'; once that process has ended (a SIGKILL loses nothing \
+                 acknowledged), run `skillfs mount` again",
+                mount_point.display(),
+                layout.dir.display()
+            ),
         ));
     }
-    Ok(Found::Mount(done))
+    done.push(Step::Upgraded(format!(
+        "'{}' was served by an older skillfs daemon (pid {pid}): it was quiet, so it was \
+         unmounted and has finished; mounting on this binary",
+        mount_point.display()
+    )));
+    Ok(())
 }
 
 /// Reads the store's journal as a mount does, changing nothing: a damaged
@@ -153,12 +221,36 @@ fn check_journal(layout: &Layout, mount_point: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Whether the process `pid` runs the very bytes of this binary (an
-/// upgrade replaces the file, so paths and inodes say nothing: a rebuild
-/// of the same source installed again is the same binary).
-pub fn runs_this_binary(pid: u32) -> io::Result<bool> {
+/// How the binary a daemon runs stands to this one.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Build {
+    /// The very same bytes (a rebuild of the same source installed again
+    /// is the same binary: an upgrade replaces the file, so paths and
+    /// inodes say nothing).
+    Same,
+    /// Other bytes, in a file older than this one's: an upgrade.
+    Older,
+    /// Other bytes, in a file not older than this one's (a downgrade, or
+    /// a second install): never restarted by this binary.
+    NotOlder,
+}
+
+/// How the binary of the process `pid` stands to this one (its file's
+/// mtime tells which is the newer build: `install` and `cargo build`
+/// both stamp the file they write).
+pub fn compare_build(pid: u32) -> io::Result<Build> {
     let theirs = PathBuf::from(format!("/proc/{pid}/exe"));
-    same_bytes(Path::new("/proc/self/exe"), &theirs)
+    let ours = Path::new("/proc/self/exe");
+    if same_bytes(ours, &theirs)? {
+        return Ok(Build::Same);
+    }
+    use std::os::unix::fs::MetadataExt;
+    let mtime = |p: &Path| std::fs::metadata(p).map(|m| (m.mtime(), m.mtime_nsec()));
+    Ok(if mtime(&theirs)? < mtime(ours)? {
+        Build::Older
+    } else {
+        Build::NotOlder
+    })
 }
 
 fn same_bytes(a: &Path, b: &Path) -> io::Result<bool> {
@@ -203,7 +295,10 @@ mod tests {
 
     #[test]
     fn this_process_runs_this_binary_and_a_changed_copy_is_another() {
-        assert!(runs_this_binary(std::process::id()).expect("own exe readable"));
+        assert_eq!(
+            compare_build(std::process::id()).expect("own exe readable"),
+            Build::Same
+        );
         let d = std::env::temp_dir().join(format!("skillfs-samebin-{}", std::process::id()));
         std::fs::create_dir_all(&d).expect("scratch");
         let copy = d.join("copy");

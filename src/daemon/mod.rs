@@ -40,7 +40,7 @@ mod spawn;
 mod unmount;
 
 pub use checks::{absolute_root, default_store_of, store_dir};
-pub use lifecycle::runs_this_binary;
+pub use lifecycle::{Build, compare_build};
 pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mount_serving, mounts, versioned_root_of};
 pub use prepare::{MountArgs, import};
 pub(crate) use prepare::{Prepared, prepare};

@@ -171,6 +171,17 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
         refuse_filesystem_root(&mount_point)?;
     }
     store::check_placement(&mount_point, &store_path, &anc)?;
+    // A store of another root is refused before the versioned directory
+    // is made (a directory not yet there has no identity to match: its
+    // path alone must).
+    if name.is_some() && fs::symlink_metadata(&root).is_err() {
+        store::RootId {
+            path: root.clone(),
+            dev: 0,
+            ino: 0,
+        }
+        .check(&Layout::new(store_path.clone()))?;
+    }
     // Only now is anything made or moved: the versioned directory, and a
     // store of it kept inside the home by a skills-only mount.
     if let Some(n) = &name {

@@ -18,6 +18,7 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,12 +49,12 @@ pub fn mount(args: MountArgs) -> Result<(), Failure> {
     // (The daemon a background mount starts finds nothing left to do.)
     match super::lifecycle::settle(&args, args.wait)? {
         super::lifecycle::Found::ServedByOlder(line) => {
-            eprintln!("skillfs: {line}");
+            eprintln!("skillfs: {}", crate::error::one_line(line));
             return Ok(());
         }
         super::lifecycle::Found::Mount(done) => {
             for line in done {
-                eprintln!("skillfs: {line}");
+                eprintln!("skillfs: {}", crate::error::one_line(line));
             }
         }
     }
@@ -136,9 +137,10 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     };
     let transport = session.transport.clone();
     let root = prepared.mount_point.clone();
+    let source = fsname.clone();
     std::thread::Builder::new()
         .name("signals".into())
-        .spawn(move || wait_for_signal_and_unmount(&root))
+        .spawn(move || wait_for_signal_and_unmount(&root, &source))
         .map_err(|e| {
             Failure::new(
                 Exit::Internal,
@@ -326,7 +328,7 @@ fn block_signals() {
 /// whenever that changes. `skillfs umount --lazy` detaches a busy mount
 /// for a user who wants it gone now; a service manager's stop timeout
 /// ends in SIGKILL, which leaves a dead mount that lets nothing through.
-fn wait_for_signal_and_unmount(root: &Path) {
+fn wait_for_signal_and_unmount(root: &Path, source: &str) {
     let set = signal_set();
     let mut sig = 0;
     // SAFETY: `set` is an initialised signal set and `sig` a valid int to write.
@@ -337,6 +339,21 @@ fn wait_for_signal_and_unmount(root: &Path) {
     );
     let mut said = String::new();
     loop {
+        // Only our own mount, on top at ROOT: one unmounted elsewhere (a
+        // `--lazy`, another tool) is not tried again, and whatever was
+        // mounted at ROOT since is never ours to unmount.
+        let ours = crate::daemon::mount_at(root)
+            .is_some_and(|m| m.source.as_os_str().as_bytes() == source.as_bytes());
+        if !ours {
+            tracing::warn!(
+                "{} is no longer this daemon's mount here (detached, or covered by another \
+                 mount): not unmounting it; serving what is still open until the kernel ends \
+                 the session",
+                root.display()
+            );
+            crate::logging::flush();
+            return;
+        }
         // (This daemon is never named: `busy` leaves out its caller.)
         let now = match unmount_if_quiet(root, None) {
             Ok(Quiet::Unmounted) => return,

@@ -27,7 +27,7 @@ use super::checks::absolute_root;
 use super::holders::{self, Busy};
 use super::mountinfo::mount_at;
 use crate::error::{Exit, Failure};
-use crate::store::{Layout, StoreLock};
+use crate::store::{Layout, LockState, StoreLock};
 
 /// Detaches the mount at `root` now; the daemon keeps serving files still
 /// open and exits when the last one is closed.
@@ -80,6 +80,13 @@ pub enum Quiet {
 /// the mount's daemon, never named as a holder.
 pub fn unmount_if_quiet(root: &Path, daemon: Option<u32>) -> io::Result<Quiet> {
     let busy = || Ok(Quiet::Busy(holders::busy(root, daemon)));
+    // The kernel's EBUSY counts this mount and the copies an unmount
+    // propagates to, not a bind mount or a private copy in another mount
+    // namespace: through those the daemon would serve on while writes by
+    // path here went to the plain directory.
+    if !holders::elsewhere(root).is_empty() {
+        return busy();
+    }
     if crate::sys::geteuid() == 0 {
         let c = std::ffi::CString::new(root.as_os_str().as_bytes())
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -96,7 +103,14 @@ pub fn unmount_if_quiet(root: &Path, daemon: Option<u32>) -> io::Result<Quiet> {
     }
     let mut last = None;
     for bin in ["fusermount3", "fusermount"] {
-        match Command::new(bin).arg("-u").arg("--").arg(root).output() {
+        // (In the C locale: its "Device or resource busy" is matched.)
+        match Command::new(bin)
+            .arg("-u")
+            .arg("--")
+            .arg(root)
+            .env("LC_ALL", "C")
+            .output()
+        {
             Ok(out) if out.status.success() => return Ok(Quiet::Unmounted),
             Ok(out) => {
                 let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
@@ -105,7 +119,8 @@ pub fn unmount_if_quiet(root: &Path, daemon: Option<u32>) -> io::Result<Quiet> {
                 }
                 return Err(io::Error::other(err));
             }
-            Err(e) => last = Some(e),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => last = Some(e),
+            Err(e) => return Err(io::Error::other(format!("could not run {bin}: {e}"))),
         }
     }
     Err(io::Error::other(format!(
@@ -121,10 +136,11 @@ pub fn busy_failure(root: &Path, busy: &Busy) -> Failure {
         format!(
             "'{root}' is busy: held by {}; nothing was changed (it stays mounted and versioned): \
              close those files or leave the directory and run this again, or detach it now \
-             with `skillfs umount --lazy {root}` (then new writes go to the plain directory, \
+             with `skillfs umount --lazy {word}` (then new writes go to the plain directory, \
              unversioned until the next mount)",
             busy.describe(8),
-            root = root.display()
+            root = root.display(),
+            word = crate::error::shell_word(root)
         ),
     )
 }
@@ -162,16 +178,21 @@ pub fn umount(root: &Path, timeout: Duration, lazy: bool) -> Result<String, Fail
             )
         })
     };
-    if !StoreLock::is_held(&layout) {
-        // A dead mount serves nothing (every access fails with ENOTCONN):
-        // detaching it lets nothing through that was versioned before.
-        detach(&root)?;
-        return Ok(format!(
-            "the daemon of {} was not running; detached its stale mount",
-            root.display()
-        ));
-    }
-    let daemon = StoreLock::holder(&layout);
+    let daemon = match StoreLock::state(&layout) {
+        LockState::Free => {
+            // A dead mount serves nothing (every access fails with
+            // ENOTCONN): detaching it lets nothing through that was
+            // versioned before. (Only a lock taken proves it dead.)
+            detach(&root)?;
+            return Ok(format!(
+                "the daemon of {} was not running; detached its stale mount",
+                root.display()
+            ));
+        }
+        LockState::Held(pid) => pid,
+        // Alive or not, the quiet unmount below is safe either way.
+        LockState::Unknown(_) => None,
+    };
     if lazy {
         let busy = holders::busy(&root, daemon);
         detach(&root)?;
@@ -213,7 +234,7 @@ pub fn umount(root: &Path, timeout: Duration, lazy: bool) -> Result<String, Fail
     // A dead mount of this store left stacked below by a failure is
     // detached too (nothing serves it).
     if mount_at(&root).is_some_and(|m| m.source == mount_source(&layout))
-        && !StoreLock::is_held(&layout)
+        && matches!(StoreLock::state(&layout), LockState::Free)
     {
         let _ = lazy_unmount(&root);
     }

@@ -133,6 +133,17 @@ impl Layout {
     }
 }
 
+/// What `LOCK` says of a store's daemon (see [`StoreLock::state`]).
+#[derive(Debug)]
+pub enum LockState {
+    /// No daemon: this process could take the lock.
+    Free,
+    /// A daemon holds it; the pid it wrote, if any (unproven).
+    Held(Option<u32>),
+    /// `LOCK` could not be opened or locked: unknown.
+    Unknown(io::Error),
+}
+
 /// The exclusive lock of a mounted store; released when dropped (or when the
 /// daemon dies, which is why it is an flock and not a pid file).
 pub struct StoreLock {
@@ -185,6 +196,26 @@ impl StoreLock {
             Err(Self::in_use(layout))
         } else {
             Ok(())
+        }
+    }
+
+    /// Whether a daemon holds the store, as far as `LOCK` can tell: a
+    /// `LOCK` that cannot be opened or locked says nothing (a store moved
+    /// or its `LOCK` removed while mounted), which is not "free": only a
+    /// lock this process could take proves that no daemon runs.
+    pub fn state(layout: &Layout) -> LockState {
+        let mut file = match fsutil::options().read(true).open(layout.lock()) {
+            Ok(f) => f,
+            Err(e) => return LockState::Unknown(e),
+        };
+        match sys::try_lock_exclusive(&file) {
+            Ok(true) => LockState::Free,
+            Ok(false) => {
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut file, &mut text);
+                LockState::Held(text.trim().parse().ok())
+            }
+            Err(e) => LockState::Unknown(e),
         }
     }
 
