@@ -547,3 +547,46 @@ fn a_rotted_large_blob_of_a_live_file_is_not_served() {
     let log = fs::read_to_string(m.store().join("daemon.log")).unwrap_or_default();
     assert!(log.contains("damaged"), "{log}");
 }
+
+/// `undo PATH` of a skill deleted by one process whose empty category was
+/// removed by another afterwards: the removal of the empty category did
+/// not touch the skill, so the undo is of the delete, and it makes the
+/// category again (it used to "undo" the rmdir and restore nothing).
+#[test]
+fn undo_of_a_deleted_skill_after_its_category_went_separately_brings_both_back() {
+    let m = Mount::new("undocat");
+    fs::create_dir_all(m.path("social/greet/scripts")).unwrap();
+    fs::write(m.path("social/greet/SKILL.md"), "hi\n").unwrap();
+    fs::write(m.path("social/greet/scripts/run.sh"), "echo\n").unwrap();
+    fs::set_permissions(
+        m.path("social/greet/scripts/run.sh"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    // Two processes: the delete, then the category's removal.
+    let root = m.root();
+    let out = Command::new("rm")
+        .arg("-r")
+        .arg(root.join("social/greet"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = Command::new("rmdir")
+        .arg(root.join("social"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let r = root.display().to_string();
+    let out = skillfs(&["undo", "--root", &r, "social/greet"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 restored"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(
+        fs::read_to_string(m.path("social/greet/SKILL.md")).unwrap(),
+        "hi\n"
+    );
+    assert_eq!(mode(&m.path("social/greet/scripts/run.sh")), 0o755);
+}

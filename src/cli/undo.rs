@@ -22,10 +22,17 @@ use super::locate::Target;
 use super::log;
 
 /// Whether `r` changed `path` or something below it, or moved or removed
-/// an ancestor of it.
-fn touches(r: &Record, path: &RelPath) -> bool {
+/// an ancestor of it while `path` was in it (`index` says whether `path`
+/// itself was there, or changed, across `r`: the removal of an empty
+/// category after its last skill was deleted does not touch the skill).
+fn touches(r: &Record, path: &RelPath, index: &crate::history::HistoryIndex) -> bool {
     let at_or_below = |p: &RelPath| p.starts_with(path);
     let above = |p: &RelPath| path.starts_with(p) && !p.is_root();
+    let moved_with = || {
+        index
+            .idx(path)
+            .is_some_and(|i| r.seq > 0 && index.state_at(i, r.seq - 1) != index.state_at(i, r.seq))
+    };
     at_or_below(&r.path)
         || r.to.as_ref().is_some_and(at_or_below)
         || (matches!(
@@ -38,7 +45,8 @@ fn touches(r: &Record, path: &RelPath) -> bool {
                 | Op::Unpark
                 | Op::ScanRemove
                 | Op::ImportRemove
-        ) && (above(&r.path) || r.to.as_ref().is_some_and(above)))
+        ) && (above(&r.path) || r.to.as_ref().is_some_and(above))
+            && moved_with())
 }
 
 pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Failure> {
@@ -47,6 +55,7 @@ pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Fail
     }
     let path = path.filter(|p| !p.is_root());
     let records = crate::commands::read_records(&t.layout)?;
+    let store = Store::open(t.layout.clone())?;
     let groups = log::group(&records);
     let newest = groups
         .iter()
@@ -54,7 +63,7 @@ pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Fail
         .find(|g| {
             g.iter().any(|r| {
                 !matches!(r.op, Op::Sweep | Op::Orphan | Op::Lost | Op::Forget)
-                    && path.as_ref().is_none_or(|p| touches(r, p))
+                    && path.as_ref().is_none_or(|p| touches(r, p, &store.index))
             })
         })
         .ok_or_else(|| {
@@ -74,7 +83,6 @@ pub fn undo(t: &Target, path: Option<RelPath>, dry_run: bool) -> Result<(), Fail
             "the newest change is the first one recorded: nothing is before it to go back to",
         ));
     }
-    let store = Store::open(t.layout.clone())?;
     if store.index.is_forgotten(before) {
         return Err(Failure::new(
             Exit::NotFound,
