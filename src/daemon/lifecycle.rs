@@ -25,7 +25,7 @@ use std::time::Duration;
 use super::checks::{absolute_root, store_dir};
 use super::mountinfo::mount_at;
 use super::prepare::MountArgs;
-use super::unmount::{Quiet, lazy_unmount, released, unmount_if_quiet};
+use super::unmount::{Quiet, lazy_unmount, released, unmount_once_quiet};
 use crate::error::{Exit, Failure};
 use crate::store::{Layout, LockState, StoreLock};
 
@@ -145,7 +145,7 @@ fn upgrade(
     }
     let mut said = false;
     loop {
-        match unmount_if_quiet(mount_point, Some(pid)) {
+        match unmount_once_quiet(mount_point, Some(pid)) {
             Ok(Quiet::Unmounted) => break,
             Ok(Quiet::Busy(busy)) if wait => {
                 if !said {

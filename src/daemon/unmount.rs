@@ -66,6 +66,9 @@ pub fn lazy_unmount(root: &Path) -> io::Result<()> {
     ))
 }
 
+/// How long a busy mount with no holder to show is tried again.
+const PASSING: Duration = Duration::from_secs(2);
+
 /// What an unmount that waits for a quiet mount found.
 pub enum Quiet {
     /// The mount is gone: the kernel ends the daemon's session.
@@ -127,6 +130,22 @@ pub fn unmount_if_quiet(root: &Path, daemon: Option<u32>) -> io::Result<Quiet> {
         "fusermount3 not found (install the fuse3 package): {}",
         last.map_or_else(String::new, |e| e.to_string())
     )))
+}
+
+/// [`unmount_if_quiet`], for a command: a busy mount that no process
+/// shows is tried again for a moment (a passing reference: a child forked
+/// by a process with a file open there holds a copy until its exec closes
+/// it) before it is called busy.
+pub fn unmount_once_quiet(root: &Path, daemon: Option<u32>) -> io::Result<Quiet> {
+    let deadline = Instant::now() + PASSING;
+    loop {
+        match unmount_if_quiet(root, daemon)? {
+            Quiet::Busy(busy) if busy.is_empty() && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            q => return Ok(q),
+        }
+    }
 }
 
 /// The line a refused unmount ends with.
@@ -207,7 +226,7 @@ pub fn umount(root: &Path, timeout: Duration, lazy: bool) -> Result<String, Fail
             ));
         }
     } else {
-        match unmount_if_quiet(&root, daemon) {
+        match unmount_once_quiet(&root, daemon) {
             Ok(Quiet::Unmounted) => {}
             Ok(Quiet::Busy(busy)) => return Err(busy_failure(&root, &busy)),
             Err(e) => {
