@@ -76,15 +76,98 @@ use crate::session::FilesystemHolder;
 use crate::session::SessionACL;
 use crate::session::SessionEventLoop;
 
-/// `struct fuse_uring_req_header`: in/out header, op header, entry info.
-const IN_OUT: usize = 0;
-const OP_IN: usize = 128;
-const OP_IN_SIZE: usize = 128;
-const ENT_IN_OUT: usize = 256;
-const HEADER_SIZE: usize = 288;
+/// The kernel's ABI (include/uapi/linux/fuse.h), as `repr(C)` structs
+/// whose sizes and offsets are asserted at compile time below: every
+/// byte offset this module reads or writes is one of their fields'.
+mod abi {
+    /// `struct fuse_uring_ent_in_out`.
+    #[repr(C)]
+    pub(super) struct EntInOut {
+        pub(super) flags: u64,
+        pub(super) commit_id: u64,
+        pub(super) payload_sz: u32,
+        pub(super) padding: u32,
+        pub(super) reserved: u64,
+    }
+
+    /// `struct fuse_uring_req_header`: the in/out header, the op header
+    /// (`FUSE_URING_IN_OUT_HEADER_SZ`, `FUSE_URING_OP_IN_OUT_SZ`), the
+    /// entry's info.
+    #[repr(C)]
+    pub(super) struct ReqHeader {
+        pub(super) in_out: [u8; 128],
+        pub(super) op_in: [u8; 128],
+        pub(super) ring_ent_in_out: EntInOut,
+    }
+
+    /// `struct fuse_uring_cmd_req`, the SQE's command area.
+    #[repr(C)]
+    pub(super) struct CmdReq {
+        pub(super) flags: u64,
+        pub(super) commit_id: u64,
+        pub(super) qid: u16,
+        pub(super) padding: [u8; 6],
+    }
+
+    /// `struct fuse_in_header`.
+    #[repr(C)]
+    pub(super) struct InHeader {
+        pub(super) len: u32,
+        pub(super) opcode: u32,
+        pub(super) unique: u64,
+        pub(super) nodeid: u64,
+        pub(super) uid: u32,
+        pub(super) gid: u32,
+        pub(super) pid: u32,
+        pub(super) total_extlen: u16,
+        pub(super) padding: u16,
+    }
+
+    /// `struct fuse_out_header`.
+    #[repr(C)]
+    pub(super) struct OutHeader {
+        pub(super) len: u32,
+        pub(super) error: i32,
+        pub(super) unique: u64,
+    }
+
+    use std::mem::{offset_of, size_of};
+    const _: () = {
+        assert!(size_of::<EntInOut>() == 32);
+        assert!(offset_of!(EntInOut, commit_id) == 8);
+        assert!(offset_of!(EntInOut, payload_sz) == 16);
+        assert!(size_of::<ReqHeader>() == 288);
+        assert!(offset_of!(ReqHeader, op_in) == 128);
+        assert!(offset_of!(ReqHeader, ring_ent_in_out) == 256);
+        assert!(size_of::<CmdReq>() == 24);
+        assert!(offset_of!(CmdReq, commit_id) == 8);
+        assert!(offset_of!(CmdReq, qid) == 16);
+        assert!(size_of::<InHeader>() == 40);
+        assert!(offset_of!(InHeader, opcode) == 4);
+        assert!(offset_of!(InHeader, unique) == 8);
+        assert!(size_of::<OutHeader>() == 16);
+        assert!(offset_of!(OutHeader, error) == 4);
+        assert!(offset_of!(OutHeader, unique) == 8);
+    };
+}
+
+use std::mem::{offset_of, size_of};
+
+/// Where `struct fuse_uring_req_header`'s parts are.
+const IN_OUT: usize = offset_of!(abi::ReqHeader, in_out);
+const OP_IN: usize = offset_of!(abi::ReqHeader, op_in);
+const OP_IN_SIZE: usize = size_of::<[u8; 128]>();
+const ENT_IN_OUT: usize = offset_of!(abi::ReqHeader, ring_ent_in_out);
+const ENT_COMMIT_ID: usize = ENT_IN_OUT + offset_of!(abi::EntInOut, commit_id);
+const ENT_PAYLOAD_SZ: usize = ENT_IN_OUT + offset_of!(abi::EntInOut, payload_sz);
+const HEADER_SIZE: usize = size_of::<abi::ReqHeader>();
 /// `struct fuse_in_header` and `struct fuse_out_header`.
-const IN_HEADER_SIZE: usize = 40;
-const OUT_HEADER_SIZE: usize = 16;
+const IN_HEADER_SIZE: usize = size_of::<abi::InHeader>();
+const IN_OPCODE: usize = offset_of!(abi::InHeader, opcode);
+const IN_UNIQUE: usize = offset_of!(abi::InHeader, unique);
+const OUT_HEADER_SIZE: usize = size_of::<abi::OutHeader>();
+const OUT_ERROR: usize = offset_of!(abi::OutHeader, error);
+const OUT_UNIQUE: usize = offset_of!(abi::OutHeader, unique);
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// The kernel's FUSE_MIN_READ_BUFFER.
@@ -244,12 +327,12 @@ impl Entry {
             // The kernel sized the payload for its largest request: a
             // longer reply is the filesystem's bug; the caller gets EIO.
             warn!("io_uring reply longer than the payload buffer");
-            head[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+            head[OUT_ERROR..OUT_ERROR + 4].copy_from_slice(&(-libc::EIO).to_ne_bytes());
             n = 0;
         }
         self.bufs.write_header(IN_OUT, &head);
         self.bufs
-            .write_header(ENT_IN_OUT + 16, &(n as u32).to_ne_bytes());
+            .write_header(ENT_PAYLOAD_SZ, &(n as u32).to_ne_bytes());
         replied.done = true;
         let waiting = replied.waiting;
         drop(replied);
@@ -263,9 +346,10 @@ impl Entry {
     fn fail(&self, unique: u64) {
         let generation = self.replied.lock().unwrap_or_else(|p| p.into_inner()).generation;
         let mut out = [0u8; OUT_HEADER_SIZE];
-        out[0..4].copy_from_slice(&(OUT_HEADER_SIZE as u32).to_ne_bytes());
-        out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-        out[8..16].copy_from_slice(&unique.to_ne_bytes());
+        let at = offset_of!(abi::OutHeader, len);
+        out[at..at + 4].copy_from_slice(&(OUT_HEADER_SIZE as u32).to_ne_bytes());
+        out[OUT_ERROR..OUT_ERROR + 4].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+        out[OUT_UNIQUE..OUT_UNIQUE + 8].copy_from_slice(&unique.to_ne_bytes());
         let _ = self.send(generation, &[io::IoSlice::new(&out)]);
     }
 }
@@ -315,19 +399,17 @@ fn set_idle(idle: bool) -> bool {
 /// (an open with O_TRUNC, or the release of a written handle, publishes).
 /// Every other request is served at SCHED_OTHER. `h` is the entry's header.
 fn quick(h: &[u8; HEADER_SIZE]) -> bool {
-    use crate::ll::fuse_abi::fuse_opcode as op;
+    use crate::ll::fuse_abi::{fuse_open_in, fuse_opcode as op, fuse_release_in};
     let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap_or_default());
-    let opcode = word(4);
+    let opcode = word(IN_OUT + IN_OPCODE);
     let read_only = |flags: u32| {
         flags & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32 && flags & libc::O_TRUNC as u32 == 0
     };
     if opcode == op::FUSE_OPEN as u32 {
-        // fuse_open_in.flags
-        return read_only(word(OP_IN));
+        return read_only(word(OP_IN + offset_of!(fuse_open_in, flags)));
     }
     if opcode == op::FUSE_RELEASE as u32 {
-        // fuse_release_in.flags, after the 8-byte handle
-        return read_only(word(OP_IN + 8));
+        return read_only(word(OP_IN + offset_of!(fuse_release_in, flags)));
     }
     [
         op::FUSE_LOOKUP as u32,
@@ -358,8 +440,10 @@ fn can_idle_and_return() -> bool {
 /// The command area of the SQE: `struct fuse_uring_cmd_req`.
 fn cmd_req(qid: u16, commit_id: u64) -> [u8; 80] {
     let mut cmd = [0u8; 80];
-    cmd[8..16].copy_from_slice(&commit_id.to_ne_bytes());
-    cmd[16..18].copy_from_slice(&qid.to_ne_bytes());
+    let at = offset_of!(abi::CmdReq, commit_id);
+    cmd[at..at + 8].copy_from_slice(&commit_id.to_ne_bytes());
+    let at = offset_of!(abi::CmdReq, qid);
+    cmd[at..at + 2].copy_from_slice(&qid.to_ne_bytes());
     cmd
 }
 
@@ -758,10 +842,11 @@ impl<FS: Filesystem> Worker<FS> {
         };
         let b = &self.entry.bufs;
         let word = |at: usize| u64::from_ne_bytes(h[at..at + 8].try_into().unwrap_or_default());
-        let len = u32::from_ne_bytes(h[0..4].try_into().unwrap_or_default()) as usize;
-        let unique = word(IN_OUT + 8);
-        let commit_id = word(ENT_IN_OUT + 8);
-        let payload_sz = u32::from_ne_bytes(h[ENT_IN_OUT + 16..ENT_IN_OUT + 20].try_into().unwrap_or_default()) as usize;
+        let at = IN_OUT + offset_of!(abi::InHeader, len);
+        let len = u32::from_ne_bytes(h[at..at + 4].try_into().unwrap_or_default()) as usize;
+        let unique = word(IN_OUT + IN_UNIQUE);
+        let commit_id = word(ENT_COMMIT_ID);
+        let payload_sz = u32::from_ne_bytes(h[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4].try_into().unwrap_or_default()) as usize;
         let op_len = len
             .checked_sub(IN_HEADER_SIZE)
             .and_then(|l| l.checked_sub(payload_sz))
