@@ -79,10 +79,7 @@ fn the_real_agent_through_a_home_mount() {
         "the sessions live in the home"
     );
     assert!(home.join("skills/research/arxiv/SKILL.md").is_file());
-    assert!(
-        !home.join("skills/custom/my-notes").exists(),
-        "deleted by the agent"
-    );
+    common::assert_enoent(home.join("skills/custom/my-notes"));
 }
 
 /// The real agent's delete of a category's last skill takes the category
@@ -123,7 +120,7 @@ fn the_real_agents_delete_of_a_categorys_last_skill_is_restored_and_undone() {
     std::fs::set_permissions(skill.join("references"), PermissionsExt::from_mode(0o700)).unwrap();
     let good = m.log().last().unwrap()["seq"].as_u64().unwrap().to_string();
     agent("delete");
-    assert!(!m.path("social").exists());
+    common::assert_enoent(m.path("social"));
 
     let home = m.mount_point().display().to_string();
     let out = common::skillfs(&["restore", &good, "social/greet", "--root", &home]);
@@ -145,5 +142,5 @@ fn the_real_agents_delete_of_a_categorys_last_skill_is_restored_and_undone() {
 
     let out = common::skillfs(&["undo", "--root", &home]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(!m.path("social").exists(), "the undo left the category");
+    common::assert_enoent(m.path("social"));
 }

@@ -38,7 +38,7 @@ fn missing_root() {
     let root = s.dir.join("nope");
     let out = skillfs(&["mount", root.to_str().unwrap()]);
     assert_refused(&out, 3, &["nope", "does not exist"]);
-    assert!(!s.dir.join(".skillfs").exists(), "no store may be created");
+    common::assert_enoent(s.dir.join(".skillfs"));
 }
 
 #[test]
@@ -97,10 +97,7 @@ fn store_on_another_filesystem() {
         store.to_str().unwrap(),
     ]);
     assert_refused(&out, 4, &["another filesystem", "rename"]);
-    assert!(
-        !store.exists(),
-        "nothing may be created on the other filesystem"
-    );
+    common::assert_enoent(&store);
 }
 
 #[test]
@@ -269,7 +266,7 @@ fn unwritable_store() {
         let _ = Command::new("umount").arg(&ro).status();
     }
     assert_refused(&out, 4, &["ro", "store"]);
-    assert!(!store.exists());
+    common::assert_enoent(&store);
     assert!(!common::is_mounted(&s.root()));
 }
 

@@ -169,7 +169,7 @@ fn an_unlink_of_a_file_written_behind_keeps_its_content() {
     let m = behind_then("unlink", |m| {
         fs::remove_file(m.path("cat/new.md")).unwrap();
     });
-    assert!(!m.path(".history/latest/cat/new.md").exists());
+    common::assert_enoent(m.path(".history/latest/cat/new.md"));
 }
 
 #[test]

@@ -110,7 +110,7 @@ fn the_tree_goes_on_while_a_file_is_flushed() {
             fs::rename(m.path("cat/foo"), m.path("cat/moved")).unwrap()
         })
     });
-    assert!(!m.path("cat/foo").exists());
+    common::assert_enoent(m.path("cat/foo"));
     assert_eq!(
         fs::read_to_string(m.path("cat/moved/SKILL.md")).unwrap(),
         "v3\n"

@@ -524,7 +524,8 @@ fn refusals_name_the_reason_and_change_nothing() {
     assert_refused(&export(&m, &["latest", "-o", &hidden]), 2, &["inside"]);
     let in_store = m.store().join("x.tgz").display().to_string();
     assert_refused(&export(&m, &["latest", "-o", &in_store]), 2, &["the store"]);
-    assert!(!m.path("cat/x.tar.gz").exists() && !m.store().join("x.tgz").exists());
+    common::assert_enoent(m.path("cat/x.tar.gz"));
+    common::assert_enoent(m.store().join("x.tgz"));
     let in_root_git = m.path("cat/h.git").display().to_string();
     assert_refused(&export(&m, &["--git", &in_root_git]), 2, &["inside"]);
     // An existing file: only with --force.
@@ -575,7 +576,7 @@ fn refusals_name_the_reason_and_change_nothing() {
     // --curator writes through the mount only.
     m.umount();
     assert_refused(&export(&m, &["--curator", "latest"]), 3, &["not mounted"]);
-    assert!(!m.path(".curator_backups").exists());
+    common::assert_enoent(m.path(".curator_backups"));
 }
 
 /// `--force` replaces a file, or a symlink itself, and nothing else: a

@@ -102,7 +102,7 @@ fn renaming_a_directory_carries_its_hidden_children() {
         fs::read(m.path("cat2/foo.rollback-broken/keep.md")).unwrap(),
         b"parked"
     );
-    assert!(!m.path("cat/foo.rollback-broken").exists());
+    common::assert_enoent(m.path("cat/foo.rollback-broken"));
     assert_eq!(names(&m.path("cat2")), ["foo"]);
 }
 
@@ -120,7 +120,7 @@ fn removing_a_directory_whose_children_are_hidden_orphans_them() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(!m.path("cat/foo").exists());
+    common::assert_enoent(m.path("cat/foo"));
     let orphans = names(&m.store().join("orphans"));
     assert_eq!(orphans.len(), 1, "{orphans:?}");
     let inner = m
@@ -232,7 +232,7 @@ fn old_parks_are_swept_and_journaled_but_kept_ones_stay() {
     fs::create_dir(m.path("cat/fresh.bak")).unwrap();
     m.umount();
     m.remount();
-    assert!(!m.path("cat/foo.bak").exists(), "old park not swept");
+    common::assert_enoent(m.path("cat/foo.bak"));
     assert!(m.path("cat/fresh.bak").exists(), "fresh park swept");
     assert_eq!(
         fs::read(m.path(".curator_backups/snap.tar.gz")).unwrap(),
@@ -344,7 +344,7 @@ fn bad_rules_and_config_are_refused_with_one_line() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(why), "{arg}: {err}");
-        assert!(!s.store().exists(), "{arg}: nothing may be created");
+        common::assert_enoent(s.store());
     }
     fs::create_dir_all(s.store()).unwrap();
     fs::write(s.store().join("config.json"), "{ not json").unwrap();
@@ -370,7 +370,7 @@ fn rmdir_of_a_hidden_directory_that_lists_entries_is_enotempty() {
     let e = fs::remove_dir(m.path("cat.bak")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY));
     fs::remove_dir_all(m.path("cat.bak")).unwrap();
-    assert!(!m.path("cat.bak").exists());
+    common::assert_enoent(m.path("cat.bak"));
 }
 
 #[test]
@@ -392,10 +392,7 @@ fn old_parks_are_swept_while_mounted_and_the_kernel_forgets_them() {
     while m.path("cat/foo.bak").exists() && t.elapsed() < std::time::Duration::from_secs(15) {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    assert!(
-        !m.path("cat/foo.bak").exists(),
-        "the park was not swept while mounted"
-    );
+    common::assert_enoent(m.path("cat/foo.bak"));
     assert!(
         m.log()
             .iter()

@@ -71,7 +71,7 @@ fn a_directorys_history_across_rename_and_removal() {
         fs::read(m.path(&format!(".history/{before}/cat/foo/references/r.md"))).unwrap(),
         b"ref"
     );
-    assert!(!m.path(&format!(".history/{renamed}/cat/foo")).exists());
+    common::assert_enoent(m.path(&format!(".history/{renamed}/cat/foo")));
     assert_eq!(names(&m.path(&format!(".history/{renamed}/cat"))), ["bar"]);
     assert_eq!(
         names(&m.path(&format!(".history/{renamed}/cat/bar"))),
@@ -362,10 +362,7 @@ fn show_diff_and_restore_commands() {
         fs::read(m.path("cat/foo/data.bin")).unwrap(),
         [0u8, 1, 2, 255]
     );
-    assert!(
-        !m.path("cat/foo/extra.md").exists(),
-        "files that did not exist then are removed"
-    );
+    common::assert_enoent(m.path("cat/foo/extra.md"));
     assert_eq!(
         names(&m.path("cat")),
         ["foo"],
@@ -504,7 +501,7 @@ fn restore_of_a_deleted_skill_makes_its_missing_category_and_undo_takes_it_all_o
         "the undo left {:?}",
         names(&m.root())
     );
-    assert!(!m.path("social").exists());
+    common::assert_enoent(m.path("social"));
 }
 
 /// A large blob found whole on its size by the mount's scan (the current

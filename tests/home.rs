@@ -240,7 +240,7 @@ fn a_rollback_killed_after_the_park_is_recoverable() {
     child.wait().unwrap();
     let aside = Path::new(line.trim().strip_prefix("parked ").unwrap()).to_path_buf();
     assert!(aside.starts_with(home.join(".skill-rollback-asides")));
-    assert!(!m.path("research/arxiv").exists());
+    common::assert_enoent(m.path("research/arxiv"));
     // From history: the original, one change before the batch began.
     let log = m.log();
     let park = log
@@ -333,8 +333,8 @@ fn a_skills_only_store_is_carried_over() {
     assert!(err.contains("skillfs: warning: moved the store"), "{err}");
     mount(&["umount", h]);
     let m = Mount::over(s, Vec::new());
-    assert!(!old_store.exists(), "the old store is moved, not copied");
-    assert!(!m.mount_point().join(".skillfs").exists());
+    common::assert_enoent(&old_store);
+    common::assert_enoent(m.mount_point().join(".skillfs"));
     assert!(m.store().join("journal").is_dir());
     let after: Vec<String> = m.log().iter().map(|r| r.to_string()).collect();
     let before: Vec<serde_json::Value> = before
@@ -368,7 +368,7 @@ fn bad_versioned_names_are_refused() {
     std::os::unix::fs::symlink(&s.dir, home.join("link")).unwrap();
     let out = skillfs(&["mount", h, "--versioned", "link"]);
     assert_refused(&out, 3, &["link", "not a directory"]);
-    assert!(!s.dir.join(".skillfs").exists(), "no store may be created");
+    common::assert_enoent(s.dir.join(".skillfs"));
     assert_eq!(fs::read(home.join("file")).unwrap(), b"x");
 }
 
@@ -399,7 +399,7 @@ fn commands_given_the_home_mean_its_skills() {
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(fs::read(m.path("sessions/SKILL.md")).unwrap(), b"v1");
     assert_eq!(fs::read(home.join("sessions/1.json")).unwrap(), b"session");
-    assert!(!home.join("sessions/SKILL.md").exists());
+    common::assert_enoent(home.join("sessions/SKILL.md"));
     let out = skillfs(&["status", "--root", h]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -465,7 +465,7 @@ fn hidden_entries_come_along_out_of_skills() {
     // rm -rf of a moved-out directory removes what it shows, nothing else.
     fs::rename(m.path("cat"), home.join("gone")).unwrap();
     fs::remove_dir_all(home.join("gone")).unwrap();
-    assert!(!home.join("gone").exists());
+    common::assert_enoent(home.join("gone"));
 }
 
 /// Hard links in the home behave as in skills/: one made before the mount
@@ -611,10 +611,7 @@ fn the_home_and_the_skills_mount_share_one_store() {
     m.umount();
     let ok = |out: std::process::Output| assert!(out.status.success(), "{}", describe(&out));
     ok(skillfs(&["mount", skills.to_str().unwrap()]));
-    assert!(
-        !m.mount_point().join(".skillfs").exists(),
-        "no second store"
-    );
+    common::assert_enoent(m.mount_point().join(".skillfs"));
     fs::write(skills.join("a.md"), "alone 2").unwrap();
     ok(skillfs(&["umount", skills.to_str().unwrap()]));
     m.remount();
@@ -669,8 +666,8 @@ fn a_home_that_is_a_filesystem_root_is_refused() {
     let _u = Unmount(home.clone());
     let out = skillfs(&["mount", home.to_str().unwrap(), "--versioned", "skills"]);
     assert_refused(&out, 4, &["root of its own filesystem", "skills"]);
-    assert!(!home.join("skills").exists(), "nothing made");
-    assert!(!s.dir.join(".skillfs").exists(), "nothing made");
+    common::assert_enoent(home.join("skills"));
+    common::assert_enoent(s.dir.join(".skillfs"));
 }
 
 /// Every refusal comes before anything is made: a mount inside another's
@@ -683,6 +680,6 @@ fn a_refused_home_mount_makes_nothing() {
     let inner = m.path("cat");
     let out = skillfs(&["mount", inner.to_str().unwrap(), "--versioned", "new"]);
     assert_refused(&out, 3, &["inside the skillfs mount"]);
-    assert!(!m.path("cat/new").exists());
+    common::assert_enoent(m.path("cat/new"));
     assert_eq!(m.log().len(), ids, "nothing journaled");
 }

@@ -289,7 +289,7 @@ fn damaged_parts_are_one_line_each_and_leave_no_record() {
             .count(),
         2
     );
-    assert!(!s.store().exists());
+    common::assert_enoent(s.store());
 
     let out = skillfs(&["import", &root]);
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
@@ -365,7 +365,7 @@ fn an_import_killed_before_its_records_are_in_place_leaves_nothing_of_it() {
     let log = m.log();
     let imported = log.iter().filter(|r| r["origin"].is_object()).count();
     assert_eq!(imported, lines, "the whole import, once");
-    assert!(!m.store().join("tmp/import").exists());
+    common::assert_enoent(m.store().join("tmp/import"));
     assert!(log[imported..].iter().all(|r| r["origin"].is_null()));
 }
 

@@ -158,7 +158,7 @@ fn rename_directories() {
     fs::write(m.path("cat/foo/references/r.md"), b"ref").unwrap();
     fs::rename(m.path("cat/foo"), m.path("cat/bar")).unwrap();
     assert_eq!(fs::read(m.path("cat/bar/references/r.md")).unwrap(), b"ref");
-    assert!(!m.path("cat/foo").exists());
+    common::assert_enoent(m.path("cat/foo"));
     // Over an empty directory: allowed; over a non-empty one: ENOTEMPTY.
     fs::create_dir(m.path("empty")).unwrap();
     fs::rename(m.path("cat/bar"), m.path("empty")).unwrap();
@@ -208,7 +208,7 @@ fn error_codes_match_ext4() {
     }
     fs::remove_file(m.path("d/f")).unwrap();
     fs::remove_dir(m.path("d")).unwrap();
-    assert!(!m.path("d").exists());
+    common::assert_enoent(m.path("d"));
 }
 
 #[test]
@@ -416,7 +416,7 @@ fn unlinked_while_open_still_reads_and_writes() {
     fs::write(&p, b"content").unwrap();
     let mut f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
     fs::remove_file(&p).unwrap();
-    assert!(!p.exists());
+    common::assert_enoent(&p);
     let mut s = String::new();
     f.read_to_string(&mut s).unwrap();
     assert_eq!(s, "content");
@@ -427,7 +427,7 @@ fn unlinked_while_open_still_reads_and_writes() {
     assert_eq!(s, "content more");
     assert_eq!(f.metadata().unwrap().nlink(), 0);
     drop(f);
-    assert!(!p.exists());
+    common::assert_enoent(&p);
     // The deleted content stays in history.
     let rec = m
         .log()

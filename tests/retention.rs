@@ -291,7 +291,7 @@ fn bad_policies_are_refused_and_change_nothing() {
         nowhere.to_str().unwrap(),
     ]);
     assert_refused(&out, 4, &["does not exist"]);
-    assert!(!nowhere.exists());
+    common::assert_enoent(&nowhere);
 }
 
 /// SIGKILL at random points of a forget, unmounted (the command) and

@@ -163,7 +163,7 @@ fn an_unpark_on_a_full_disk_is_refused_before_anything_moves() {
     disk.fill("filler");
     let err = fs::rename(m.path("cat/foo.bak"), m.path("cat/foo")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
-    assert!(!m.path("cat/foo").exists());
+    common::assert_enoent(m.path("cat/foo"));
     assert_eq!(fs::read(m.path("cat/foo.bak/SKILL.md")).unwrap(), b"parked");
     assert!(
         !m.log().iter().any(|r| r["op"] == "unpark"),
@@ -202,10 +202,10 @@ fn a_rename_between_two_links_of_one_file_moves_the_name() {
     assert_eq!(fs::read_to_string(m.path("a.md")).unwrap(), "old");
     assert_eq!(fs::read_to_string(m.path("b.md")).unwrap(), "old");
     fs::rename(m.path("a.md"), m.path("b.md")).unwrap();
-    assert!(!m.path("a.md").exists());
+    common::assert_enoent(m.path("a.md"));
     fs::write(m.path("b.md"), "new").unwrap();
     assert_eq!(fs::read_to_string(m.path("b.md")).unwrap(), "new");
-    assert!(!m.path("a.md").exists());
+    common::assert_enoent(m.path("a.md"));
     let last = m.log().last().unwrap().clone();
     assert_eq!(
         (last["op"].as_str(), last["path"].as_str()),
@@ -213,7 +213,7 @@ fn a_rename_between_two_links_of_one_file_moves_the_name() {
     );
     let mut m = m;
     m.umount();
-    assert!(!m.root().join("a.md").exists());
+    common::assert_enoent(m.root().join("a.md"));
     assert_eq!(fs::read_to_string(m.root().join("b.md")).unwrap(), "new");
 }
 
@@ -698,7 +698,7 @@ os.rename(path, os.path.join(d, "cat/helper/sock2"))
         m.log()
     );
     fs::remove_dir_all(m.path("cat/helper")).unwrap();
-    assert!(!m.path("cat/helper").exists());
+    common::assert_enoent(m.path("cat/helper"));
     // Devices stay out of a skills tree.
     let r = unsafe { libc::mknod(c(&m.path("cat/dev")).as_ptr(), libc::S_IFCHR | 0o600, 0) };
     assert_eq!(r, -1);

@@ -274,7 +274,7 @@ fn a_store_in_a_directory_anyone_can_write_is_refused() {
         store.to_str().unwrap(),
     ]);
     assert_refused(&out, 4, &["shared", "every user can write"]);
-    assert!(!store.exists(), "nothing may be created");
+    common::assert_enoent(&store);
     // With the sticky bit (as /tmp), only the owner may rename the store.
     chmod(&shared, 0o1777);
     let mut m = Mount::over(s, vec!["--store".into(), store.display().to_string()]);
@@ -301,7 +301,7 @@ fn a_store_below_another_users_directory_is_refused() {
         store.to_str().unwrap(),
     ]);
     assert_refused(&out, 4, &["theirs", "owned by uid 65534"]);
-    assert!(!store.exists(), "nothing may be created");
+    common::assert_enoent(&store);
 }
 
 #[test]
@@ -343,7 +343,7 @@ fn rules_with_control_characters_or_outsized_are_refused() {
     ] {
         let out = skillfs(&["mount", root, "--hide", rule]);
         assert_refused(&out, 7, &["hide rule"]);
-        assert!(!s.dir.join(".skillfs").exists(), "nothing may be created");
+        common::assert_enoent(s.dir.join(".skillfs"));
     }
     // The same in config.json of an existing store.
     let mut m = Mount::over(s, Vec::new());
@@ -374,7 +374,7 @@ fn a_park_age_below_an_hour_is_refused() {
     for age in ["0s", "59m", "3599s"] {
         let out = skillfs(&["mount", root.to_str().unwrap(), "--park-max-age", age]);
         assert_refused(&out, 7, &[age, "below 1h", "temp file"]);
-        assert!(!s.dir.join(".skillfs").exists(), "nothing may be created");
+        common::assert_enoent(s.dir.join(".skillfs"));
     }
     let mut m = Mount::over(s, vec!["--park-max-age".into(), "1h".into()]);
     m.umount();
@@ -527,7 +527,7 @@ fn nested_mounts_are_refused() {
         store.to_str().unwrap(),
     ]);
     assert_refused(&out, 3, &["holds the skillfs mount"]);
-    assert!(!store.exists(), "no store may be created");
+    common::assert_enoent(&store);
     fs::write(m.path("cat/b.md"), "still works").unwrap();
 }
 

@@ -155,6 +155,18 @@ impl Drop for BindMount {
     }
 }
 
+/// Asserts that nothing is at `p` (following a symlink, as `exists()`):
+/// the answer must be ENOENT. `!p.exists()` also passes on a dead mount
+/// (ENOTCONN) or a refused permission, which would hide the failure.
+#[track_caller]
+pub fn assert_enoent(p: impl AsRef<Path>) {
+    let p = p.as_ref();
+    match fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        other => panic!("{} should not exist, but: {other:?}", p.display()),
+    }
+}
+
 pub fn is_mounted(root: &Path) -> bool {
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let needle = format!(" {} ", root.display());
