@@ -11,19 +11,30 @@
 //! daemon's own directory fds (the root's and `parked/`'s), never through
 //! the mount. Outside the root (`..` above it, an absolute target) the walk
 //! is lexical and comes back in where it reaches the root's own path
-//! (`../skills/x`, `/home/u/.hermes//skills/x`); a path that stays outside
-//! (or reaches the root only through a symlink outside it), a loop, or a
-//! walk past `MAX_STEPS` components leaves the link judged by its name as a
-//! symlink. A missing name is judged by the rules as it would be once made
+//! (`../skills/x`, `/home/u/.hermes//skills/x`). A path that stays outside
+//! is then looked at where it leads (`outside`): each component lstat'ed
+//! from `/`, the symlinks there resolved by hand, so the link is judged as
+//! the directory or file it leads to (`lnk.rollback-broken -> /elsewhere`
+//! is hidden as that directory would be). That walk never reaches the
+//! mount: a path that comes to the mount point (or the root's own path) is
+//! not looked into, and the link is judged by its name as a symlink (the
+//! daemon must not ask itself; what lies there is the mount's own tree,
+//! which a lexical walk back into the root already judges). Missing, a
+//! loop, or a walk past `MAX_STEPS` components leaves the link judged by
+//! its name as a symlink too. A missing name is judged by the rules as it would be once made
 //! (a link to `later.bak` is hidden), and `.history` hides the link.
 //!
-//! Invariant: no system call here reaches a FUSE mount (every path is
-//! relative to a held fd below the root or in the store), so it may run
-//! under the namespace lock without asking the daemon anything.
+//! Invariant: no system call here reaches this daemon's mount (every path
+//! is relative to a held fd below the root or in the store, or, outside
+//! the root, a path with no symlink in it that is not the mount point
+//! [`never_touch`] names, nor below it), so it may run under the namespace
+//! lock without asking the daemon anything.
 //! Locks: none of its own.
 
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::OnceLock;
 
 use crate::hide::HideRules;
 use crate::relpath::RelPath;
@@ -38,6 +49,20 @@ const MAX_LINKS: usize = 40;
 const MAX_STEPS: usize = 4096;
 /// The history tree's name (see `fs::history_view`).
 const HISTORY: &[u8] = b".history";
+
+/// The mount point of this process's mount (canonical components): a walk
+/// outside the root never looks into it.
+static MOUNT_POINT: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+
+/// Names the daemon's mount point, before anything judges a link: a link
+/// leading outside the root is then never followed into it. (A process
+/// that serves no mount names none, and may look anywhere.)
+pub fn never_touch(mount_point: &Path) {
+    let p = mount_point
+        .canonicalize()
+        .unwrap_or_else(|_| mount_point.to_path_buf());
+    let _ = MOUNT_POINT.set(split(p.as_os_str().as_bytes()));
+}
 
 /// How the rules see a symlink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,8 +189,69 @@ pub fn seen(
     }
     match pos {
         Pos::Inside(_) => Seen::As(Kind::Dir),
-        Pos::Outside(_) => Seen::As(Kind::Symlink),
+        Pos::Outside(abs) => Seen::As(outside(abs, &root_abs, links)),
     }
+}
+
+/// The kind of what the absolute path `abs` (outside the root) leads to,
+/// `links` links followed already: each component lstat'ed from `/`, each
+/// symlink resolved by hand, so that every path looked at has no symlink
+/// in it and can be compared with the mount point. `Symlink` when it is
+/// missing, a loop, or reaches the mount point or the root (never looked
+/// into: see the module doc).
+fn outside(abs: Vec<Vec<u8>>, root_abs: &[Vec<u8>], mut links: usize) -> Kind {
+    let fence = |at: &[Vec<u8>]| {
+        MOUNT_POINT.get().is_some_and(|mp| at.starts_with(mp))
+            || (!root_abs.is_empty() && at.starts_with(root_abs))
+    };
+    let mut at: Vec<Vec<u8>> = Vec::new();
+    let mut todo: Vec<Vec<u8>> = abs.into_iter().rev().collect();
+    let mut steps = 0;
+    let mut kind = Kind::Dir; // `/`
+    while let Some(name) = todo.pop() {
+        steps += 1;
+        if steps > MAX_STEPS {
+            return Kind::Symlink;
+        }
+        if name.is_empty() || name == b"." {
+            continue;
+        }
+        if kind != Kind::Dir {
+            return Kind::Symlink; // a file in the middle of a path
+        }
+        if name == b".." {
+            at.pop();
+            continue;
+        }
+        at.push(name);
+        if fence(&at) {
+            return Kind::Symlink;
+        }
+        let path = [b"/".as_slice(), &at.join(&b'/')].concat();
+        let Ok(st) = sys::lstatat(libc::AT_FDCWD, &path) else {
+            return Kind::Symlink;
+        };
+        match kind_of(&st) {
+            Some(Kind::Symlink) => {
+                links += 1;
+                let Ok(t) = sys::readlinkat(libc::AT_FDCWD, &path) else {
+                    return Kind::Symlink;
+                };
+                if links > MAX_LINKS {
+                    return Kind::Symlink;
+                }
+                at.pop();
+                if t.starts_with(b"/") {
+                    at.clear();
+                }
+                todo.extend(t.split(|&b| b == b'/').rev().map(<[u8]>::to_vec));
+                kind = Kind::Dir;
+            }
+            Some(k) => kind = k,
+            None => return Kind::Symlink,
+        }
+    }
+    kind
 }
 
 /// Where a walk is: inside the root (components from it), or outside it

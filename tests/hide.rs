@@ -648,3 +648,51 @@ fn symlinks_are_judged_by_where_they_lead() {
     assert_eq!(listed(&m), want, "the same after the mount's scan");
     assert_eq!(loader(&root), ["cat/plain", "cat/real"]);
 }
+
+/// A symlink to a directory outside the root is judged by that directory
+/// (issue 26, item 5): named like a park, made so, renamed so, or found at
+/// mount, it is not listed, is reachable by name, and the loader does not
+/// walk it; one leading back into the mount is judged by its name.
+#[test]
+fn a_link_out_of_the_root_is_judged_by_where_it_leads() {
+    let mut m = Mount::new("follow-out");
+    let outside = m.scratch.dir.join("outside");
+    skill(&outside, "ext", "ext");
+    let ext = outside.join("ext");
+    let via = outside.join("via"); // a link outside, to the directory
+    std::os::unix::fs::symlink(&ext, &via).unwrap();
+    let root = m.root();
+    fs::create_dir_all(m.path("cat")).unwrap();
+    let link = |target: &Path, at: &str| std::os::unix::fs::symlink(target, m.path(at)).unwrap();
+    link(&ext, "cat/made.rollback-broken"); // made with a park's name
+    link(&via, "cat/via.rollback-broken"); // through a link outside
+    link(&ext, "cat/lnk"); // an ordinary link, listed...
+    link(&outside.join("ext/SKILL.md"), "cat/file.rollback-broken"); // a file
+    // Outside, back into the mount: judged by its name, never looked into.
+    std::os::unix::fs::symlink(m.mount_point(), outside.join("back")).unwrap();
+    link(&outside.join("back"), "cat/back.rollback-broken");
+    let listed = |m: &Mount| {
+        let mut v = names(&m.path("cat"));
+        v.sort();
+        v
+    };
+    assert_eq!(
+        listed(&m),
+        ["back.rollback-broken", "file.rollback-broken", "lnk"]
+    );
+    // ...and hidden once renamed to a park's name.
+    fs::rename(m.path("cat/lnk"), m.path("cat/lnk.rollback-broken")).unwrap();
+    assert_eq!(listed(&m), ["back.rollback-broken", "file.rollback-broken"]);
+    // (The loader would walk the mount again through it.)
+    fs::remove_file(m.path("cat/back.rollback-broken")).unwrap();
+    let want = ["file.rollback-broken"];
+    for name in ["made", "via", "lnk"] {
+        let p = m.path(&format!("cat/{name}.rollback-broken/SKILL.md"));
+        assert!(p.exists(), "{name}: reachable by name");
+    }
+    assert_eq!(loader(&root), Vec::<String>::new());
+    m.umount();
+    m.remount();
+    assert_eq!(listed(&m), want, "the same after the mount's scan");
+    assert_eq!(loader(&root), Vec::<String>::new());
+}

@@ -2,7 +2,8 @@
 //! the agent's own `agent.curator_backup` where `SKILLFS_HERMES_PYTHON`
 //! names its interpreter) and skill-ledger entries become the first ids,
 //! and `.history/<id>` of each is the tree the agent had then, byte for
-//! byte; damaged parts are one line each and leave no record; a kill
+//! byte; damaged parts are one line each and leave no record, a hostile
+//! snapshot member is refused alone; a kill
 //! before the import's records are in place leaves nothing of it; `log`
 //! shows the agent's words.
 
@@ -287,7 +288,7 @@ fn damaged_parts_are_one_line_each_and_leave_no_record() {
         String::from_utf8_lossy(&out.stdout)
             .matches("would import")
             .count(),
-        2
+        3
     );
     common::assert_enoent(s.store());
 
@@ -330,7 +331,15 @@ fn damaged_parts_are_one_line_each_and_leave_no_record() {
         fs::read(m.path(&format!(".history/{id}/cat/foo/SKILL.md"))).unwrap(),
         b"---\nname: foo\n---\nv2\n"
     );
-    assert!(!log.iter().any(|r| r["path"] == "cat/ok.md"));
+    // The snapshot with one member out of the root kept its other one.
+    assert!(
+        err.contains("member '../evil' climbs out with '..' (refused)"),
+        "{err}"
+    );
+    assert!(
+        log.iter()
+            .any(|r| r["path"] == "cat/ok.md" && r["origin"]["id"] == "2020-01-01T00-00-02Z")
+    );
     // The import went in before this mount, which imported nothing more.
     assert!(imported > 0);
     assert!(log[..imported].iter().all(|r| r["origin"].is_object()));
@@ -553,4 +562,97 @@ fn walk_sizes(dir: &Path) -> u64 {
             }
         })
         .sum()
+}
+
+/// A snapshot with one hostile member of each kind: an absolute name, a
+/// `..`, a symlink leading out of the root and a member through it.
+const HOSTILE: &str = r#"
+import io, sys, tarfile
+dest, outside, absolute = sys.argv[1:4]
+def member(tf, name, data=None, link=None):
+    info = tarfile.TarInfo(name)
+    if link is not None:
+        info.type, info.linkname = tarfile.SYMTYPE, link
+    elif data is None:
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+    else:
+        info.size = len(data)
+    tf.addfile(info, io.BytesIO(data) if data is not None else None)
+with tarfile.open(dest, "w:gz") as tf:
+    member(tf, "cat")
+    member(tf, "cat/foo")
+    member(tf, "cat/foo/SKILL.md", b"---\nname: foo\n---\ngood\n")
+    member(tf, "../evil", b"evil")
+    member(tf, absolute, b"evil")
+    member(tf, "cat/out", link=outside)
+    member(tf, "cat/out/evil", b"evil")
+    member(tf, "cat/foo/notes.md", b"after the hostile ones\n")
+"#;
+
+#[test]
+fn a_snapshot_with_hostile_members_imports_the_others_and_refuses_each_by_name() {
+    let s = Scratch::new("import-hostile");
+    let root = s.root();
+    let outside = s.dir.join("outside");
+    fs::create_dir(&outside).unwrap();
+    // A name no test could own; the import must not create it.
+    let absolute = format!("/skillfs-hostile-{}/evil", std::process::id());
+    let id = "2020-01-01T00-00-05Z";
+    let snap = root.join(".curator_backups").join(id);
+    fs::create_dir_all(&snap).unwrap();
+    let out = Command::new(python())
+        .args(["-c", HOSTILE])
+        .arg(snap.join("skills.tar.gz"))
+        .arg(&outside)
+        .arg(&absolute)
+        .output()
+        .expect("python runs");
+    assert!(out.status.success(), "{}", describe(&out));
+
+    let refused_lines = |out: &std::process::Output| {
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        let refused: Vec<&str> = err.lines().filter(|l| l.ends_with("(refused)")).collect();
+        assert_eq!(refused.len(), 3, "{err}");
+        for name in ["'../evil'", &format!("'{absolute}'"), "'cat/out/evil'"] {
+            assert!(
+                refused
+                    .iter()
+                    .any(|l| l.starts_with(&format!("skillfs: snapshot {id}: member {name}"))),
+                "no line for {name}:\n{err}"
+            );
+        }
+        assert!(!err.contains("(skipped)"), "{err}");
+        err
+    };
+    let r = root.to_str().unwrap();
+    let dry = skillfs(&["import", r, "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(5), "{}", describe(&dry));
+    refused_lines(&dry);
+    let out = skillfs(&["import", r]);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let err = refused_lines(&out);
+    assert!(err.contains("3 member(s) refused"), "{err}");
+
+    // Nothing landed outside the root.
+    assert_eq!(names(&outside), Vec::<String>::new());
+    assert!(!s.dir.join("evil").exists() && !root.join("evil").exists());
+    assert!(!Path::new(&absolute).exists());
+
+    // Every good member is history; the link is kept as a link.
+    let m = Mount::over(s, Vec::new());
+    let log = m.log();
+    let last = id_of(&log, id).expect("the snapshot was imported");
+    let h = |p: &str| m.path(&format!(".history/{last}/{p}"));
+    assert_eq!(
+        fs::read(h("cat/foo/SKILL.md")).unwrap(),
+        b"---\nname: foo\n---\ngood\n"
+    );
+    assert_eq!(
+        fs::read(h("cat/foo/notes.md")).unwrap(),
+        b"after the hostile ones\n"
+    );
+    assert_eq!(fs::read_link(h("cat/out")).unwrap(), outside);
+    let paths: Vec<&str> = log.iter().filter_map(|r| r["path"].as_str()).collect();
+    assert!(!paths.iter().any(|p| p.contains("evil")), "{paths:?}");
+    assert_eq!(names(&outside), Vec::<String>::new());
 }

@@ -8,8 +8,9 @@
 //!
 //! Invariants: an archive is read whole, its gzip trailer (CRC and length)
 //! included, before anything of it is believed; a member named by an
-//! absolute path or with a `..` component makes the whole snapshot damaged
-//! (the agent's own rollback refuses it too); members that are neither
+//! absolute path or with a `..` component (or a hard link naming one) is
+//! refused by name and left out, the other members kept, as GNU tar
+//! extracts an archive; members that are neither
 //! files, directories nor links (devices, FIFOs) are left out, as the
 //! mount's scan leaves them out. Reading never follows a symlink out of
 //! the snapshot directory. An archive that unpacks to more than
@@ -198,6 +199,14 @@ pub struct Member {
     pub mtime_ns: i128,
 }
 
+/// An archive read through: its members in order, and one line per
+/// member refused (named by an absolute path or with a `..`).
+#[derive(Debug, Default)]
+pub struct Members {
+    pub members: Vec<Member>,
+    pub refused: Vec<String>,
+}
+
 /// Why an archive could not be read through.
 #[derive(Debug)]
 pub enum Failed {
@@ -255,10 +264,12 @@ fn pax_time(text: &str) -> Option<i128> {
 /// Reads the archive `file` whole, from its start: every member in order,
 /// each regular file's bytes handed to `content` (which may read them or
 /// not), then the rest of the gzip stream, whose trailer checks it all.
+/// A member whose name leads out of the root is refused, its bytes
+/// skipped, and the reading goes on.
 pub fn read(
     file: &File,
     content: &mut dyn FnMut(&Member, &mut dyn Read) -> io::Result<()>,
-) -> Result<Vec<Member>, Failed> {
+) -> Result<Members, Failed> {
     let damaged = |what: &str, e: io::Error| Failed::Damaged(format!("{what}: {e}"));
     let len = file
         .metadata()
@@ -276,6 +287,7 @@ pub fn read(
         failed: &failed,
     });
     let mut members = Vec::new();
+    let mut refused = Vec::new();
     let entries = archive
         .entries()
         .map_err(|e| damaged("not a tar.gz archive", e))?;
@@ -289,8 +301,13 @@ pub fn read(
                  (a gzip bomb?)"
             )));
         }
-        let Some(path) = member_path(&entry.path_bytes()).map_err(Failed::Damaged)? else {
-            continue;
+        let path = match member_path(&entry.path_bytes()) {
+            Ok(Some(path)) => path,
+            Ok(None) => continue,
+            Err(why) => {
+                refused.push(why);
+                continue;
+            }
         };
         let pax: Vec<(String, String)> = match entry.pax_extensions() {
             Ok(Some(exts)) => exts
@@ -330,9 +347,16 @@ pub fn read(
             },
             tar::EntryType::Link => {
                 let to = entry.link_name_bytes().unwrap_or_default();
-                match member_path(&to).map_err(Failed::Damaged)? {
-                    Some(to) => MemberKind::HardLink { to },
-                    None => continue,
+                match member_path(&to) {
+                    Ok(Some(to)) => MemberKind::HardLink { to },
+                    Ok(None) => continue,
+                    Err(_) => {
+                        let to = plain(&String::from_utf8_lossy(&to), 200);
+                        refused.push(format!(
+                            "member '{path}' is a hard link to '{to}', outside the root"
+                        ));
+                        continue;
+                    }
                 }
             }
             _ => continue, // devices, FIFOs: never versioned
@@ -360,7 +384,7 @@ pub fn read(
     // vouch for every byte read above.
     let mut rest = archive.into_inner();
     io::copy(&mut rest, &mut io::sink()).map_err(|e| damaged("damaged gzip data", e))?;
-    Ok(members)
+    Ok(Members { members, refused })
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! `skillfs import`: the agent's own history into a store with none yet
 //! (`crate::import`), or with `--dry-run` what that would take and skip.
-//! Each part taken is a line on stdout; each part skipped a line on
-//! stderr; exit 5 when any part was skipped (the rest is imported all the
-//! same), 4 when the store already holds history.
+//! Each part taken is a line on stdout; each part skipped, and each
+//! snapshot member refused (its name leads out of the root), a line on
+//! stderr; exit 5 when any part was skipped or member refused (the rest is
+//! imported all the same), 4 when the store already holds history.
 //!
 //! Locks: the store's flock while importing (`daemon::import`).
 
@@ -59,18 +60,27 @@ fn tell(report: &Report, dry_run: bool) -> Result<(), Failure> {
             crate::error::one_line(d.to_string())
         );
     }
+    for d in &report.refused {
+        let _ = writeln!(
+            err,
+            "skillfs: {} (refused)",
+            crate::error::one_line(d.to_string())
+        );
+    }
     let summary = if dry_run {
         format!(
-            "{} part(s) of the agent's history would be imported, {} skipped",
+            "{} part(s) of the agent's history would be imported, {} skipped, {} member(s) \
+             refused",
             report.taken.len(),
-            report.damage.len()
+            report.damage.len(),
+            report.refused.len()
         )
     } else if report.taken.is_empty() && report.damage.is_empty() {
         "the agent kept no history to import (no curator snapshot, no ledger)".to_string()
     } else {
         report.summary()
     };
-    if report.damage.is_empty() {
+    if report.damage.is_empty() && report.refused.is_empty() {
         let _ = writeln!(out, "{summary}");
         Ok(())
     } else {

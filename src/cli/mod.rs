@@ -64,7 +64,7 @@ Exit codes:
   0 success             1 internal failure      2 usage error
   3 bad ROOT (missing, not mounted, a dead mount)
   4 bad store (for import: it holds history already)
-  5 damaged journal (for import: damaged parts skipped, the rest imported)
+  5 damaged journal (for import: damaged parts skipped or members refused, the rest imported)
   6 the mount was refused
   7 bad hide rules or config                    8 not in history
   9 busy (umount refused: processes are inside the mount; nothing changed)";
@@ -285,7 +285,8 @@ Examples:
     /// The first mount of a root does this by itself; this command does it
     /// before, into a store that holds no history yet (it refuses one that
     /// does). A damaged part is one line on stderr and is skipped (exit 5);
-    /// the rest is imported.
+    /// so is a snapshot member whose name leads out of the root (refused
+    /// alone, as GNU tar does). The rest is imported.
     #[command(after_help = "\
 Examples:
   skillfs import ~/.hermes --versioned skills --dry-run   what would be taken and skipped

@@ -95,6 +95,9 @@ pub(crate) struct Opened {
 
 pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
     let mut o = open_store(args)?;
+    // Before any link is judged: a link leading out of the root is never
+    // followed into this mount (see `follow`).
+    crate::follow::never_touch(&o.mount_point);
     // The first mount of a root: the agent's own history goes first, whole
     // or not at all (see `import`), and the scan below records the live
     // tree against it.

@@ -85,22 +85,35 @@ pub fn versioned(
 pub struct Tree {
     pub states: BTreeMap<RelPath, EntryState>,
     pub content: BTreeMap<RelPath, RelPath>,
+    /// One line per member no tree can hold, left out.
+    pub refused: Vec<String>,
 }
 
 /// The tree of a snapshot's `members` (later members replace earlier
-/// ones, as when extracting). An error names a member no tree can hold.
-pub fn snapshot_tree(members: &[Member], rules: &HideRules, d: Defaults) -> Result<Tree, String> {
-    let all: BTreeMap<&RelPath, &Member> = members.iter().map(|m| (&m.path, m)).collect();
-    for p in all.keys() {
-        let mut up = p.parent();
-        while let Some(a) = up.filter(|a| !a.is_root()) {
-            if all.get(&a).is_some_and(|m| m.kind != MemberKind::Dir) {
-                return Err(format!(
-                    "member '{p}' is below '{a}', which is no directory"
-                ));
+/// ones, as when extracting). A member no tree can hold (below a member
+/// that is no directory, as a symlink that may lead out of the root; a
+/// hard link to no file) is refused by name and left out, the others kept.
+pub fn snapshot_tree(members: &[Member], rules: &HideRules, d: Defaults) -> Tree {
+    let mut all: BTreeMap<&RelPath, &Member> = members.iter().map(|m| (&m.path, m)).collect();
+    let mut refused = Vec::new();
+    let below_no_dir: Vec<(&RelPath, RelPath)> = all
+        .keys()
+        .filter_map(|p| {
+            let mut up = p.parent();
+            while let Some(a) = up.filter(|a| !a.is_root()) {
+                if all.get(&a).is_some_and(|m| m.kind != MemberKind::Dir) {
+                    return Some((*p, a));
+                }
+                up = a.parent();
             }
-            up = a.parent();
-        }
+            None
+        })
+        .collect();
+    for (p, a) in below_no_dir {
+        refused.push(format!(
+            "member '{p}' is below '{a}', which is no directory"
+        ));
+        all.remove(p);
     }
     let skill_md: BTreeSet<RelPath> = all
         .keys()
@@ -111,8 +124,16 @@ pub fn snapshot_tree(members: &[Member], rules: &HideRules, d: Defaults) -> Resu
     let mut tree = Tree {
         states: BTreeMap::new(),
         content: BTreeMap::new(),
+        refused,
     };
     for (path, m) in &all {
+        if let MemberKind::HardLink { to } = &m.kind
+            && !matches!(all.get(to).map(|t| &t.kind), Some(MemberKind::File { .. }))
+        {
+            tree.refused
+                .push(format!("member '{path}' links to '{to}', which is no file"));
+            continue;
+        }
         let kind = match m.kind {
             MemberKind::Dir => Kind::Dir,
             MemberKind::Symlink { .. } => Kind::Symlink,
@@ -141,7 +162,7 @@ pub fn snapshot_tree(members: &[Member], rules: &HideRules, d: Defaults) -> Resu
                     state.size = *size;
                     tree.content.insert((*path).clone(), to.clone());
                 }
-                _ => return Err(format!("member '{path}' links to '{to}', which is no file")),
+                _ => continue, // refused above
             },
             MemberKind::Symlink { target } => {
                 state.size = target.len() as u64;
@@ -157,7 +178,7 @@ pub fn snapshot_tree(members: &[Member], rules: &HideRules, d: Defaults) -> Resu
         }
         tree.states.insert((*path).clone(), state);
     }
-    Ok(tree)
+    tree
 }
 
 /// Whether `new` is a change from `old` worth a record.
@@ -407,7 +428,8 @@ mod tests {
                 },
             ),
         ];
-        let tree = snapshot_tree(&members, &HideRules::defaults(), D).unwrap();
+        let tree = snapshot_tree(&members, &HideRules::defaults(), D);
+        assert!(tree.refused.is_empty(), "{:?}", tree.refused);
         let paths: Vec<String> = tree.states.keys().map(|k| k.to_string()).collect();
         assert_eq!(
             paths,
@@ -432,7 +454,30 @@ mod tests {
             "{:?}",
             show(&cs)
         );
-        let bad = vec![m("a", file()), m("a/b", file())];
-        assert!(snapshot_tree(&bad, &HideRules::defaults(), D).is_err());
+        // What no tree can hold is refused by name; the rest is kept.
+        let bad = vec![
+            m("a", file()),
+            m("a/b", file()),
+            m(
+                "out",
+                MemberKind::Symlink {
+                    target: b"/tmp".to_vec(),
+                },
+            ),
+            m("out/evil", file()),
+            m("twin", MemberKind::HardLink { to: p("a/b") }),
+            m("ok/SKILL.md", file()),
+        ];
+        let tree = snapshot_tree(&bad, &HideRules::defaults(), D);
+        let paths: Vec<String> = tree.states.keys().map(|k| k.to_string()).collect();
+        assert_eq!(paths, ["a", "ok", "ok/SKILL.md", "out"]);
+        assert_eq!(
+            tree.refused,
+            [
+                "member 'a/b' is below 'a', which is no directory",
+                "member 'out/evil' is below 'out', which is no directory",
+                "member 'twin' links to 'a/b', which is no file",
+            ]
+        );
     }
 }

@@ -31,7 +31,11 @@
 //! - a part is imported whole or not at all: everything of it is read and
 //!   checked (an archive whole, its gzip trailer included; every blob
 //!   hashed against its name) before any of its records is appended; a
-//!   damaged part is one [`Damage`] line and no record. Its contents are
+//!   damaged part is one [`Damage`] line and no record. A snapshot member
+//!   that would lead out of the root (an absolute name, a `..`, a member
+//!   below a symlink) is refused by name, one line each, and the snapshot
+//!   is the tree of its other members, as GNU tar extracts the rest; a
+//!   snapshot with no other member is damaged. Its contents are
 //!   stored the normal way (`BlobStore`), durable before the records.
 //! - the import is whole or absent, whatever kills it: its records go to a
 //!   journal of their own in `tmp/import/`, made durable after the blobs
@@ -83,6 +87,8 @@ pub struct Report {
     pub taken: Vec<String>,
     /// One line per part left out.
     pub damage: Vec<Damage>,
+    /// One line per member refused in a part taken.
+    pub refused: Vec<Damage>,
     /// Records appended.
     pub records: u64,
     /// One line per part dated after the import, recorded as of it.
@@ -101,6 +107,11 @@ impl Report {
             .iter()
             .map(|d| format!("agent history: {d} (skipped)"))
             .collect();
+        out.extend(
+            self.refused
+                .iter()
+                .map(|d| format!("agent history: {d} (refused)")),
+        );
         out.extend(self.redated.iter().map(|r| format!("agent history: {r}")));
         out.push(self.summary());
         out
@@ -112,6 +123,10 @@ impl Report {
             0 => String::new(),
             n => format!("; {n} damaged part(s) skipped"),
         };
+        let refused = match self.refused.len() {
+            0 => String::new(),
+            n => format!("; {n} member(s) refused"),
+        };
         format!(
             "imported the agent's history: {} part(s) as {} record(s){}{skipped}",
             self.taken.len(),
@@ -121,7 +136,7 @@ impl Report {
             } else {
                 String::new()
             },
-        )
+        ) + &refused
     }
 }
 
@@ -178,38 +193,44 @@ type Checked<T> = io::Result<Result<T, String>>;
 
 /// A part checked: what it says the tree became.
 enum Plan {
-    /// A snapshot's whole tree.
-    Tree(BTreeMap<RelPath, EntryState>),
+    /// A snapshot's whole tree, and the members it refused.
+    Tree(BTreeMap<RelPath, EntryState>, Vec<String>),
     /// A ledger entry's files.
     Entry(EntryPaths),
 }
 
 /// A snapshot read and checked whole, then (if `blobs`) read again to
-/// store each file's content: its tree, files with their blobs.
+/// store each file's content: its tree, files with their blobs, and one
+/// line per member refused (damaged when no member is left).
 fn snapshot(
     s: &Snapshot,
     rules: &HideRules,
     d: Defaults,
     blobs: Option<&BlobStore>,
-) -> Checked<BTreeMap<RelPath, EntryState>> {
+) -> Checked<(BTreeMap<RelPath, EntryState>, Vec<String>)> {
     let file = match snapshots::open(s) {
         Ok(f) => f,
         Err(e) => return Ok(Err(format!("could not open {}: {e}", snapshots::ARCHIVE))),
     };
     let drain =
         &mut |_: &snapshots::Member, r: &mut dyn io::Read| io::copy(r, &mut io::sink()).map(drop);
-    let members = match snapshots::read(&file, drain) {
+    let read = match snapshots::read(&file, drain) {
         Ok(m) => m,
         Err(Failed::Damaged(why)) => return Ok(Err(why)),
         Err(Failed::Content(e)) => return Ok(Err(format!("could not read it: {e}"))),
     };
-    let tree = match apply::snapshot_tree(&members, rules, d) {
-        Ok(t) => t,
-        Err(why) => return Ok(Err(why)),
-    };
+    let tree = apply::snapshot_tree(&read.members, rules, d);
+    let mut refused = read.refused;
+    let kept = read.members.len().saturating_sub(tree.refused.len());
+    refused.extend(tree.refused);
+    if kept == 0 && !refused.is_empty() {
+        // Nothing but refused members: no tree of the agent's is left to
+        // believe (an empty one would remove every skill).
+        return Ok(Err(refused.join("; ")));
+    }
     let mut states = tree.states;
     let Some(blobs) = blobs else {
-        return Ok(Ok(states));
+        return Ok(Ok((states, refused)));
     };
     let wanted: BTreeSet<&RelPath> = tree.content.values().collect();
     let mut stored: BTreeMap<RelPath, (String, u64)> = BTreeMap::new();
@@ -222,7 +243,7 @@ fn snapshot(
         Ok(())
     };
     match snapshots::read(&file, store) {
-        Ok(_) => {}
+        Ok(_) => {} // refused the same way as on the first read
         Err(Failed::Damaged(why)) => return Ok(Err(format!("{why} (on a second read)"))),
         Err(Failed::Content(e)) => return Err(e),
     }
@@ -233,7 +254,7 @@ fn snapshot(
         st.blob = Some(id.clone());
         st.size = *size;
     }
-    Ok(Ok(states))
+    Ok(Ok((states, refused)))
 }
 
 /// A ledger entry's paths made relative and every `after` blob checked,
@@ -369,7 +390,7 @@ fn run(
         };
         let blobs = into.as_ref().map(|(_, b)| *b);
         let checked = match part {
-            Part::Snapshot(s) => snapshot(s, rules, d, blobs)?.map(Plan::Tree),
+            Part::Snapshot(s) => snapshot(s, rules, d, blobs)?.map(|(t, r)| Plan::Tree(t, r)),
             Part::Entry(e) => entry(src, e, blobs)?.map(Plan::Entry),
         };
         let checked = match checked {
@@ -384,12 +405,18 @@ fn run(
             }
         };
         report.redated.extend(redated);
+        if let (Part::Snapshot(s), Plan::Tree(_, refused)) = (part, &checked) {
+            report.refused.extend(refused.iter().map(|why| Damage {
+                part: format!("snapshot {}", s.id),
+                why: why.clone(),
+            }));
+        }
         let Some((ledger, _)) = into.as_mut() else {
             report.taken.push(what);
             continue;
         };
         let changes = match &checked {
-            Plan::Tree(tree) => apply::to_tree(ledger.catalog(), tree),
+            Plan::Tree(tree, _) => apply::to_tree(ledger.catalog(), tree),
             Plan::Entry(paths) => apply::ledger_entry(ledger.catalog(), paths, rules, d),
         };
         let first = ledger.next_seq();

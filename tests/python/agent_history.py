@@ -219,8 +219,10 @@ def damaged():
     whole = (BACKUPS / good_ids[0] / "skills.tar.gz").read_bytes()
     (cut / "skills.tar.gz").write_bytes(whole[: len(whole) - 9])
     bad.append("snapshot 2020-01-01T00-00-01Z")
+    # A hostile member is refused, the rest taken; with no other member,
+    # the snapshot is damaged.
     bad_snapshot("2020-01-01T00-00-02Z", [("cat/ok.md", b"ok"), ("../evil", b"evil")])
-    bad.append("snapshot 2020-01-01T00-00-02Z")
+    good_ids.append("2020-01-01T00-00-02Z")
     bad_snapshot("2020-01-01T00-00-03Z", [("/etc/evil", b"evil")])
     bad.append("snapshot 2020-01-01T00-00-03Z")
     (BACKUPS / "2020-01-01T00-00-04Z").mkdir()
