@@ -36,23 +36,37 @@ fn as_user(args: &[&str]) -> Output {
         .expect("run as the unprivileged user")
 }
 
-#[test]
-fn an_unprivileged_owner_mounts_writes_and_unmounts() {
+/// A scratch directory whose ROOT (and `dirs` below it) the unprivileged
+/// user owns (as root), and a copy of the binary in it the user can
+/// surely execute (the build tree may sit in a directory only root can
+/// enter).
+fn users_scratch(tag: &str, dirs: &[&str]) -> (Scratch, PathBuf) {
     assert!(
         common_fusermount(),
         "fusermount3 is required for an unprivileged mount: run scripts/test.sh (it installs fuse3)"
     );
-    let s = Scratch::new("unpriv");
+    let s = Scratch::new(tag);
     let root = s.root();
-    if unsafe { libc::geteuid() } == 0 {
-        chown(&s.dir, Some(NOBODY), Some(NOBODY)).unwrap();
-        chown(&root, Some(NOBODY), Some(NOBODY)).unwrap();
+    let mut owned = vec![s.dir.clone(), root.clone()];
+    for d in dirs {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+        owned.push(root.join(d));
     }
-    let _guard = Detach(root.clone());
-    // A copy the user can surely execute (the build tree may sit in a
-    // directory only root can enter).
+    if unsafe { libc::geteuid() } == 0 {
+        for d in &owned {
+            chown(d, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+    }
     let bin = s.dir.join("skillfs");
     std::fs::copy(common::BIN, &bin).unwrap();
+    (s, bin)
+}
+
+#[test]
+fn an_unprivileged_owner_mounts_writes_and_unmounts() {
+    let (s, bin) = users_scratch("unpriv", &[]);
+    let root = s.root();
+    let _guard = Detach(root.clone());
     let bin = bin.to_str().unwrap();
     let r = root.to_str().unwrap();
     let out = as_user(&[bin, "mount", r]);
@@ -95,16 +109,9 @@ fn common_fusermount() -> bool {
 /// and `skillfs mount` recovers the mount after its daemon is killed.
 #[test]
 fn an_unprivileged_owner_is_refused_a_busy_unmount_and_recovers_a_dead_mount() {
-    assert!(common_fusermount(), "fusermount3 is required");
-    let s = Scratch::new("unpriv-life");
+    let (s, bin) = users_scratch("unpriv-life", &[]);
     let root = s.root();
-    if unsafe { libc::geteuid() } == 0 {
-        chown(&s.dir, Some(NOBODY), Some(NOBODY)).unwrap();
-        chown(&root, Some(NOBODY), Some(NOBODY)).unwrap();
-    }
     let _guard = Detach(root.clone());
-    let bin = s.dir.join("skillfs");
-    std::fs::copy(common::BIN, &bin).unwrap();
     let bin = bin.to_str().unwrap();
     let r = root.to_str().unwrap();
     let out = as_user(&[bin, "mount", r]);
@@ -152,21 +159,11 @@ fn an_unprivileged_owner_is_refused_a_busy_unmount_and_recovers_a_dead_mount() {
 /// is versioned first (the daemon lends itself the read bit to read it).
 #[test]
 fn an_owners_unreadable_file_written_behind_is_versioned_by_its_chmod() {
-    assert!(
-        common_fusermount(),
-        "fusermount3 is required for an unprivileged mount: run scripts/test.sh (it installs fuse3)"
-    );
     if unsafe { libc::geteuid() } != 0 {
         return; // the route behind the daemon is a bind mount: root's
     }
-    let s = Scratch::new("unpriv-behind");
+    let (s, bin) = users_scratch("unpriv-behind", &["cat"]);
     let root = s.root();
-    std::fs::create_dir_all(root.join("cat")).unwrap();
-    for d in [&s.dir, &root, &root.join("cat")] {
-        chown(d, Some(NOBODY), Some(NOBODY)).unwrap();
-    }
-    let bin = s.dir.join("skillfs");
-    std::fs::copy(common::BIN, &bin).unwrap();
     let bin = bin.to_str().unwrap();
     let r = root.to_str().unwrap();
     let behind = common::BindMount::new(&root, &s.dir.join("alt"));
