@@ -324,27 +324,6 @@ fn a_warning_with_a_newline_in_its_path_stays_one_line() {
     ok(skillfs(&["umount", &r]));
 }
 
-/// `skillfs ARGS`, killed if it outlives 20 s (`None` then).
-fn within_20s(args: &[&str]) -> Option<std::process::Output> {
-    let mut child = Command::new(common::BIN)
-        .args(args)
-        .env_remove("HERMES_HOME")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > std::time::Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    Some(child.wait_with_output().unwrap())
-}
-
 /// A journal segment that is a FIFO, or a sparse file larger than the
 /// machine's memory (another user's store, read by root): every command
 /// that reads the journal fails with a line naming it, instead of blocking
@@ -377,7 +356,9 @@ fn a_fifo_or_a_huge_sparse_journal_segment_is_refused() {
         for cmd in commands {
             let mut args = cmd.to_vec();
             args.extend(["--root", &root]);
-            let out = within_20s(&args).unwrap_or_else(|| panic!("{what}: {cmd:?} hangs"));
+            let out = common::within(&args, std::time::Duration::from_secs(20))
+                .map(|(out, _)| out)
+                .unwrap_or_else(|| panic!("{what}: {cmd:?} hangs"));
             // `verify` lists its problems on stdout, the others say it on stderr.
             let said = format!(
                 "{}{}",

@@ -795,28 +795,6 @@ fn a_store_directory_swapped_for_a_symlink_while_open_is_never_written_through()
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
-/// Runs `skillfs ARGS`, killed if it outlives `limit`: its output and how
-/// long it took, or `None` when it had to be killed.
-fn within(args: &[&str], limit: Duration) -> Option<(std::process::Output, Duration)> {
-    let mut child = Command::new(common::BIN)
-        .args(args)
-        .env_remove("HERMES_HOME")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some((child.wait_with_output().unwrap(), t.elapsed()))
-}
-
 fn transport_line(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -883,7 +861,7 @@ fn a_hostile_control_listener_neither_hangs_nor_swells_the_client() {
 
     // Bytes and never a newline.
     let streamer = hostile_listener(&control, true);
-    let (out, took) = within(&["status", "--root", &root], Duration::from_secs(20))
+    let (out, took) = common::within(&["status", "--root", &root], Duration::from_secs(20))
         .expect("status still waiting on a listener that streams");
     let sent = streamer.join().unwrap();
     assert!(out.status.success(), "{}", describe(&out));
@@ -896,7 +874,7 @@ fn a_hostile_control_listener_neither_hangs_nor_swells_the_client() {
     );
     // `forget` reads its answer the same way, and changes nothing.
     let streamer = hostile_listener(&control, true);
-    let asked = within(
+    let asked = common::within(
         &["forget", "--root", &root, "--keep-last", "1"],
         Duration::from_secs(20),
     )
@@ -906,7 +884,7 @@ fn a_hostile_control_listener_neither_hangs_nor_swells_the_client() {
 
     // A listener that accepts and says nothing.
     let silent = hostile_listener(&control, false);
-    let (out, took) = within(&["status", "--root", &root], Duration::from_secs(20))
+    let (out, took) = common::within(&["status", "--root", &root], Duration::from_secs(20))
         .expect("status still waiting on a silent listener");
     silent.join().unwrap();
     assert!(out.status.success(), "{}", describe(&out));
@@ -1002,7 +980,7 @@ fn a_control_listener_of_another_user_is_not_asked() {
     fs::rename(theirs.join("sock"), m.store().join("control")).unwrap();
 
     let limit = Duration::from_secs(20);
-    let (out, _) = within(&["status", "--root", &root], limit).expect("status waits on it");
+    let (out, _) = common::within(&["status", "--root", &root], limit).expect("status waits on it");
     assert!(out.status.success(), "{}", describe(&out));
     let line = transport_line(&out);
     assert!(
@@ -1010,7 +988,7 @@ fn a_control_listener_of_another_user_is_not_asked() {
         "{line}"
     );
     let forget = ["forget", "--root", &root, "--keep-last", "1"];
-    let (out, _) = within(&forget, limit).expect("forget waits on it");
+    let (out, _) = common::within(&forget, limit).expect("forget waits on it");
     assert_refused(&out, 6, &["uid 65534"]);
     // Each connected, and dropped the connection without a byte.
     for _ in 0..2 {

@@ -765,3 +765,25 @@ impl Drop for SmallDisk {
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Runs `skillfs ARGS`, killed if it outlives `limit`: its output and how
+/// long it took, or `None` when it had to be killed.
+pub fn within(args: &[&str], limit: Duration) -> Option<(std::process::Output, Duration)> {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("HERMES_HOME")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some((child.wait_with_output().unwrap(), t.elapsed()))
+}
