@@ -20,6 +20,8 @@
 //! (`known` tells a blob found on its size from one hashed or written
 //! here). Every sync goes through [`StoreIo`] (see `store::durable`).
 //!
+//! How far a blob is trusted (`known`, the hash checks) is `trust`.
+//!
 //! A prune (`gc`) removes contents no kept version shows; it is made safe
 //! against writers by `gate` and `pins`, as `gc` says.
 //!
@@ -52,8 +54,10 @@ use crate::sys;
 
 mod gc;
 mod pending;
+mod trust;
 pub use gc::Reclaimed;
 pub use pending::Pending;
+use trust::{Known, mark_durable};
 
 /// Hex SHA-256 of a blob's bytes.
 pub type BlobId = String;
@@ -90,19 +94,6 @@ pub struct BlobStore {
     /// While a prune runs: every content a writer found present or stored
     /// since it started, which it must not remove (see `gc`).
     pins: Mutex<Option<HashSet<[u8; 32]>>>,
-}
-
-/// What this process knows of a blob in `known`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Known {
-    /// Present with the right size and the durable mark (the mount's scan
-    /// asks): enough to deduplicate onto, not to serve unhashed.
-    OnSize,
-    /// Stored by this process, or read whole and hashed by it.
-    Hashed,
-    /// Read whole and found not to match its name: never trusted, and
-    /// replaced by the next store of the content.
-    Damaged,
 }
 
 /// The 32 bytes behind a hex id (None for anything else).
@@ -183,85 +174,6 @@ impl BlobStore {
         })
     }
 
-    /// Present with the expected size. After a power loss a blob stored
-    /// without `durable` can be an empty file under its final name; it must
-    /// not be trusted as a copy of the content.
-    pub fn has_intact(&self, id: &str, size: u64) -> bool {
-        let Some(raw) = raw_id(id) else {
-            return false;
-        };
-        // Every store and dedup asks here first: pinned before it looks, a
-        // content a prune is about to remove is either kept or not found.
-        self.pin(&raw);
-        match self.known.lock().get(&raw) {
-            Some(Known::OnSize | Known::Hashed) => return true,
-            Some(Known::Damaged) => return false,
-            None => {}
-        }
-        if size <= PACK_MAX {
-            // Small contents live in packs (a loose copy left by an older
-            // version of skillfs is not looked for: at worst stored twice).
-            // A pack hashes an entry at its first read by itself.
-            let intact = self.packs.has_intact(&raw, size);
-            if intact {
-                self.known.lock().insert(raw, Known::Hashed);
-            }
-            intact
-        } else {
-            self.loose_intact(id, &raw, size)
-        }
-    }
-
-    /// The size alone does not tell a loose blob from one a power loss
-    /// left unwritten, unless it was marked after an fsync; an unmarked one
-    /// is hashed, then synced and marked (so once, not at every mount).
-    fn loose_intact(&self, id: &str, raw: &[u8; 32], size: u64) -> bool {
-        let path = self.path(id);
-        let Ok(f) = self.open_loose(id) else {
-            return false;
-        };
-        if !f.metadata().is_ok_and(|m| m.len() == size) {
-            return false;
-        }
-        if is_marked_durable(&f) {
-            // Not `Hashed`: the mark says it was whole once, not that it
-            // still is; the first read of it here hashes it.
-            self.known.lock().entry(*raw).or_insert(Known::OnSize);
-            return true;
-        }
-        if self.check_loose(id, raw, &f).is_err() {
-            return false;
-        }
-        if self.io.sync_all(&f, &path).is_ok() {
-            mark_durable(&f);
-        }
-        true
-    }
-
-    /// Checks a loose blob's content against its name, once per process.
-    fn check_loose(&self, id: &str, raw: &[u8; 32], f: &File) -> io::Result<()> {
-        if self.known.lock().get(raw) == Some(&Known::Hashed) {
-            return Ok(());
-        }
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; CHUNK];
-        let mut off = 0u64;
-        loop {
-            let n = f.read_at(&mut buf, off)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-            off += n as u64;
-        }
-        if hasher.finalize().as_slice() != raw {
-            self.known.lock().insert(*raw, Known::Damaged);
-            return Err(damaged_blob(id, &self.path(id)));
-        }
-        self.known.lock().insert(*raw, Known::Hashed);
-        Ok(())
-    }
-
     pub fn read(&self, id: &str) -> io::Result<Vec<u8>> {
         let Some(raw) = raw_id(id) else {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
@@ -271,12 +183,8 @@ impl BlobStore {
         }
         let mut data = Vec::new();
         self.open_loose(id)?.read_to_end(&mut data)?;
-        if self.known.lock().get(&raw) != Some(&Known::Hashed) {
-            if Sha256::digest(&data).as_slice() != raw {
-                self.known.lock().insert(raw, Known::Damaged);
-                return Err(damaged_blob(id, &self.path(id)));
-            }
-            self.known.lock().insert(raw, Known::Hashed);
+        if !self.hashed_here(&raw) {
+            self.judge(id, &raw, Sha256::digest(&data).as_slice())?;
         }
         Ok(data)
     }
@@ -565,30 +473,6 @@ impl Opened {
             }
         }
     }
-}
-
-/// Marks a loose blob whose content was just fsynced (see [`DURABLE_MTIME`];
-/// one left unmarked is only hashed again by a later daemon).
-fn mark_durable(f: &File) {
-    let (s, ns) = DURABLE_MTIME;
-    let _ = sys::futimens(f, sys::Time::Keep, sys::Time::At(s, ns));
-}
-
-fn is_marked_durable(f: &File) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    f.metadata()
-        .is_ok_and(|m| (m.mtime(), m.mtime_nsec()) == DURABLE_MTIME)
-}
-
-/// A blob whose bytes do not match its name: damage, never "missing".
-fn damaged_blob(id: &str, path: &Path) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!(
-            "blob {id} is damaged: the content of {} does not match its hash",
-            path.display()
-        ),
-    )
 }
 
 #[cfg(test)]
