@@ -67,6 +67,7 @@
 //!   name while mounted (`shared`) is never emptied for reuse.
 
 mod attr;
+mod create;
 mod history_view;
 mod home;
 mod janitor;
