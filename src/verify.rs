@@ -491,8 +491,9 @@ fn check_live(
     progress: &mut Progress,
 ) {
     let started = std::time::SystemTime::now();
-    let rules = match crate::hide::Config::load(&layout.dir)
-        .and_then(|c| HideRules::build(&c, &crate::hide::RuleArgs::default()))
+    let rules = match crate::config::Config::load(&layout.dir)
+        .map_err(crate::error::Failure::from)
+        .and_then(|c| Ok(HideRules::build(&c, &crate::hide::RuleArgs::default())?))
     {
         Ok(rules) => rules,
         Err(e) => {

@@ -1,4 +1,4 @@
-//! The journal's checkpoint (`src/checkpoint.rs`): a mount that loads the
+//! The journal's checkpoint (`crates/model/src/checkpoint.rs`): a mount that loads the
 //! fold from it sees exactly the history a mount that reads every record
 //! sees, and a checkpoint that is damaged, stale or contradicted by the
 //! journal is passed over, never trusted.

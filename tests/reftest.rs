@@ -64,7 +64,6 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use common::{Rng, Scratch, cpath, sha256_hex};
-use skillfs::error::{FsError, FsResult};
 use skillfs::fs::{
     Caller, DirectoryEntry, DirectoryReplier, Entry, Ino, ROOT_INO, SetAttr, SkillFs,
 };
@@ -72,6 +71,7 @@ use skillfs::hide::RuleArgs;
 use skillfs::open::{Core, open_core};
 use skillfs::store::Layout;
 use skillfs::store::journal;
+use skillfs_core::error::{FsError, FsResult};
 
 const PARENTS: &[&str] = &["", "a", "b", "a/c", "x.bak"];
 const NAMES: &[&str] = &["a", "b", "c", "f", "g", ".h.tmp", "x.bak"];
@@ -668,7 +668,7 @@ fn kind_of(e: &Entry) -> char {
     kind_char(e.stat.st_mode)
 }
 
-fn err(e: skillfs::error::FsError) -> i32 {
+fn err(e: skillfs_core::error::FsError) -> i32 {
     e.errno()
 }
 

@@ -161,7 +161,7 @@ fn when(store: &Store, id: u64) -> String {
 fn to_git(c: &ExportCmd, dir: &Path) -> Result<(), Failure> {
     let squash = match &c.squash {
         None => None,
-        Some(s) => Some(crate::hide::parse_age(s).ok_or_else(|| {
+        Some(s) => Some(crate::time::parse_age(s).ok_or_else(|| {
             Failure::new(
                 Exit::Usage,
                 format!("--squash '{s}' is not a duration (30m, 1h, 2d)"),

@@ -10,9 +10,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::config::Config;
 use crate::daemon::{self, MountArgs};
 use crate::error::{Exit, Failure};
-use crate::hide::{Config, HideRules};
+use crate::hide::HideRules;
 use crate::import::Report;
 
 pub fn import(args: &MountArgs, dry_run: bool) -> Result<(), Failure> {

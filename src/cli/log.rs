@@ -60,7 +60,7 @@ impl Filter {
 pub fn parse_when(text: &str, now: i64, end: bool) -> Result<i64, Failure> {
     let t = text.trim().trim_start_matches('@');
     let age = t.strip_prefix('-').unwrap_or(t);
-    if let Some(ago) = crate::hide::parse_age(age) {
+    if let Some(ago) = crate::time::parse_age(age) {
         return Ok(now.saturating_sub(ago));
     }
     crate::time::parse_utc(t)

@@ -172,7 +172,7 @@ pub fn status(t: &Target) -> Result<(), Failure> {
         row("newest", when(last));
     }
     let forgotten = records.len() - crate::retention::unforgotten(&records).len();
-    let schedule = crate::hide::Config::load(&layout.dir)
+    let schedule = crate::config::Config::load(&layout.dir)
         .ok()
         .and_then(|c| c.retention)
         .map(|p| {
@@ -196,7 +196,7 @@ pub fn status(t: &Target) -> Result<(), Failure> {
         (Some(_), Some(text)) => text,
         _ => {
             let r = crate::hide::HideRules::build(
-                &crate::hide::Config::load(&layout.dir)?,
+                &crate::config::Config::load(&layout.dir)?,
                 &crate::hide::RuleArgs::default(),
             )?;
             format!(

@@ -36,7 +36,7 @@ use crate::retention::run::Report;
 use crate::store::Dir;
 
 /// The socket's name in the store.
-pub const CONTROL: &str = "control";
+pub use crate::store::CONTROL;
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_REQUEST: u64 = 64 << 10;
 

@@ -25,9 +25,10 @@ use std::time::Duration;
 use super::checks::{absolute_root, store_dir};
 use super::mountinfo::mount_at;
 use super::prepare::MountArgs;
-use super::unmount::{Quiet, lazy_unmount, released, unmount_once_quiet};
+use super::unmount::{Quiet, released, unmount_once_quiet};
 use crate::error::{Exit, Failure};
 use crate::store::{Layout, LockState, StoreLock};
+use skillfs_base::mounts::lazy_unmount;
 
 /// What `skillfs mount` found at its mount point.
 pub(super) enum Found {

@@ -45,4 +45,5 @@ pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mount_serving, mounts, v
 pub use prepare::{MountArgs, import};
 pub(crate) use prepare::{Prepared, prepare};
 pub use run::mount;
-pub use unmount::{Quiet, busy_failure, lazy_unmount, umount, unmount_if_quiet};
+pub use skillfs_base::mounts::lazy_unmount;
+pub use unmount::{Quiet, busy_failure, umount, unmount_if_quiet};

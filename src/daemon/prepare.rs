@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::checks::{absolute_root, check_nesting, check_root, existing_ancestor, store_dir};
+use crate::config::Config;
 use crate::error::{Exit, Failure};
 use crate::fs::{Home, SkillFs};
-use crate::hide::{Config, HideRules, RuleArgs};
+use crate::hide::{HideRules, RuleArgs};
 use crate::ledger::Ledger;
 use crate::relpath::RelPath;
 use crate::scan::{Areas, Settler, tend_parked};
@@ -221,7 +222,7 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
                 Exit::BadRules,
                 format!(
                     "config file '{}': retention: {why}",
-                    layout.dir.join(crate::hide::CONFIG_FILE).display()
+                    layout.dir.join(crate::config::CONFIG_FILE).display()
                 ),
             )
         })?;

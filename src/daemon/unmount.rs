@@ -1,5 +1,5 @@
 //! Unmounting: `skillfs umount` unmounts a quiet mount and waits for its
-//! daemon to finish; `lazy_unmount` detaches a mount now.
+//! daemon to finish (`skillfs_base::mounts::lazy_unmount` detaches one now).
 //!
 //! Invariants: a mount whose daemon is alive is unmounted only when
 //! nothing is inside it (`unmount_if_quiet`: the kernel's EBUSY decides,
@@ -28,43 +28,7 @@ use super::holders::{self, Busy};
 use super::mountinfo::mount_at;
 use crate::error::{Exit, Failure};
 use crate::store::{Layout, LockState, StoreLock};
-
-/// Detaches the mount at `root` now; the daemon keeps serving files still
-/// open and exits when the last one is closed.
-pub fn lazy_unmount(root: &Path) -> io::Result<()> {
-    if crate::sys::geteuid() == 0 {
-        let c = std::ffi::CString::new(root.as_os_str().as_bytes())
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: `c` is a NUL-terminated string that outlives the call.
-        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EPERM) {
-            return Err(e);
-        }
-    }
-    for bin in ["fusermount3", "fusermount"] {
-        match Command::new(bin)
-            .arg("-u")
-            .arg("-z")
-            .arg("--")
-            .arg(root)
-            .output()
-        {
-            Ok(out) if out.status.success() => return Ok(()),
-            Ok(out) => {
-                return Err(io::Error::other(
-                    String::from_utf8_lossy(&out.stderr).trim().to_string(),
-                ));
-            }
-            Err(_) => continue,
-        }
-    }
-    Err(io::Error::other(
-        "fusermount3 not found (install the fuse3 package)",
-    ))
-}
+use skillfs_base::mounts::lazy_unmount;
 
 /// How long a busy mount with no holder to show is tried again.
 const PASSING: Duration = Duration::from_secs(2);

@@ -1,0 +1,643 @@
+//! `SkillFs`: the filesystem core, free of any FUSE type.
+//!
+//! Every handler takes plain values (inode numbers, names, a [`Caller`]) and
+//! returns `FsResult`; `fuse` only converts and replies.
+//!
+//! One question per file, all of them `impl SkillFs` blocks over the state
+//! declared here:
+//! - `place`: where an entry lives and how names are placed;
+//! - `lookup`: what the kernel knows (lookups, attributes, stale names);
+//! - `open`: open files and the copy-on-write write path;
+//! - `publish`: a version made (blob, record, swap) and made durable;
+//! - `namespace`: create, mkdir, symlink, mknod, unlink, rmdir, rename;
+//! - `unpark`: a hidden directory made visible;
+//! - `attr`: chmod, chown, utimes, truncate;
+//! - `listing`: directory listings and `fsyncdir`;
+//! - `janitor`: the background thread (spares, reuse, late frees);
+//! - `sweep`: old parks and orphans swept while mounted;
+//! - `retention`: `forget` while mounted (the work is `skillfs_model::retention`'s);
+//! - `notify`: what the kernel must forget;
+//! - `home`: the home around the versioned root (a mount `--versioned`);
+//! - `history_view`, `pages`, `tree`: the `.history` tree, the page store,
+//!   the inode table.
+//!
+//! This file holds the types, the core's state, its construction and its
+//! shutdown, and the helpers every concern uses (the namespace lock, the
+//! journal).
+//!
+//! Invariants:
+//! - Live files are ordinary files under the root, reached only through the
+//!   root fd opened before the mount, with relative paths; hidden entries
+//!   live in the store's `parked/` area (see `tree`), never under the root.
+//!   No fd is held per inode, only per open file.
+//! - A live file is never modified in place. A writer gets a staging file in
+//!   the store (empty for `O_TRUNC`, else a copy made at its first write);
+//!   reads through any handle of the inode see the staged bytes. Publishing
+//!   (on flush, release or fsync) stores the blob, appends the journal record
+//!   and only then renames the staging file over the live one. Untracked
+//!   files are published the same way (never torn) but not versioned.
+//!   Hidden files are scratch (temp files, locks, parks): they are written
+//!   in place, as any filesystem would, and not versioned; one made visible
+//!   while a writer still has it open is versioned when that writer
+//!   publishes.
+//! - The hide rules are consulted only where a name is placed (create,
+//!   mkdir, symlink, rename target); a visible directory's listing is its
+//!   physical content, so it never shows a hidden entry. A name exists in at
+//!   most one of a directory's two places (inside it, or attached to it).
+//! - Namespace changes hold the namespace lock exclusively for the system
+//!   call and the inode table update, so a location resolved under the shared
+//!   lock is valid until it is released.
+//!
+//! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`;
+//! an `OpenFile` → the page store's slots (see `pages`). The group commit
+//! (`commit`) is entered holding at most `namespace` and an `OpenFile`
+//! (a close's publish, a rename's), never `ledger`, and by an `fsync`
+//! holding none of them (see `publish`); inside, it takes `ledger` only
+//! briefly and on its own. No lock is held across a device flush by a
+//! request, nor across a walk of a subtree (an unpark is planned with none
+//! held, see `unpark`; only a plan something changed is walked again under
+//! the rename's lock).
+//! `stale`, `shared`, `parks`, `handles` and `listings` are leaves.
+//! The blob store's writing gate (`BlobStore::writing`, shared) is taken
+//! from storing a content to appending its record, wherever in this order
+//! that starts, but never while holding `ledger`: its one exclusive taker,
+//! a prune, holds nothing else while it waits, then takes `ledger`.
+//! - A file an unlink or a rename takes away stays reachable (`stale`)
+//!   while the kernel still names its inode; an inode seen with another
+//!   name while mounted (`shared`) is never emptied for reuse.
+
+mod attr;
+mod create;
+mod history_view;
+mod home;
+mod janitor;
+mod listing;
+mod lookup;
+mod meet;
+mod namespace;
+mod notify;
+mod open;
+mod pages;
+mod place;
+mod publish;
+mod reply;
+mod retention;
+mod sweep;
+mod tree;
+mod unpark;
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::{Context, FsError, FsResult};
+use crate::hide::HideRules;
+use crate::scan::{Areas, Prehashed, Settler, kind_of, state_from_stat};
+use skillfs_base::relpath::{ByteString, RelPath};
+use skillfs_model::history;
+use skillfs_model::ledger::{GroupCommit, Ledger};
+use skillfs_store::blobs::{BlobStore, Opened, copy_range};
+use skillfs_store::durable::StoreIo;
+use skillfs_store::journal::{Actor, Change, EntryState, Kind, Op};
+use skillfs_store::spares::Spares;
+use skillfs_store::{Named, StoreFds};
+
+/// The file in `tmp/` whose fsync commits everything before it (see
+/// `commit_all`).
+const COMMIT_MARKER: &str = "commit";
+use skillfs_base::sys::{self, Time};
+use unpark::{Freezes, UnparkPlan};
+
+use history_view::{HISTORY, HistoryView, VNode, check_writable, decode, is_virtual};
+pub use home::Home;
+use janitor::{put_spare, start_janitor};
+pub use listing::{DirectoryEntry, DirectoryReplier};
+use pages::{Claim, PageStore};
+pub use pages::{Kernel as PageKernel, PageOp};
+use publish::live_fsync;
+pub use reply::{DirEntry, Entry, Invalidation, OpenReply, SetAttr, Ttl};
+use tree::Tree;
+pub use tree::{Ino, Location, ROOT_INO};
+
+const NAME_MAX: usize = 255;
+
+/// How a try of a change ends short of its answer: it met a store into
+/// the page cache being written (see `lock_to_change`), and must let go of
+/// every lock, wait and start over (`retry_after_store`), or it failed.
+/// Never answered to the kernel as such: only `Failed` becomes an errno.
+enum Attempt {
+    StoreBusy,
+    Failed(FsError),
+}
+
+impl From<FsError> for Attempt {
+    fn from(e: FsError) -> Attempt {
+        Attempt::Failed(e)
+    }
+}
+
+impl From<std::io::Error> for Attempt {
+    fn from(e: std::io::Error) -> Attempt {
+        Attempt::Failed(e.into())
+    }
+}
+
+/// The result of one try of a change that may meet a store.
+type TryResult<T> = Result<T, Attempt>;
+
+/// Who is asking, from the FUSE request header.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Caller {
+    /// The daemon itself (work at unmount, with no request behind it).
+    fn kernel() -> Caller {
+        Caller {
+            uid: sys::geteuid(),
+            gid: 0,
+            pid: std::process::id(),
+        }
+    }
+
+    fn actor(&self) -> Actor {
+        Actor {
+            uid: self.uid,
+            pid: self.pid,
+            comm: sys::process_name(self.pid),
+        }
+    }
+}
+
+/// A copy-on-write scratch file of an inode that has writers, or, for a
+/// hidden file, the live file itself opened for writing (`in_place`).
+struct Staging {
+    file: Arc<File>,
+    /// The scratch file's name in `staging/` (`None` when in place).
+    spare: Option<Named>,
+    /// Holds bytes not yet published.
+    dirty: bool,
+    /// Emptied by an `O_TRUNC` open and not written since: a flush does
+    /// not publish it (see `flush`).
+    trunc_only: bool,
+    in_place: bool,
+    /// Counts the changes of its bytes: a durable publish that let go of
+    /// its locks to flush swaps it in only if none came meanwhile (see
+    /// `publish_durable`).
+    edits: u64,
+}
+
+impl Staging {
+    /// Its bytes changed: owed a version.
+    fn mark_written(&mut self) {
+        self.dirty = true;
+        self.trunc_only = false;
+        self.edits += 1;
+    }
+}
+
+/// Per-inode state while at least one handle is open.
+struct OpenState {
+    /// The live file as it was last published (kept open so readers and
+    /// files unlinked while open keep working).
+    live: Arc<File>,
+    staging: Option<Staging>,
+    handles: u32,
+    writers: u32,
+    /// Handles whose reads and writes the kernel makes itself, on
+    /// `backing` (see `OpenReply::backing`), and how many may write. The
+    /// kernel refuses to mix them with handles served through the daemon
+    /// on one inode: while there are any, every open of the inode is one.
+    direct: u32,
+    direct_writers: u32,
+    backing: Option<Arc<File>>,
+}
+
+struct OpenFile {
+    state: Mutex<OpenState>,
+}
+
+enum Handle {
+    File {
+        ino: Ino,
+        write: bool,
+        append: bool,
+        /// Served by the kernel on the backing file (passthrough).
+        direct: bool,
+    },
+    /// A file under `.history`: its blob, read-only.
+    Blob { file: Arc<Opened> },
+}
+
+pub struct SkillFs {
+    root_fd: OwnedFd,
+    /// The home around the versioned root, when the mount is over one.
+    home: Option<Home>,
+    /// The versioned root's inode (`tree::Tree::root`).
+    vroot: Ino,
+    /// The store's directories, held open: staging files, spares, the
+    /// commit marker and swept trees are reached only from these fds.
+    dirs: StoreFds,
+    rules: HideRules,
+    blobs: BlobStore,
+    ledger: Mutex<Ledger>,
+    /// Syncs the journal outside `ledger`'s lock (see `ledger::GroupCommit`).
+    commit: GroupCommit,
+    /// Held for a whole `forget` (one at a time; see `retention`).
+    forgetting: Mutex<()>,
+    /// The last id a checkpoint was written for (see `shutdown`).
+    checkpointed: AtomicU64,
+    namespace: RwLock<()>,
+    /// The subtrees unparks are being planned over (see `unpark`).
+    freezes: Arc<Freezes>,
+    tree: Mutex<Tree>,
+    open_files: Mutex<HashMap<Ino, Arc<OpenFile>>>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    /// The daemon runs as root: new entries are given to their caller.
+    chown_new: bool,
+    /// The listing kept for each directory being read (see `readdir_at`).
+    listings: Mutex<HashMap<Ino, listing::Listing>>,
+    /// Tells the kernel to drop what it cached of an inode or a name.
+    invalidator: std::sync::OnceLock<Box<dyn Fn(Invalidation) + Send + Sync>>,
+    /// The kernel takes backing files (FUSE passthrough): files outside
+    /// the versioned root are opened that way (see `OpenReply::backing`).
+    passthrough: std::sync::atomic::AtomicBool,
+    /// One `fsync` commits all earlier metadata here (ext4, XFS).
+    ordered_commit: bool,
+    /// A store file touched and fsynced to commit everything before it
+    /// where `ordered_commit` holds and no file of the change is sure to be
+    /// in the running transaction (see `commit_all`).
+    marker: File,
+    /// Empty files in `staging/` for new staging and blob files: the
+    /// inodes that publishing swaps out of the live tree, emptied, and new
+    /// ones made ahead of need (see `store::spares`).
+    spares: Arc<Spares>,
+    /// Whether the park of a directory (by key) exists, where known: a
+    /// name missing inside a directory without a park is not looked for in
+    /// `parked/`. Parks are made while mounted only by `ensure_park`, which
+    /// records it, and by the settler, and removed only by the settler: a
+    /// settler run forgets everything known.
+    parks: Mutex<HashMap<String, bool>>,
+    /// References taken by `hold` that the janitor has yet to drop.
+    held: Arc<AtomicUsize>,
+    /// Physical inodes (device, inode) seen with more than one name while
+    /// mounted (opened through a hard link made offline, or kept by
+    /// `keep_stale` while another name remained): one of them may be read
+    /// through another name long after a publish swaps it out, so the
+    /// janitor never empties one for reuse.
+    shared: Arc<Mutex<HashSet<(u64, u64)>>>,
+    /// Fills `spares` off the request path (freeing the blocks of a
+    /// swapped-out inode, or allocating one, can take hundreds of
+    /// microseconds).
+    janitor: Mutex<Option<Janitor>>,
+    /// Pushes the pages of files just written into the kernel's cache.
+    pages: Arc<PageStore>,
+    /// Bumped by every swap of a new version into the live tree (see
+    /// `lookup`).
+    swaps: AtomicU64,
+    /// The files that an unlink or a rename over them took from the tree
+    /// while the kernel still names their inode (an `O_PATH` reference
+    /// each, until the kernel forgets it): a path resolved just before the
+    /// change opens and stats the file it resolved to, as on ext4, instead
+    /// of failing (see `open`). Bounded by `MAX_STALE`.
+    stale: Mutex<HashMap<Ino, File>>,
+}
+
+/// At most this many replaced or removed files are kept for the kernel's
+/// late opens; past it such an open answers `ESTALE` (the kernel then looks
+/// the path up again).
+const MAX_STALE: usize = 1024;
+
+/// At most this many references from `hold` wait for the janitor.
+const MAX_HELD: usize = 256;
+
+/// Work for the janitor thread.
+enum Chore {
+    /// A swapped-out inode, now at this path in `staging/`; whether it may
+    /// be reused (see `recycle_inode`).
+    Recycle(Arc<File>, Named, bool),
+    /// The spares ran low.
+    TopUp,
+    /// The last reference to a replaced or removed file: closing it frees
+    /// its blocks (see `SkillFs::free_later`).
+    Close(File),
+    Stop,
+}
+
+/// The janitor thread's inbox and handle.
+type Janitor = (std::sync::mpsc::Sender<Chore>, std::thread::JoinHandle<()>);
+
+fn empty_blob_state(st: &libc::stat, blob: String) -> EntryState {
+    let mut s = state_from_stat(st, Kind::File);
+    s.blob = Some(blob);
+    s
+}
+
+/// The kind the inode table gives an entry: FIFOs and sockets (scratch,
+/// never versioned) are non-directories like files; devices have none.
+fn node_kind(st: &libc::stat) -> Option<Kind> {
+    kind_of(st).or(match st.st_mode & libc::S_IFMT {
+        libc::S_IFIFO | libc::S_IFSOCK => Some(Kind::File),
+        _ => None,
+    })
+}
+
+/// `S_IFIFO` or `S_IFSOCK` for such a node, else 0.
+fn special_of(st: &libc::stat) -> u32 {
+    match st.st_mode & libc::S_IFMT {
+        t @ (libc::S_IFIFO | libc::S_IFSOCK) => t,
+        _ => 0,
+    }
+}
+
+fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.len() > NAME_MAX {
+        return Err(FsError::ENAMETOOLONG);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+        return Err(FsError::EINVAL);
+    }
+    Ok(())
+}
+
+fn enoent(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOENT)
+}
+
+/// An entry found by name: where it is and what it is.
+struct Found {
+    loc: Location,
+    st: libc::stat,
+    attached: bool,
+}
+
+impl SkillFs {
+    pub fn new(
+        root_fd: OwnedFd,
+        home: Option<Home>,
+        dirs: StoreFds,
+        rules: HideRules,
+        blobs: BlobStore,
+        ledger: Ledger,
+    ) -> FsResult<SkillFs> {
+        let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
+        let home_key = match &home {
+            Some(h) => Some((sys::dir_key(h.fd.as_raw_fd(), b"")?, h.versioned.clone())),
+            None => None,
+        };
+        let tree = Tree::new(root_key, home_key);
+        let vroot = tree.root;
+        let spares = Arc::new(Spares::new(
+            Arc::clone(&dirs.staging),
+            Arc::clone(&dirs.tmp),
+        ));
+        let blobs = blobs.with_spares(Arc::clone(&spares));
+        let held = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::new(Mutex::new(HashSet::new()));
+        let janitor = start_janitor(Arc::clone(&spares), Arc::clone(&held), Arc::clone(&shared));
+        let low = Mutex::new(janitor.0.clone());
+        spares.set_on_low(Box::new(move || {
+            let _ = low.lock().send(Chore::TopUp);
+        }));
+        let _ = janitor.0.send(Chore::TopUp);
+        let ordered_commit = std::env::var_os("SKILLFS_PORTABLE_FSYNC").is_none()
+            && sys::has_ordered_commit(&*dirs.parked);
+        let marker = dirs.tmp.open(
+            COMMIT_MARKER,
+            libc::O_RDWR | libc::O_CREAT,
+            skillfs_store::fsutil::FILE_MODE,
+        )?;
+        tracing::info!(
+            "fsync: {}",
+            if ordered_commit {
+                "one commit per durability point (journaled filesystem)"
+            } else {
+                "each step fsynced in order"
+            }
+        );
+        Ok(SkillFs {
+            root_fd,
+            home,
+            vroot,
+            dirs,
+            rules,
+            blobs,
+            commit: GroupCommit::new(ledger.durable_through()),
+            forgetting: Mutex::new(()),
+            checkpointed: AtomicU64::new(0),
+            ledger: Mutex::new(ledger),
+            namespace: RwLock::new(()),
+            freezes: Arc::default(),
+            tree: Mutex::new(tree),
+            open_files: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            chown_new: sys::geteuid() == 0,
+            listings: Mutex::new(HashMap::new()),
+            invalidator: std::sync::OnceLock::new(),
+            passthrough: std::sync::atomic::AtomicBool::new(false),
+            ordered_commit,
+            marker,
+            janitor: Mutex::new(Some(janitor)),
+            pages: PageStore::new(),
+            swaps: AtomicU64::new(0),
+            stale: Mutex::new(HashMap::new()),
+            parks: Mutex::new(HashMap::new()),
+            held,
+            shared,
+            spares,
+        })
+    }
+
+    pub fn rules(&self) -> &HideRules {
+        &self.rules
+    }
+
+    /// How the core tells the kernel that an inode it may have cached
+    /// changed behind its back (set once, by the FUSE adapter).
+    pub fn set_invalidator(&self, f: Box<dyn Fn(Invalidation) + Send + Sync>) {
+        let _ = self.invalidator.set(f);
+    }
+
+    /// Whether the kernel takes backing files (set by the adapter at INIT,
+    /// and cleared if registering one fails).
+    pub fn set_passthrough(&self, on: bool) {
+        self.passthrough.store(on, Ordering::SeqCst);
+    }
+
+    /// Starts pushing the pages of files just written into the kernel's
+    /// page cache, through `kernel` (see `pages`).
+    pub fn start_page_store(&self, kernel: PageKernel) -> std::io::Result<()> {
+        self.pages.start(kernel)
+    }
+
+    /// Locks `of`'s state for a change of its content, once no store of an
+    /// earlier content into the kernel's page cache can land after it.
+    /// [`Attempt::StoreBusy`] if a store is being written: the caller lets go of
+    /// every lock, waits (`retry_after_store`) and starts over, because the
+    /// store may wait on a read that needs a request thread, and a thread
+    /// waiting with the namespace lock would hold up the others.
+    fn lock_to_change<'a>(
+        &self,
+        ino: Ino,
+        of: &'a OpenFile,
+    ) -> TryResult<parking_lot::MutexGuard<'a, OpenState>> {
+        let s = of.state.lock();
+        match self.pages.claim(ino) {
+            Claim::Clear => Ok(s),
+            Claim::Busy => Err(Attempt::StoreBusy),
+        }
+    }
+
+    /// Runs `op` (which takes its own locks) again for as long as it meets
+    /// a store being written, waiting for the store between tries.
+    fn retry_after_store<T>(&self, ino: Option<Ino>, op: impl Fn() -> TryResult<T>) -> FsResult<T> {
+        loop {
+            match op() {
+                Err(Attempt::StoreBusy) => self.pages.wait(ino),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Ok(v) => return Ok(v),
+            }
+        }
+    }
+
+    /// The namespace lock for a change of the tree (a change made under it
+    /// also marks the unparks and sweeps planned over it: `touched`).
+    fn ns_write(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
+        self.namespace.write()
+    }
+
+    /// A change was made at `loc`: an unpark planned over a subtree at,
+    /// inside or above it must not use its plan (see `unpark`).
+    fn touched(&self, loc: &Location) {
+        self.freezes.touched(loc.dirfd, &loc.phys);
+    }
+
+    /// Whether an unpark is being planned (a change whose location is not
+    /// at hand need only be placed then).
+    fn freezing(&self) -> bool {
+        self.freezes.any()
+    }
+
+    /// The `.history` tree, over the history index.
+    fn history(&self) -> HistoryView<'_> {
+        HistoryView {
+            ledger: &self.ledger,
+            blobs: &self.blobs,
+            root: &self.root_fd,
+        }
+    }
+
+    fn root_raw(&self) -> RawFd {
+        self.root_fd.as_raw_fd()
+    }
+
+    fn parked_raw(&self) -> RawFd {
+        self.dirs.parked.fd()
+    }
+
+    fn areas(&self) -> Areas {
+        Areas {
+            root_fd: self.root_raw(),
+            parked_fd: self.parked_raw(),
+            orphans_fd: self.dirs.orphans.fd(),
+        }
+    }
+
+    fn open_file(&self, ino: Ino) -> Option<Arc<OpenFile>> {
+        self.open_files.lock().get(&ino).cloned()
+    }
+
+    /// Refuses a change that adds or moves a name (`ENOSPC`) when its record
+    /// could not be written (a full disk with no room left in the journal's
+    /// reserve): made with no record, it would be missing from `.history`
+    /// until the next mount's scan. (Removals are not refused: see
+    /// `remove`.)
+    fn journal_room(&self) -> FsResult<()> {
+        Ok(self.ledger.lock().ensure_room()?)
+    }
+
+    /// Makes every record appended so far durable (group commit: the
+    /// ledger's lock is not held across the flush).
+    fn sync_records(&self) -> FsResult<()> {
+        let want = self.ledger.lock().last_seq();
+        Ok(self.commit.sync_through(&self.ledger, &self.blobs, want)?)
+    }
+
+    fn record(&self, change: Change, caller: &Caller) {
+        let mut ledger = self.ledger.lock();
+        if let Err(e) = ledger.record(change.clone(), caller.actor()) {
+            // The change happened but is not in the journal; the next
+            // mount's scan finds the difference and records it.
+            tracing::error!(
+                "could not journal {} of {}: {e}",
+                change.op.name(),
+                change.path
+            );
+        }
+    }
+
+    /// Journals the removals held back (`Ledger::defer`) that no new file
+    /// took up within `ledger::DEFER_MAX`. Called every so often while
+    /// mounted.
+    pub fn flush_deferred(&self) {
+        if let Err(e) = self
+            .ledger
+            .lock()
+            .flush_deferred(skillfs_model::ledger::DEFER_MAX)
+        {
+            tracing::error!("could not journal a removal held back: {e}");
+        }
+    }
+
+    /// Called at unmount: publish what writers left and make it durable.
+    pub fn shutdown(&self) {
+        self.pages.stop();
+        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        let daemon = Caller::kernel();
+        for ino in inos {
+            if let Err(e) = self.publish(ino, false, &daemon) {
+                tracing::error!("could not publish inode {ino} at unmount: {e:?}");
+            }
+        }
+        {
+            let mut ledger = self.ledger.lock();
+            if let Err(e) = ledger.flush_deferred(std::time::Duration::ZERO) {
+                tracing::error!("could not journal the removals held back at unmount: {e}");
+            }
+            match ledger.sync(&self.blobs) {
+                Err(e) => tracing::error!("could not sync the journal at unmount: {e}"),
+                // The next mount loads the fold instead of making it again.
+                Ok(()) => {
+                    let last = ledger.last_seq();
+                    let before = self.checkpointed.swap(last, Ordering::SeqCst);
+                    if last >= skillfs_model::checkpoint::min_records()
+                        && last != before
+                        && let Err(e) = ledger.checkpoint(&self.dirs.journal)
+                    {
+                        tracing::warn!("could not write the journal's checkpoint: {e}");
+                    }
+                }
+            }
+        }
+        if let Some((tx, handle)) = self.janitor.lock().take() {
+            let _ = tx.send(Chore::Stop);
+            let _ = handle.join();
+        }
+        self.spares.clear();
+        // Live files replaced by plain closes become durable too.
+        if let Err(e) = sys::syncfs(&self.root_fd) {
+            tracing::error!("syncfs at unmount: {e}");
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! `StoreIo`: the one door through which the store makes anything durable
+//! (journal, packs, loose blobs and the directories naming them).
+//!
+//! Invariants:
+//! - every `fsync`, `fdatasync`, `syncfs` and written-out-and-waited range of
+//!   a store file goes through here, so a test can stand in for the disk
+//!   (see `tests/power_loss.rs`: a live and a durable image, power lost at
+//!   every sync point);
+//! - after one of them fails the store is *poisoned*: Linux may have marked
+//!   the pages that failed to write as clean, so a retry could "succeed"
+//!   without the data on disk (PostgreSQL's fsyncgate). From then on every
+//!   durable sync answers `EIO` until the daemon is restarted (remount);
+//!   work that promises no durability goes on. One error line is logged
+//!   when it happens.
+//! - the real backend and its poison flag are shared by the whole process
+//!   (one daemon serves one store), so the journal and the blob store
+//!   poison each other.
+//!
+//! Locks: none; the poison flag is an atomic, and the backend is called
+//! with whatever lock its caller holds (see `ledger::GroupCommit`).
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use super::dir::Dir;
+use skillfs_base::sys;
+
+/// How the store's durability points reach the disk.
+pub trait SyncBackend: Send + Sync {
+    /// `fdatasync`.
+    fn sync_data(&self, file: &File) -> io::Result<()>;
+    /// `fsync`.
+    fn sync_all(&self, file: &File) -> io::Result<()>;
+    /// `fsync` of a directory held open as `dir` (at `path`, for messages
+    /// and test images): the entries it holds are durable.
+    fn sync_dir(&self, dir: &File, path: &Path) -> io::Result<()>;
+    /// `syncfs` of the filesystem `file` is on: everything on it.
+    fn syncfs(&self, file: &File) -> io::Result<()>;
+    /// Writes the dirty pages of `file` out and waits, without a commit
+    /// (the caller's later `fsync` commits them; see `sys::write_out`).
+    fn write_out(&self, file: &File) -> io::Result<()>;
+}
+
+/// The system calls themselves.
+pub struct Disk;
+
+/// A debug build's stand-in for a slow device: every device flush first
+/// sleeps `SKILLFS_TEST_SYNC_DELAY_MS`, so that a test can tell whether a
+/// lock is held across one (`tests/concurrency.rs`). Release builds read no
+/// such variable.
+fn slow_device() {
+    if cfg!(debug_assertions) {
+        static DELAY: OnceLock<Option<std::time::Duration>> = OnceLock::new();
+        let delay = DELAY.get_or_init(|| {
+            std::env::var("SKILLFS_TEST_SYNC_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(std::time::Duration::from_millis)
+        });
+        if let Some(d) = delay {
+            std::thread::sleep(*d);
+        }
+    }
+}
+
+impl SyncBackend for Disk {
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        slow_device();
+        sys::fdatasync(file)
+    }
+    fn sync_all(&self, file: &File) -> io::Result<()> {
+        slow_device();
+        sys::fsync(file)
+    }
+    fn sync_dir(&self, dir: &File, _path: &Path) -> io::Result<()> {
+        slow_device();
+        sys::fsync(dir)
+    }
+    fn syncfs(&self, file: &File) -> io::Result<()> {
+        slow_device();
+        sys::syncfs(file)
+    }
+    fn write_out(&self, file: &File) -> io::Result<()> {
+        sys::write_out(file)
+    }
+}
+
+/// A backend and the poison flag of the store using it.
+#[derive(Clone)]
+pub struct StoreIo {
+    backend: Arc<dyn SyncBackend>,
+    poisoned: Arc<AtomicBool>,
+}
+
+impl StoreIo {
+    /// The real disk, shared by the whole process.
+    pub fn real() -> StoreIo {
+        static REAL: OnceLock<StoreIo> = OnceLock::new();
+        REAL.get_or_init(|| StoreIo::with_backend(Arc::new(Disk)))
+            .clone()
+    }
+
+    /// Another backend (tests), with a poison flag of its own.
+    pub fn with_backend(backend: Arc<dyn SyncBackend>) -> StoreIo {
+        StoreIo {
+            backend,
+            poisoned: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::SeqCst)
+    }
+
+    /// `Err(EIO)` once poisoned: no durable acknowledgement may be given.
+    pub fn check(&self) -> io::Result<()> {
+        if self.is_poisoned() {
+            return Err(io::Error::other(PoisonedError));
+        }
+        Ok(())
+    }
+
+    /// Marks the store poisoned after `err` while making `path` durable
+    /// (logged once, on the first failure).
+    pub fn poison(&self, what: &str, path: &Path, err: &io::Error) {
+        if !self.poisoned.swap(true, Ordering::SeqCst) {
+            tracing::error!(
+                "could not {what} '{}': {err}; no durable acknowledgement is given \
+                 until skillfs is remounted (the kernel may have dropped the data \
+                 that failed to write)",
+                path.display()
+            );
+        }
+    }
+
+    fn guarded(
+        &self,
+        what: &str,
+        path: &Path,
+        op: impl FnOnce(&dyn SyncBackend) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.check()?;
+        op(&*self.backend).inspect_err(|e| self.poison(what, path, e))
+    }
+
+    pub fn sync_data(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.guarded("fdatasync", path, |b| b.sync_data(file))
+    }
+
+    pub fn sync_all(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.guarded("fsync", path, |b| b.sync_all(file))
+    }
+
+    pub fn sync_dir(&self, dir: &Dir) -> io::Result<()> {
+        self.guarded("fsync directory", dir.path(), |b| {
+            b.sync_dir(dir.file(), dir.path())
+        })
+    }
+
+    pub fn syncfs(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.guarded("syncfs the filesystem of", path, |b| b.syncfs(file))
+    }
+
+    pub fn write_out(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.guarded("write out", path, |b| b.write_out(file))
+    }
+}
+
+/// The error every durable sync answers once the store is poisoned.
+#[derive(Debug)]
+pub struct PoisonedError;
+
+impl std::fmt::Display for PoisonedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "an earlier fsync of the store failed; nothing more can be made durable \
+             until skillfs is remounted",
+        )
+    }
+}
+
+impl std::error::Error for PoisonedError {}
