@@ -9,8 +9,8 @@
 # answers EPERM) and hard links (link(2) answers EPERM).
 #
 # The helper binary is built with upstream's own build (autoreconf -ifs,
-# ./configure, make pjdfstest) into target/pjdfstest-c/, after installing
-# autoconf and automake with apt-get when missing. Needs root (the suite
+# ./configure, make pjdfstest) into target/pjdfstest-c/ (autoconf and
+# automake, which scripts/test-machine.sh installs). Needs root (the suite
 # acts as other uids), perl's prove and openssl (the suite names files with
 # `openssl md5`).
 #
@@ -210,17 +210,15 @@ END
 # Each failing skillfs test must be listed; a listed test that passes is
 # reported (the list is stale) but does not fail the run.
 
-need() { # CMD PKG ...: install the Debian packages of the missing commands
+need() { # CMD PKG ...: fail, naming the Debian packages of the missing commands
     local missing=()
     while [ $# -gt 0 ]; do
         command -v "$1" >/dev/null 2>&1 || missing+=("$2")
         shift 2
     done
     [ ${#missing[@]} = 0 ] && return 0
-    echo "pjdfstest-c: installing ${missing[*]}" >&2
-    apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || {
-        apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null
-    }
+    echo "pjdfstest-c: missing ${missing[*]}: run ./scripts/test-machine.sh as root (it installs them)" >&2
+    exit 1
 }
 need prove perl openssl openssl
 

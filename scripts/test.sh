@@ -9,22 +9,15 @@ if [ ! -e /dev/fuse ]; then
     echo "test: /dev/fuse is missing; the mount tests cannot run, so the suite fails" >&2
     exit 1
 fi
-if [ "$(id -u)" = 0 ]; then
-    # The unprivileged-mount test needs what a user's machine has: fusermount3
-    # (package fuse3) and a /dev/fuse that users may open (mode 0666, as every
-    # distribution's udev rules set it; some containers leave it 0600).
-    if ! command -v fusermount3 >/dev/null 2>&1; then
-        echo "test: installing fuse3 (fusermount3) for the unprivileged-mount test" >&2
-        apt-get install -y -qq fuse3 >/dev/null 2>&1 || {
-            apt-get update -qq >/dev/null && apt-get install -y -qq fuse3 >/dev/null
-        }
-    fi
-    if [ "$(stat -c %a /dev/fuse)" != 666 ]; then
-        echo "test: /dev/fuse is mode $(stat -c %a /dev/fuse); setting 0666 as distributions do" >&2
-        chmod 0666 /dev/fuse
-    fi
-elif ! command -v fusermount3 >/dev/null 2>&1; then
-    echo "test: not root and no fusermount3: run ./scripts/setup-and-mount.sh first, or run as root" >&2
+# This script changes nothing on the host; scripts/test-machine.sh readies
+# it (fuse3, /dev/fuse open to users, FUSE over io_uring on), and .ci/run
+# calls that first. What it would need and cannot find fails the run here.
+if ! command -v fusermount3 >/dev/null 2>&1; then
+    echo "test: fusermount3 is missing (the unprivileged-mount tests need it): run ./scripts/test-machine.sh as root first" >&2
+    exit 1
+fi
+if [ "$(id -u)" = 0 ] && [ "$(stat -c %a /dev/fuse)" != 666 ]; then
+    echo "test: /dev/fuse is mode $(stat -c %a /dev/fuse), not open to users as distributions set it: run ./scripts/test-machine.sh first" >&2
     exit 1
 fi
 command -v python3 >/dev/null || { echo "test: python3 is required" >&2; exit 1; }
@@ -43,30 +36,24 @@ export SKILLFS_HERMES_PYTHON
 
 # Transports: the mount suites run once per transport the kernel allows.
 # FUSE over io_uring needs Linux 6.14+ with CONFIG_FUSE_IO_URING, and the
-# fuse module's enable_uring on: as root it is switched on for the run and
-# put back as it was at exit.
+# fuse module's enable_uring on (scripts/test-machine.sh switches it on).
 uring_param=/sys/module/fuse/parameters/enable_uring
 # (tests/transport.rs switches kernel.io_uring_disabled for one test and puts
-# it back; a run killed midway would leave it set: put back here too.)
+# it back; a run killed midway would leave it set: put back here too. A
+# test's own change undone, not the host's set-up.)
 uring_disabled=/proc/sys/kernel/io_uring_disabled
 uring_disabled_was=$(cat "$uring_disabled" 2>/dev/null || true)
 restore_uring() {
-    [ -z "${uring_was:-}" ] || [ "$uring_was" = Y ] || echo "$uring_was" > "$uring_param" 2>/dev/null || true
     [ -z "$uring_disabled_was" ] || echo "$uring_disabled_was" > "$uring_disabled" 2>/dev/null || true
 }
 trap restore_uring EXIT
 transports=classic
-if [ -e "$uring_param" ]; then
-    uring_was=$(cat "$uring_param")
-    if [ "$uring_was" = Y ]; then
-        transports="classic uring"
-    elif [ "$(id -u)" = 0 ] && echo 1 > "$uring_param" 2>/dev/null; then
-        transports="classic uring"
-    else
-        echo "test: $uring_param is off and not ours to switch: io_uring is not tested" >&2
-    fi
-else
+if [ ! -e "$uring_param" ]; then
     echo "test: this kernel has no FUSE over io_uring ($uring_param is missing): io_uring is not tested" >&2
+elif [ "$(cat "$uring_param")" = Y ]; then
+    transports="classic uring"
+else
+    echo "test: $uring_param is off (./scripts/test-machine.sh switches it on as root): io_uring is not tested" >&2
 fi
 echo "test: transports: $transports" >&2
 
