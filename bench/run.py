@@ -20,8 +20,12 @@ mount time of a large tree (first, then unchanged), daemon memory, and
 open, an isatty, a stat, a 4 KB write + fsync), which the phases are sums
 of, and the FUSE requests each call sends (calls.py --trace).
 
+With --before BIN, skillfs is run a second time with another build of it
+(`skillfs@before`, and `skillfs-uring@before`), in the same interleaved
+run: a change's before and after, side by side.
+
 usage: bench/run.py [--skills 1000] [--large 5000] [--reps 3] [--unprivileged]
-                    [--versions 100000] [--markdown FILE]
+                    [--versions 100000] [--before BIN] [--markdown FILE]
 Needs root for bindfs and for the unprivileged variant (setpriv); installs
 bindfs with apt-get when it is missing (or says how).
 """
@@ -42,6 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 BIN = REPO / "target" / "release" / "skillfs"
+BEFORE = None  # --before: another build, for the systems named `...@before`
 NOBODY = 65534
 
 TARGETS = {  # phase key -> (label, skillfs target ratio, io_uring target ratio)
@@ -177,8 +182,13 @@ def du(path):
     return total
 
 
-def versioned_bytes(root, user):
-    cmd = [str(BIN), "log", "--json", "--root", str(root)]
+def bin_of(system):
+    """The skillfs binary a system runs: --before's for `...@before`."""
+    return BEFORE if system.endswith("@before") else BIN
+
+
+def versioned_bytes(root, user, binary=BIN):
+    cmd = [str(binary), "log", "--json", "--root", str(root)]
     out = subprocess.run(as_user(cmd) if user else cmd, check=True, capture_output=True,
                          text=True).stdout
     total = 0
@@ -217,13 +227,14 @@ def mounted(system, base):
     if user:
         os.chown(work, NOBODY, NOBODY)
         os.chown(root, NOBODY, NOBODY)
-    transport = "uring" if system == "skillfs-uring" else "classic"
-    mount = [str(BIN), "mount", str(root), "--transport", transport]
+    transport = "uring" if system.startswith("skillfs-uring") else "classic"
+    binary = bin_of(system)
+    mount = [str(binary), "mount", str(root), "--transport", transport]
     sh(as_user(mount) if user else mount)
     try:
         yield root, work / ".skillfs" / "skills", user
     finally:
-        umount = [str(BIN), "umount", str(root)]
+        umount = [str(binary), "umount", str(root)]
         if subprocess.run(as_user(umount) if user else umount, capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(root)], capture_output=True)
 
@@ -237,7 +248,7 @@ def one_system(system, base, skills, phases, extras):
         pid = daemon_pid(store)
         if pid:
             extras.setdefault((system, skills, "rss_kib"), []).append(rss_kib(pid))
-        written = versioned_bytes(root, user)
+        written = versioned_bytes(root, user, bin_of(system))
         extras.setdefault((system, skills, "store_bytes"), []).append(du(store / "blobs") + du(store / "journal"))
         extras.setdefault((system, skills, "versioned_bytes"), []).append(written)
         return times
@@ -428,7 +439,13 @@ def main():
     ap.add_argument("--versions", type=int, default=100000, help="for the .history scale run (0: skip)")
     ap.add_argument("--markdown", help="also write the report to this file")
     ap.add_argument("--dir", help="scratch directory (default: a new one under /tmp)")
+    ap.add_argument("--before", help="another skillfs binary, run beside this one (before and after a change)")
     args = ap.parse_args()
+    global BEFORE
+    if args.before:
+        BEFORE = Path(args.before).resolve()
+        if not BEFORE.is_file():
+            sys.exit("bench: --before %s is not a file" % args.before)
     ensure_tools(args.unprivileged)
     base = Path(args.dir or tempfile.mkdtemp(prefix="skillfs-bench-", dir="/tmp"))
     os.chmod(base, 0o755)
@@ -439,6 +456,8 @@ def main():
 def run_all(args, base, uring):
     systems = ["native", "bindfs", "skillfs"] + (["skillfs-uring"] if uring else []) \
         + (["skillfs-user"] if args.unprivileged else [])
+    if args.before:
+        systems += ["skillfs@before"] + (["skillfs-uring@before"] if uring else [])
     extras = {}
     report = []
     w = report.append
@@ -446,8 +465,9 @@ def run_all(args, base, uring):
     w("machine: %s, %d cores, kernel %s; scratch filesystem: %s; python %s\n" % (
         sh(["uname", "-m"]).stdout.strip(), os.cpu_count(), os.uname().release,
         describe_fs(base), sys.version.split()[0]))
-    w("command: `python3 bench/run.py --skills %d --large %d --reps %d%s --versions %d`\n" % (
-        args.skills, args.large, args.reps, " --unprivileged" if args.unprivileged else "", args.versions))
+    w("command: `python3 bench/run.py --skills %d --large %d --reps %d%s --versions %d%s`\n" % (
+        args.skills, args.large, args.reps, " --unprivileged" if args.unprivileged else "", args.versions,
+        " --before BIN" if args.before else ""))
     all_phases = "populate,walk,readall,edit,atomic,sync,stat,fsync"
     runs = [(args.skills, all_phases)]
     if args.large:

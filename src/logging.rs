@@ -8,16 +8,29 @@
 //! - The queue is bounded: when the writer falls behind (or the disk is
 //!   full), lines are dropped and counted, and the count is written with
 //!   the next line that gets through.
+//! - The log on disk is bounded too (once [`cap`] is called, as the
+//!   daemon does): when it grows past its cap, the writer thread moves it
+//!   aside (`daemon.log.1`, replacing the one before) and starts a new one,
+//!   so a daemon that logs for months keeps at most twice the cap.
+//! - `SKILLFS_LOG` is a level (`debug`) or per-crate directives
+//!   (`skillfs_core=debug,info`), as `tracing_subscriber`'s `Targets`
+//!   reads them; a bad one falls back to `info` and says so.
 //!
 //! Locks: the queue's (a leaf), never held across a write of the log.
 
+use std::fs::File;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, Instant};
 
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Lines waiting for the writer thread, at most.
 const QUEUE: usize = 4096;
@@ -34,6 +47,47 @@ struct Queue {
 
 static QUEUE_SLOT: OnceLock<Queue> = OnceLock::new();
 
+/// The log's cap on disk, and how to start a new log file once the old
+/// one is moved aside (see [`cap`]).
+struct Cap {
+    max_bytes: u64,
+    rotate: Box<dyn Fn() -> std::io::Result<File> + Send + Sync>,
+}
+
+static CAP: OnceLock<Cap> = OnceLock::new();
+
+/// Bounds the log that stderr is: once it holds more than `max_bytes`,
+/// the writer thread calls `rotate` (which moves the log aside and opens
+/// a new one) and writes on into what it returns. Called once, by the
+/// daemon, after stderr is its log file.
+pub fn cap(max_bytes: u64, rotate: Box<dyn Fn() -> std::io::Result<File> + Send + Sync>) {
+    let _ = CAP.set(Cap { max_bytes, rotate });
+}
+
+/// The size of what stderr is, when it is a regular file.
+fn stderr_size() -> Option<u64> {
+    // SAFETY: `st` is plain data, for which all zeros is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat only fills `st`; a closed fd 2 answers EBADF.
+    let ok = unsafe { libc::fstat(std::io::stderr().as_raw_fd(), &mut st) } == 0;
+    (ok && st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(st.st_size as u64)
+}
+
+/// After a line is written: past the cap, a new log file becomes stderr.
+/// A failed rotation leaves the log as it is (and is tried again after the
+/// next line): the log may grow, but no line is lost for it.
+fn rotate_if_full() {
+    let Some(cap) = CAP.get() else { return };
+    if stderr_size().is_none_or(|n| n <= cap.max_bytes) {
+        return;
+    }
+    if let Ok(f) = (cap.rotate)() {
+        // SAFETY: both fds are open (`f` lives across the call); dup2
+        // replaces fd 2 atomically, and only this thread writes to it.
+        unsafe { libc::dup2(f.as_raw_fd(), 2) };
+    }
+}
+
 fn queue() -> &'static Queue {
     QUEUE_SLOT.get_or_init(|| {
         let (tx, rx) = sync_channel::<Vec<u8>>(QUEUE);
@@ -49,6 +103,8 @@ fn queue() -> &'static Queue {
                     }
                     // A failed write (a full disk) loses the line, nothing else.
                     let _ = err.write_all(&line);
+                    drop(err);
+                    rotate_if_full();
                     q.done.fetch_add(1, Ordering::Release);
                 }
             })
@@ -116,21 +172,62 @@ pub fn flush() {
     }
 }
 
-/// Installs the subscriber: level from `SKILLFS_LOG` (default info).
+/// What `SKILLFS_LOG` asks for: a level, or per-crate directives
+/// (`skillfs_core=debug,info`); unset, `info`. A value that is neither is
+/// `info`, with the reason.
+fn filter(var: Option<&str>) -> (Targets, Option<String>) {
+    let info = || Targets::new().with_default(tracing::Level::INFO);
+    match var.map(str::trim) {
+        None | Some("") => (info(), None),
+        Some(v) => match v.parse::<Targets>() {
+            Ok(t) => (t, None),
+            Err(e) => (
+                info(),
+                Some(format!(
+                    "SKILLFS_LOG={v:?} is not a level or directives ({e}): logging at info"
+                )),
+            ),
+        },
+    }
+}
+
+/// Installs the subscriber, filtered by `SKILLFS_LOG` (see [`filter`]).
 pub fn init() {
-    let level = match std::env::var("SKILLFS_LOG").as_deref() {
-        Ok("error") => tracing::Level::ERROR,
-        Ok("warn") => tracing::Level::WARN,
-        Ok("debug") => tracing::Level::DEBUG,
-        Ok("trace") => tracing::Level::TRACE,
-        _ => tracing::Level::INFO,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
+    let var = std::env::var("SKILLFS_LOG").ok();
+    let (targets, bad) = filter(var.as_deref());
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(Queued)
         .with_ansi(false)
         // Its report of a failed write is an `eprintln!`, which panics when
         // stderr fails; our writer never fails.
-        .log_internal_errors(false)
+        .log_internal_errors(false);
+    let _ = tracing_subscriber::registry()
+        .with(layer.with_filter(targets))
         .try_init();
+    if let Some(why) = bad {
+        tracing::warn!("{why}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Level;
+    use tracing_subscriber::filter::LevelFilter;
+
+    #[test]
+    fn skillfs_log_is_a_level_or_directives() {
+        let (t, bad) = filter(None);
+        assert_eq!((t.default_level(), bad), (Some(LevelFilter::INFO), None));
+        let (t, _) = filter(Some("debug"));
+        assert_eq!(t.default_level(), Some(LevelFilter::DEBUG));
+        let (t, bad) = filter(Some("skillfs_core=trace,warn"));
+        assert!(bad.is_none());
+        assert!(t.would_enable("skillfs_core::fs", &Level::TRACE));
+        assert!(!t.would_enable("skillfs_fuser::uring", &Level::INFO));
+        assert!(t.would_enable("skillfs_fuser::uring", &Level::WARN));
+        let (t, bad) = filter(Some("loud=="));
+        assert_eq!(t.default_level(), Some(LevelFilter::INFO));
+        assert!(bad.is_some_and(|m| m.contains("loud==")));
+    }
 }

@@ -40,3 +40,55 @@ fn a_warning_of_the_fuse_library_reaches_the_daemon_log() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The daemon's log is bounded on disk: past its cap it is moved aside to
+/// `daemon.log.1` (replacing the one before) and a new one starts, so a
+/// daemon that logs for months keeps at most twice the cap.
+#[test]
+fn the_daemon_log_is_moved_aside_past_its_cap() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = common::Scratch::new("logcap");
+    let cap = 8192u64;
+    let out = std::process::Command::new(common::BIN)
+        .args(["mount", &scratch.root().display().to_string()])
+        .env_remove("HERMES_HOME")
+        .env("SKILLFS_LOG", "debug")
+        .env("SKILLFS_LOG_MAX_BYTES", cap.to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::describe(&out));
+    let m = Mount::adopt(scratch);
+    let log = m.store().join("daemon.log");
+    let old = m.store().join("daemon.log.1");
+    // Each failed lookup, create and publish is a debug line or more: far
+    // more than the cap in all.
+    for i in 0..400 {
+        let _ = fs::metadata(m.path(&format!("missing-{i}")));
+        fs::write(m.path(&format!("f{i}.md")), "x").unwrap();
+    }
+    let t = Instant::now();
+    while !old.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no daemon.log.1 after far more than {cap} bytes of log; daemon.log is {} bytes",
+            fs::metadata(&log).map(|m| m.len()).unwrap_or(0)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A line is written whole before the size is looked at: a file holds
+    // at most the cap plus one line.
+    for f in [&log, &old] {
+        let md = fs::metadata(f).unwrap();
+        assert!(
+            md.len() <= cap + 4096,
+            "{} is {} bytes",
+            f.display(),
+            md.len()
+        );
+        assert_eq!(md.permissions().mode() & 0o777, 0o600, "{}", f.display());
+    }
+    assert!(
+        fs::metadata(&old).unwrap().len() > cap,
+        "moved aside only once full"
+    );
+}

@@ -293,11 +293,29 @@ fn start_retention(fs: Arc<SkillFs>, policy: crate::retention::Policy) {
     }
 }
 
-/// Sends stderr to `daemon.log`, opened from the store's held fd.
-fn redirect_stderr(store: &Dir) {
+/// The log's default cap: past it, `daemon.log` becomes `daemon.log.1`
+/// and a new one starts (so at most twice this is kept).
+const LOG_MAX_BYTES: u64 = 16 << 20;
+
+/// Sends stderr to `daemon.log`, opened from the store's held fd, and
+/// bounds it (`SKILLFS_LOG_MAX_BYTES`, else [`LOG_MAX_BYTES`]).
+fn redirect_stderr(store: &Arc<Dir>) {
     if let Ok(f) = store.open_append(crate::store::LOG) {
         // SAFETY: both fds are open (`f` lives across the call); dup2 replaces fd 2 atomically.
         unsafe { libc::dup2(f.as_raw_fd(), 2) };
+        let max = std::env::var("SKILLFS_LOG_MAX_BYTES")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(LOG_MAX_BYTES);
+        let dir = Arc::clone(store);
+        crate::logging::cap(
+            max,
+            Box::new(move || {
+                dir.rename(crate::store::LOG, &dir, crate::store::LOG_OLD, 0)?;
+                dir.open_append(crate::store::LOG)
+            }),
+        );
     }
 }
 

@@ -17,7 +17,8 @@
 //! RULES             the hide rules in force while mounted (for `status`)
 //! ROOT              the root this store versions: its path, then its
 //!                   device and inode numbers (one store per root)
-//! daemon.log        the mounted daemon's log
+//! daemon.log        the mounted daemon's log (`daemon.log.1`: the one before,
+//!                   moved aside when the log grew past its cap)
 //! control           the mounted daemon's control socket (`CONTROL`)
 //! ```
 //!
@@ -73,6 +74,8 @@ pub const PARKED: &str = "parked";
 pub const ORPHANS: &str = "orphans";
 pub const RULES: &str = "RULES";
 pub const LOG: &str = "daemon.log";
+/// The log before the current one, moved aside when that grew past its cap.
+pub const LOG_OLD: &str = "daemon.log.1";
 pub const ROOT_ID: &str = "ROOT";
 /// The mounted daemon's control socket (the application's `daemon::control`
 /// serves it; the store only knows its name, to leave it alone).
