@@ -1,0 +1,360 @@
+//! The merge of two replicas' trees against their last merged base: per
+//! skill, then per file, then per line (`diff3`), with conflicts kept as
+//! versions, never as files in the live tree.
+//!
+//! The unit of decision is a skill (a directory holding `SKILL.md` in any
+//! of the three trees, with everything below it); an entry outside every
+//! skill is a unit of its own. For each unit:
+//! - one side changed it (or both alike): that side's;
+//! - both changed it: file by file. A file one side changed: that side's.
+//!   Text both changed: a three-way merge by lines; if the changes
+//!   overlap, **ours** stays and theirs is a conflict. Binary content, a
+//!   kind against another kind, or two different links: ours stays,
+//!   theirs is a conflict. A delete against a modify: **the modify stays**
+//!   (whichever side made it) and the delete is the conflict.
+//! - A unit whose merge is not a whole tree (a file where the other side
+//!   needs a directory), whose `SKILL.md` lost the frontmatter both sides
+//!   had, or that makes two skills share a name neither side had twice,
+//!   is ours whole, and theirs the conflict.
+//!
+//! Invariants (the tests check them on random histories):
+//! - nothing is lost: every entry a side changed is in the result, or was
+//!   merged into a new text, or is in a conflict that says which side lost
+//!   it (a conflict's `entries` are what the losing side had);
+//! - a side that changed nothing gives the other side's tree exactly;
+//! - the two replicas of a pair find the same conflicts, and agree on
+//!   every path outside them (each keeps its own side where they differ).
+//!   One exception, a limit: two skills given one name on the two
+//!   replicas at once are each kept live where they were made, each
+//!   replica listing the other's as its conflict, until one is resolved;
+//! - the result is whole (every entry's parent is a directory).
+//!
+//! No clock and no replica id decides anything here.
+//!
+//! Locks: none; a pure function of its inputs and the contents it reads.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sha2::{Digest, Sha256};
+
+use crate::diff3;
+use crate::skill::{self, SKILL_MD};
+use crate::tree::{Entry, Tree, within};
+
+/// The contents of files, by the hash that names them.
+pub trait Contents {
+    fn read(&self, blob: &str) -> Option<Vec<u8>>;
+}
+
+/// One side of a merge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Ours,
+    Theirs,
+}
+
+/// Why a side's change did not reach the merged tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Both changed the same lines of a text.
+    Overlap,
+    /// Both changed a file that is not text.
+    Binary,
+    /// Different kinds, or two different symlinks.
+    Kind,
+    /// One side deleted what the other changed; the change stayed.
+    DeleteModify,
+    /// The unit's merge was not whole, or failed the skill checks (why).
+    Check(String),
+}
+
+/// A change kept as a version rather than in the live tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// The file, or the unit (skill directory), it is about.
+    pub path: Vec<u8>,
+    pub reason: Reason,
+    /// The side whose change did not reach the tree.
+    pub lost: Side,
+    /// What that side had at `path` and below (empty: it deleted them).
+    pub entries: Vec<(Vec<u8>, Entry)>,
+}
+
+/// The result of a merge.
+#[derive(Debug, Default)]
+pub struct Merged {
+    pub tree: Tree,
+    pub conflicts: Vec<Conflict>,
+    /// Texts made by a line merge, by their hash (sha256, hex).
+    pub new_blobs: Vec<(String, Vec<u8>)>,
+}
+
+type Sub<'a> = BTreeMap<&'a [u8], &'a Entry>;
+
+fn entries_of(sub: &Sub<'_>) -> Vec<(Vec<u8>, Entry)> {
+    sub.iter()
+        .map(|(p, e)| (p.to_vec(), (*e).clone()))
+        .collect()
+}
+
+/// The unit each path belongs to: its innermost skill, else itself.
+fn unit_of<'a>(path: &'a [u8], roots: &'a BTreeSet<Vec<u8>>) -> &'a [u8] {
+    roots
+        .iter()
+        .filter(|r| within(path, r))
+        .max_by_key(|r| r.len())
+        .map_or(path, Vec::as_slice)
+}
+
+fn text(contents: &dyn Contents, e: Option<&Entry>) -> Option<Option<String>> {
+    match e {
+        None => Some(None),
+        Some(Entry::File { blob, .. }) => {
+            let bytes = contents.read(blob)?;
+            if bytes.contains(&0) {
+                return None;
+            }
+            String::from_utf8(bytes).ok().map(Some)
+        }
+        Some(_) => None,
+    }
+}
+
+/// Merges `ours` and `theirs`, both descended from `base`.
+pub fn merge(base: &Tree, ours: &Tree, theirs: &Tree, contents: &dyn Contents) -> Merged {
+    let roots: BTreeSet<Vec<u8>> = [base, ours, theirs]
+        .iter()
+        .flat_map(|t| skill::roots(t))
+        .collect();
+    let mut units: BTreeSet<&[u8]> = BTreeSet::new();
+    for t in [base, ours, theirs] {
+        for (p, _) in t.iter() {
+            units.insert(unit_of(p, &roots));
+        }
+    }
+    let mut m = Merged::default();
+    // Units whose result is not ours verbatim, for the checks below.
+    let mut not_ours: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for unit in &units {
+        let sub = |t: &'_ Tree| -> BTreeMap<Vec<u8>, Entry> {
+            let s = if roots.contains(*unit) {
+                t.subtree(unit)
+            } else {
+                t.get(unit)
+                    .map(|e| BTreeMap::from([(*unit, e)]))
+                    .unwrap_or_default()
+            };
+            s.into_iter()
+                .map(|(p, e)| (p.to_vec(), e.clone()))
+                .collect()
+        };
+        let (ub, uo, ut) = (sub(base), sub(ours), sub(theirs));
+        let chosen = if uo == ut || ut == ub {
+            uo.clone()
+        } else if uo == ub {
+            ut.clone()
+        } else {
+            by_path(&ub, &uo, &ut, contents, &mut m)
+        };
+        if chosen != uo {
+            not_ours.insert(unit.to_vec());
+        }
+        for (p, e) in chosen {
+            m.tree.0.insert(p, e);
+        }
+    }
+    // The directories above a unit's entries (a category deleted on one
+    // side and given a new skill on the other: the modify stays).
+    let all: Vec<Vec<u8>> = m.tree.0.keys().cloned().collect();
+    for p in all {
+        if let Some(e) = m.tree.0.get(&p).cloned() {
+            m.tree.insert(&p, e);
+        }
+    }
+    check(base, ours, theirs, contents, &roots, &not_ours, &mut m);
+    m
+}
+
+/// Both sides changed a unit: its entries merged one by one.
+fn by_path(
+    base: &BTreeMap<Vec<u8>, Entry>,
+    ours: &BTreeMap<Vec<u8>, Entry>,
+    theirs: &BTreeMap<Vec<u8>, Entry>,
+    contents: &dyn Contents,
+    m: &mut Merged,
+) -> BTreeMap<Vec<u8>, Entry> {
+    let paths: BTreeSet<&Vec<u8>> = base
+        .keys()
+        .chain(ours.keys())
+        .chain(theirs.keys())
+        .collect();
+    let mut out = BTreeMap::new();
+    for p in paths {
+        let (b, o, t) = (base.get(p), ours.get(p), theirs.get(p));
+        let conflict = |reason, lost, e: Option<&Entry>| Conflict {
+            path: p.clone(),
+            reason,
+            lost,
+            entries: e.map(|e| vec![(p.clone(), e.clone())]).unwrap_or_default(),
+        };
+        let kept = if o == t || t == b {
+            o
+        } else if o == b {
+            t
+        } else {
+            match (o, t) {
+                (None, Some(_)) => {
+                    m.conflicts
+                        .push(conflict(Reason::DeleteModify, Side::Ours, None));
+                    t
+                }
+                (Some(_), None) => {
+                    m.conflicts
+                        .push(conflict(Reason::DeleteModify, Side::Theirs, None));
+                    o
+                }
+                (Some(Entry::File { exec, .. }), Some(Entry::File { .. })) => {
+                    match (text(contents, b), text(contents, o), text(contents, t)) {
+                        (Some(tb), Some(Some(to)), Some(Some(tt))) => {
+                            match diff3::merge(tb.as_deref().unwrap_or(""), &to, &tt) {
+                                Some(merged) => {
+                                    let blob = hex(&Sha256::digest(merged.as_bytes()));
+                                    m.new_blobs.push((blob.clone(), merged.into_bytes()));
+                                    out.insert(p.clone(), Entry::File { blob, exec: *exec });
+                                    continue;
+                                }
+                                None => {
+                                    m.conflicts.push(conflict(Reason::Overlap, Side::Theirs, t));
+                                    o
+                                }
+                            }
+                        }
+                        _ => {
+                            m.conflicts.push(conflict(Reason::Binary, Side::Theirs, t));
+                            o
+                        }
+                    }
+                }
+                _ => {
+                    m.conflicts.push(conflict(Reason::Kind, Side::Theirs, t));
+                    o
+                }
+            }
+        };
+        if let Some(e) = kept {
+            out.insert(p.clone(), e.clone());
+        }
+    }
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The checks on the merged tree: a unit that fails one is ours whole.
+fn check(
+    base: &Tree,
+    ours: &Tree,
+    theirs: &Tree,
+    contents: &dyn Contents,
+    roots: &BTreeSet<Vec<u8>>,
+    not_ours: &BTreeSet<Vec<u8>>,
+    m: &mut Merged,
+) {
+    let _ = base;
+    let read = |m: &Merged, t: &Tree, root: &[u8]| -> Option<String> {
+        let mut p = root.to_vec();
+        p.push(b'/');
+        p.extend_from_slice(SKILL_MD);
+        match t.get(&p)? {
+            Entry::File { blob, .. } => m
+                .new_blobs
+                .iter()
+                .find(|(b, _)| b == blob)
+                .map(|(_, bytes)| bytes.clone())
+                .or_else(|| contents.read(blob))
+                .and_then(|b| String::from_utf8(b).ok()),
+            _ => None,
+        }
+    };
+    let mut reverted: BTreeSet<Vec<u8>> = BTreeSet::new();
+    loop {
+        let mut bad: Option<(Vec<u8>, String)> = None;
+        // A unit that is not whole, or lost the frontmatter ours had.
+        for unit in not_ours.iter().filter(|u| !reverted.contains(*u)) {
+            let whole =
+                m.tree.subtree(unit).keys().all(|p| {
+                    crate::tree::parent(p).is_none_or(|d| m.tree.get(d) == Some(&Entry::Dir))
+                });
+            if !whole {
+                bad = Some((
+                    unit.clone(),
+                    "a file where the other side needs a directory".into(),
+                ));
+                break;
+            }
+            if roots.contains(unit) {
+                // Only a text the merge made: a side that broke its own
+                // frontmatter is that side's change, taken as it is.
+                let fm = |t: Option<String>| t.is_some_and(|t| skill::frontmatter(&t).is_some());
+                let both_had = fm(read(m, ours, unit)) && fm(read(m, theirs, unit));
+                if both_had && !fm(read(m, &m.tree, unit)) {
+                    bad = Some((
+                        unit.clone(),
+                        "its SKILL.md would lose its frontmatter".into(),
+                    ));
+                    break;
+                }
+            }
+        }
+        // Two skills with one name that neither side had twice: the merge
+        // made the clash, so a unit of it not ours verbatim is ours again.
+        if bad.is_none() {
+            let names = |t: &Tree| -> BTreeMap<String, usize> {
+                let mut n = BTreeMap::new();
+                for r in skill::roots(t) {
+                    *n.entry(skill::skill_name(&r, read(m, t, &r).as_deref()))
+                        .or_default() += 1;
+                }
+                n
+            };
+            let (no, nt) = (names(ours), names(theirs));
+            let mut by_name: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+            for r in skill::roots(&m.tree) {
+                let text = read(m, &m.tree, &r);
+                by_name
+                    .entry(skill::skill_name(&r, text.as_deref()))
+                    .or_default()
+                    .push(r);
+            }
+            bad = by_name.into_iter().find_map(|(name, rs)| {
+                let had = |n: &BTreeMap<String, usize>| n.get(&name).copied().unwrap_or(0);
+                (rs.len() > had(&no).max(had(&nt)).max(1))
+                    .then(|| {
+                        rs.into_iter()
+                            .find(|r| not_ours.contains(r) && !reverted.contains(r))
+                    })
+                    .flatten()
+                    .map(|r| (r, format!("two skills would be named '{name}'")))
+            });
+        }
+        let Some((unit, why)) = bad else { return };
+        // Ours whole, theirs the conflict.
+        m.conflicts.retain(|c| !within(&c.path, &unit));
+        let keys: Vec<Vec<u8>> = m.tree.subtree(&unit).keys().map(|p| p.to_vec()).collect();
+        for k in keys {
+            m.tree.0.remove(&k);
+        }
+        for (p, e) in ours.subtree(&unit) {
+            m.tree.0.insert(p.to_vec(), e.clone());
+        }
+        m.conflicts.push(Conflict {
+            path: unit.clone(),
+            reason: Reason::Check(why),
+            lost: Side::Theirs,
+            entries: entries_of(&theirs.subtree(&unit)),
+        });
+        reverted.insert(unit);
+    }
+}
