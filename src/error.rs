@@ -11,7 +11,8 @@
 //! parts of the agent's history skipped by `import`), 6 the kernel refused
 //! the mount, 7 bad hide rules or config file, 8 not in history (unknown
 //! id or alias, path absent then), 9 busy (an unmount refused while
-//! processes are inside the mount; nothing changed).
+//! processes are inside the mount, or another sync running; nothing
+//! changed), 10 a remote could not be reached or refused a push.
 //!
 //! Locks: none; these are values.
 
@@ -36,6 +37,8 @@ pub enum Exit {
     /// An unmount refused: processes are inside the mount (`umount(8)`'s
     /// "target is busy"); nothing was changed.
     Busy = 9,
+    /// A remote could not be reached, or refused what was sent.
+    RemoteFailed = 10,
 }
 
 /// `message` with its control characters escaped: one line, which no

@@ -28,4 +28,5 @@ pub mod export;
 pub mod import;
 pub mod logging;
 pub mod open;
+pub mod sync;
 pub mod verify;

@@ -12,6 +12,7 @@
 //! - `status`: `skillfs status`;
 //! - `export`: `skillfs export` (a tarball, a curator snapshot, git);
 //! - `import`: `skillfs import`, the agent's own history into a new store;
+//! - `sync`: `skillfs remote` and `skillfs sync`, skills across machines;
 //! - `output`: paging and colour on a terminal.
 //!
 //! Locks: none (it parses, then calls `commands` or `daemon`).
@@ -24,6 +25,7 @@ mod log;
 mod missing;
 mod output;
 mod status;
+mod sync;
 mod undo;
 mod verify;
 
@@ -67,7 +69,8 @@ Exit codes:
   5 damaged journal (for import: damaged parts skipped or members refused, the rest imported)
   6 the mount was refused
   7 bad hide rules or config                    8 not in history
-  9 busy (umount refused: processes are inside the mount; nothing changed)";
+  9 busy (umount refused: processes are inside the mount; nothing changed)
+  10 a remote could not be reached or refused a push";
 
 /// A versioning filesystem for an AI agent's skills directory: every write
 /// is a copy-on-write version kept in a store beside the directory.
@@ -299,6 +302,18 @@ Examples:
         #[arg(long)]
         dry_run: bool,
     },
+    /// Manage the remotes this store syncs with (git repositories).
+    #[command(subcommand, after_help = sync::REMOTE_EXAMPLES)]
+    Remote(sync::RemoteCmd),
+    /// Push this replica's versions to the remotes, as commits on its own
+    /// ref, and fetch the other replicas'.
+    #[command(after_help = sync::SYNC_EXAMPLES)]
+    Sync {
+        /// Only this remote.
+        name: Option<String>,
+        #[command(flatten)]
+        at: Where,
+    },
     /// Print a completion script for a shell.
     #[command(after_help = "\
 Examples:
@@ -521,6 +536,8 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         }
         Cmd::Restore { id, path, at } => restore(&id, &path, &at),
         Cmd::Export(c) => export::export(c),
+        Cmd::Remote(c) => sync::remote(c),
+        Cmd::Sync { name, at } => sync::sync(name.as_deref(), &at),
         Cmd::Undo { path, dry_run, at } => {
             let t = locate::locate(&at, path.as_deref())?;
             let rel = path.as_deref().map(|p| t.rel(p)).transpose()?;

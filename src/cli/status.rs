@@ -239,6 +239,30 @@ pub fn status(t: &Target) -> Result<(), Failure> {
             row(k, v.to_string());
         }
     }
+    // Skills across machines: the replica and each remote's last sync.
+    let remotes = crate::sync::remotes_dir(layout, false)
+        .ok()
+        .flatten()
+        .and_then(|d| crate::sync::Remotes::load(Some(&d)).ok())
+        .unwrap_or_default();
+    if !remotes.remotes.is_empty() {
+        let id = crate::sync::replica_id(layout, false).ok().flatten();
+        row(
+            "replica",
+            id.unwrap_or_else(|| "none yet (made at the first sync)".to_string()),
+        );
+        let last = records.last().map_or(0, |r| r.seq);
+        for r in &remotes.remotes {
+            let ahead = match (r.error.as_ref(), r.pushed) {
+                (None, Some(p)) if last > p => format!(" ({} newer changes to push)", last - p),
+                _ => String::new(),
+            };
+            row(
+                &format!("remote {}", r.name),
+                format!("{} {}{ahead}", r.url, super::sync::describe(r, now)),
+            );
+        }
+    }
     Ok(())
 }
 

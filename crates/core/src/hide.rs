@@ -49,7 +49,12 @@ const EVERYDAY_NAMES: &[&str] = &["SKILL.md", "references", "skill-one", "notes.
 /// Visible files that churn and keep their own history: written
 /// copy-on-write like any file (never torn), but no version is kept.
 ///
-/// The agent's two, then the scratch files of the common editors, which
+/// The agent's per-device files: `.usage.json` (rewritten at every skill
+/// load), `.curator_ledger.jsonl` (its own history), and the state of its
+/// own Skill Sync, `.sync_state` and `.sync_device_id`, which must never
+/// travel to another machine nor be revived by a restore (two devices
+/// would share one id and one head). Then the scratch files of the common
+/// editors, which
 /// the editor must still see and use by name (so they are untracked, not
 /// hidden), and which are never a version of anything. The names, as each
 /// editor makes them beside the file it edits:
@@ -85,6 +90,8 @@ const EVERYDAY_NAMES: &[&str] = &["SKILL.md", "references", "skill-one", "notes.
 pub const DEFAULT_UNTRACKED: &[&str] = &[
     "/.usage.json",
     "/.curator_ledger.jsonl",
+    "/.sync_state:file",
+    "/.sync_device_id:file",
     ".*.sw?:file",
     "*~:file",
     "4913:file",

@@ -31,6 +31,8 @@
 mod repo;
 mod stream;
 
+pub use repo::git;
+
 use std::collections::HashMap;
 use std::io::{BufWriter, Read};
 use std::path::Path;
@@ -39,7 +41,7 @@ use std::process::Stdio;
 use crate::commands::Store;
 use crate::error::{Exit, Failure};
 use crate::store::journal::Record;
-use repo::{Repo, git};
+use repo::Repo;
 use stream::{Stop, Stream};
 
 /// The branch the history goes to.
@@ -67,7 +69,20 @@ pub fn export(
     dir: &Path,
     squash_ns: Option<i64>,
 ) -> Result<Exported, Failure> {
-    let repo = Repo::open(dir)?;
+    export_branch(store, records, dir, BRANCH, false, squash_ns)
+}
+
+/// [`export`] onto `branch` (`refs/heads/...`); a `private` repository is
+/// made without hooks and readable by its owner only (one in the store).
+pub fn export_branch(
+    store: &Store,
+    records: &[Record],
+    dir: &Path,
+    branch: &str,
+    private: bool,
+    squash_ns: Option<i64>,
+) -> Result<Exported, Failure> {
+    let repo = Repo::open(dir, branch, private)?;
     let result = export_into(&repo, store, records, dir, squash_ns);
     if result.is_err() {
         repo.unmake();
@@ -104,9 +119,10 @@ fn export_into(
             return Err(Failure::new(
                 Exit::Usage,
                 format!(
-                    "'{}' holds another history: its branch skillfs ends at change {id} made at \
+                    "'{}' holds another history: its branch {} ends at change {id} made at \
                      {}, but {why}; export into another repository",
                     dir.display(),
+                    repo.short(),
                     crate::time::format_utc(t)
                 ),
             ));
@@ -148,7 +164,7 @@ fn export_into(
     let by_id: HashMap<u64, &Record> = records.iter().map(|r| (r.seq, r)).collect();
     let written = match child.stdin.take() {
         Some(stdin) => {
-            let mut s = Stream::new(BufWriter::new(stdin), store);
+            let mut s = Stream::new(BufWriter::new(stdin), store, &repo.branch);
             // A base that is still in history lets the first commit list
             // only what changed; else it lists its whole tree. Closed
             // without `done` after a failure: git changes no ref.
@@ -176,8 +192,9 @@ fn export_into(
         return Err(Failure::new(
             Exit::Internal,
             format!(
-                "could not export history into '{}': {why} (its branch skillfs is unchanged)",
-                dir.display()
+                "could not export history into '{}': {why} (its branch {} is unchanged)",
+                dir.display(),
+                repo.short()
             ),
         ));
     }

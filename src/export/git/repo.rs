@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::{BRANCH, ID_TRAILER, TIME_TRAILER};
+use super::{ID_TRAILER, TIME_TRAILER};
 use crate::error::{Exit, Failure};
 
 /// `git` with no environment that could send it to another repository.
@@ -57,6 +57,8 @@ fn run(mut cmd: Command, what: &str, dir: &Path) -> Result<Vec<u8>, Failure> {
 /// again if the run fails).
 pub struct Repo {
     pub git_dir: PathBuf,
+    /// The branch the history goes on (`refs/heads/...`).
+    pub branch: String,
     pub made: Option<PathBuf>,
     /// DIR itself was made (else it was an empty directory).
     made_dir: bool,
@@ -64,8 +66,10 @@ pub struct Repo {
 
 impl Repo {
     /// DIR's repository; DIR missing or empty becomes a bare one whose HEAD
-    /// is [`BRANCH`] (`git clone DIR` checks the history out).
-    pub fn open(dir: &Path) -> Result<Repo, Failure> {
+    /// is `branch` (`git clone DIR` checks the history out). A `private`
+    /// one (inside the store) has no hooks, and only its owner may read
+    /// it (files 0600, directories 0700, as the store's audit wants).
+    pub fn open(dir: &Path, branch: &str, private: bool) -> Result<Repo, Failure> {
         let usage = |m: String| Failure::new(Exit::Usage, m);
         let empty = match std::fs::symlink_metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -94,6 +98,7 @@ impl Repo {
             {
                 return Ok(Repo {
                     git_dir,
+                    branch: branch.to_string(),
                     made: None,
                     made_dir: false,
                 });
@@ -113,14 +118,19 @@ impl Repo {
         }
         let repo = Repo {
             git_dir: dir.to_path_buf(),
+            branch: branch.to_string(),
             made: Some(dir.to_path_buf()),
             made_dir: empty.is_none(),
         };
         let mut c = git(None);
-        c.args(["init", "--bare", "--quiet"]).arg(dir);
+        c.args(["init", "--bare", "--quiet"]);
+        if private {
+            c.args(["--shared=0600", "--template="]);
+        }
+        c.arg(dir);
         let made = run(c, "make a git repository in", dir).and_then(|_| {
             let mut c = git(Some(&repo.git_dir));
-            c.args(["symbolic-ref", "HEAD", BRANCH]);
+            c.args(["symbolic-ref", "HEAD", branch]);
             run(c, "set HEAD of", dir)
         });
         match made {
@@ -130,6 +140,13 @@ impl Repo {
                 Err(f)
             }
         }
+    }
+
+    /// The branch's name without `refs/heads/`, for messages.
+    pub fn short(&self) -> &str {
+        self.branch
+            .strip_prefix("refs/heads/")
+            .unwrap_or(&self.branch)
     }
 
     /// Removes what this run made: DIR, or what it put in the empty DIR.
@@ -154,7 +171,7 @@ impl Repo {
     pub fn tip(&self, dir: &Path) -> Result<Option<(u64, i64)>, Failure> {
         let mut c = git(Some(&self.git_dir));
         c.args(["rev-parse", "--quiet", "--verify"])
-            .arg(format!("{BRANCH}^{{commit}}"));
+            .arg(format!("{}^{{commit}}", self.branch));
         let Ok(out) = c.stdin(Stdio::null()).output() else {
             return Err(Failure::new(
                 Exit::Internal,
@@ -167,7 +184,7 @@ impl Repo {
         let sha = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let mut c = git(Some(&self.git_dir));
         c.args(["cat-file", "commit", &sha]);
-        let text = run(c, "read the branch skillfs of", dir)?;
+        let text = run(c, &format!("read the branch {} of", self.short()), dir)?;
         let text = String::from_utf8_lossy(&text);
         let message = text.split_once("\n\n").map_or("", |(_, m)| m);
         let trailer = |key: &str| {
@@ -182,9 +199,10 @@ impl Repo {
             _ => Err(Failure::new(
                 Exit::Usage,
                 format!(
-                    "'{}': the newest commit of its branch skillfs ({}) was not made by skillfs \
+                    "'{}': the newest commit of its branch {} ({}) was not made by skillfs \
                      export (it has no {}trailer); export into another repository",
                     dir.display(),
+                    self.short(),
                     &sha[..sha.len().min(12)],
                     ID_TRAILER
                 ),

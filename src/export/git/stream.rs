@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
-use super::{BRANCH, ID_TRAILER, TIME_TRAILER};
+use super::{ID_TRAILER, TIME_TRAILER};
 use crate::commands::Store;
 use crate::error::Failure;
 use crate::history::PathIdx;
@@ -98,6 +98,8 @@ pub struct Stream<'a, W: Write> {
     /// The mark of each blob already sent in this run.
     marks: HashMap<String, usize>,
     left_out: HashSet<PathIdx>,
+    /// The branch the commits go on (`refs/heads/...`).
+    branch: &'a str,
 }
 
 /// Why the stream stopped: the store could not give a content (its own
@@ -120,12 +122,13 @@ enum Change {
 }
 
 impl<'a, W: Write> Stream<'a, W> {
-    pub fn new(out: W, store: &'a Store) -> Stream<'a, W> {
+    pub fn new(out: W, store: &'a Store, branch: &'a str) -> Stream<'a, W> {
         Stream {
             out,
             store,
             marks: HashMap::new(),
             left_out: HashSet::new(),
+            branch,
         }
     }
 
@@ -265,17 +268,17 @@ impl<'a, W: Write> Stream<'a, W> {
             m
         };
         msg.push_str(&format!("\n{ID_TRAILER}{last}\n{TIME_TRAILER}{time}\n"));
-        let o = &mut self.out;
+        let (o, branch) = (&mut self.out, self.branch);
         write!(
             o,
-            "commit {BRANCH}\nauthor {name} <{email}> {secs} +0000\n\
+            "commit {branch}\nauthor {name} <{email}> {secs} +0000\n\
              committer skillfs <skillfs> {secs} +0000\ndata {}\n{msg}",
             msg.len()
         )?;
         if continue_branch {
             // The branch as the repository has it (fast-import reads a
             // branch's own name as the one it is making).
-            writeln!(o, "from {BRANCH}^0")?;
+            writeln!(o, "from {branch}^0")?;
         }
         if whole_tree {
             o.write_all(b"deleteall\n")?;

@@ -1,0 +1,235 @@
+//! `skillfs remote add|list|remove` and `skillfs sync`: the command line of
+//! skills across machines (the work is `crate::sync`'s).
+//!
+//! Locks: `sync/lock` in the store while the remotes change or a sync
+//! runs.
+
+use std::process::{Command, Stdio};
+
+use super::locate::{Target, Where};
+use crate::error::{Exit, Failure};
+use crate::sync::{Remote, Remotes, check_name};
+
+pub const REMOTE_EXAMPLES: &str = "\
+Examples:
+  skillfs remote add origin git@github.com:me/skills.git
+  skillfs remote add usb /media/usb/skills.git     a bare repository on a path
+  skillfs remote list
+  skillfs remote remove usb";
+
+pub const SYNC_EXAMPLES: &str = "\
+Examples:
+  skillfs sync              with every remote
+  skillfs sync origin       with one
+
+Each store is a replica with an id of its own (REPLICA in the store). A
+sync pushes every version as a commit on this replica's one ref,
+refs/heads/skillfs/<replica>, never forced, and fetches the other
+replicas' refs. Merging what it fetched into this tree is not built yet:
+sync says how many commits each other replica holds.";
+
+#[derive(clap::Subcommand)]
+pub enum RemoteCmd {
+    /// Add a remote: any URL git takes (a path, file://, ssh://,
+    /// https://). Checked with `git ls-remote` unless --no-check.
+    Add {
+        name: String,
+        url: String,
+        /// Do not check that git can reach it now.
+        #[arg(long)]
+        no_check: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// List the remotes, with what the last sync with each did.
+    List {
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Remove a remote (what was pushed to it stays there).
+    Remove {
+        name: String,
+        #[command(flatten)]
+        at: Where,
+    },
+}
+
+fn remotes_dir(t: &Target, make: bool) -> Result<Option<crate::store::Dir>, Failure> {
+    if !t.layout.journal().is_dir() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "no skillfs store at '{}' (it has no journal/)",
+                t.layout.dir.display()
+            ),
+        ));
+    }
+    crate::sync::remotes_dir(&t.layout, make)
+}
+
+pub fn remote(cmd: RemoteCmd) -> Result<(), Failure> {
+    match cmd {
+        RemoteCmd::Add {
+            name,
+            url,
+            no_check,
+            at,
+        } => {
+            let t = super::locate::locate(&at, None)?;
+            check_name(&name)?;
+            if url.is_empty() || url.starts_with('-') || url.chars().any(char::is_control) {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!("'{url}' is not a URL git takes (none starts with '-')"),
+                ));
+            }
+            if !no_check {
+                let out = Command::new("git")
+                    .env("GIT_TERMINAL_PROMPT", "0")
+                    .args([
+                        "-c",
+                        "protocol.ext.allow=never",
+                        "ls-remote",
+                        "--heads",
+                        &url,
+                    ])
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(|e| {
+                        Failure::new(
+                            Exit::Internal,
+                            format!("could not run git (needed to sync): {e}"),
+                        )
+                    })?;
+                if !out.status.success() {
+                    return Err(Failure::new(
+                        Exit::RemoteFailed,
+                        format!(
+                            "git cannot reach '{url}': {} (--no-check adds it anyway)",
+                            String::from_utf8_lossy(&out.stderr)
+                                .trim()
+                                .replace('\n', "; ")
+                        ),
+                    ));
+                }
+            }
+            let dir = remotes_dir(&t, true)?.expect("made");
+            let mut all = Remotes::load(Some(&dir))?;
+            if let Some(r) = all.get(&name) {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!(
+                        "remote '{name}' exists already ({}): remove it first",
+                        r.url
+                    ),
+                ));
+            }
+            all.remotes.push(Remote {
+                name: name.clone(),
+                url: url.clone(),
+                last_sync: None,
+                pushed: None,
+                replicas: Vec::new(),
+                error: None,
+            });
+            all.save(&dir)?;
+            println!("added remote {name} ({url}); `skillfs sync {name}` pushes to it");
+            Ok(())
+        }
+        RemoteCmd::List { at } => {
+            let t = super::locate::locate(&at, None)?;
+            let all = Remotes::load(remotes_dir(&t, false)?.as_ref())?;
+            if all.remotes.is_empty() {
+                println!("no remotes (skillfs remote add NAME URL)");
+            }
+            let now = crate::time::now_ns();
+            for r in &all.remotes {
+                println!("{}\t{}\t{}", r.name, r.url, describe(r, now));
+            }
+            Ok(())
+        }
+        RemoteCmd::Remove { name, at } => {
+            let t = super::locate::locate(&at, None)?;
+            let Some(dir) = remotes_dir(&t, false)? else {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!("no remote named '{name}'"),
+                ));
+            };
+            let mut all = Remotes::load(Some(&dir))?;
+            let before = all.remotes.len();
+            all.remotes.retain(|r| r.name != name);
+            if all.remotes.len() == before {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!("no remote named '{name}'"),
+                ));
+            }
+            all.save(&dir)?;
+            println!("removed remote {name} (what was pushed to it stays there)");
+            Ok(())
+        }
+    }
+}
+
+/// What the last sync with `r` did, in a few words.
+pub fn describe(r: &Remote, now: i64) -> String {
+    let Some(t) = r.last_sync else {
+        return "never synced".to_string();
+    };
+    let mut s = format!("synced {}", crate::time::ago(t, now));
+    if let Some(e) = &r.error {
+        s.push_str(&format!(", failed: {e}"));
+        return s;
+    }
+    if let Some(p) = r.pushed {
+        s.push_str(&format!(", holds this replica's changes to {p}"));
+    }
+    if !r.replicas.is_empty() {
+        let commits: u64 = r.replicas.iter().map(|(_, n)| n).sum();
+        s.push_str(&format!(
+            ", {} other replica{} ({commits} commits, not merged: merging is not built yet)",
+            r.replicas.len(),
+            if r.replicas.len() == 1 { "" } else { "s" }
+        ));
+    }
+    s
+}
+
+pub fn sync(name: Option<&str>, at: &Where) -> Result<(), Failure> {
+    let t = super::locate::locate(at, None)?;
+    remotes_dir(&t, false)?;
+    let reports = crate::sync::sync(&t.layout, &t.root, name)?;
+    let mut failed: Vec<Failure> = Vec::new();
+    for r in reports {
+        match r.error {
+            Some((exit, m)) => failed.push(Failure::new(exit, m)),
+            None => {
+                let pushed = match r.pushed {
+                    Some((Some(a), b)) if a == b => "up to date".to_string(),
+                    Some((Some(a), b)) => format!("pushed changes {} to {b}", a + 1),
+                    Some((None, b)) => format!("pushed changes 1 to {b}"),
+                    None => "nothing to push".to_string(),
+                };
+                let commits: u64 = r.replicas.iter().map(|(_, n)| n).sum();
+                println!(
+                    "{}: {pushed}; fetched {} other replica{} ({commits} commits; merging them \
+                     into this tree is not built yet)",
+                    r.remote,
+                    r.replicas.len(),
+                    if r.replicas.len() == 1 { "" } else { "s" }
+                );
+            }
+        }
+    }
+    // Each failure is one line; the last one is the command's, with its
+    // exit code.
+    let last = failed.pop();
+    for f in failed {
+        eprintln!("skillfs: {f}");
+    }
+    match last {
+        Some(f) => Err(f),
+        None => Ok(()),
+    }
+}

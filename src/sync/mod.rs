@@ -1,0 +1,47 @@
+//! Skills across machines, this store's side (issue 25; the merge itself
+//! is `skillfs_sync`'s). Built so far: each store is a **replica** with a
+//! stable id, it knows its **remotes** (any URL `git` takes), and
+//! `skillfs sync` **pushes** every version as a commit on the one ref it
+//! owns, `refs/heads/skillfs/<replica>`, and **fetches** the other
+//! replicas' refs. Importing what it fetched as versions, the merge and
+//! the apply through the mount come next; `sync` says so.
+//!
+//! Layout in the store (private like the rest of it):
+//! ```text
+//! REPLICA              this store's replica id (32 hex digits), made once
+//! sync/remotes.json    the remotes, and what was last pushed to each
+//! sync/repo.git/       a bare repository: this replica's branch, made by
+//!                      the same fast-import as `export --git`, and the
+//!                      fetched branches under refs/remotes/<remote>/
+//! sync/lock            held (flock) by a running sync
+//! ```
+//!
+//! Invariants:
+//! - a push is never forced: git refuses one that is not a fast-forward
+//!   of what the remote holds, and receive-pack compares and swaps the
+//!   ref, so a refused push of our own ref means another store pushed it:
+//!   two stores share a replica id (a store copied whole), which is said,
+//!   never overwritten;
+//! - only this replica's ref is pushed; nothing else on the remote is
+//!   touched, and `forget` never rewrites what was pushed (the branch is
+//!   append-only: each run continues after the change its newest commit
+//!   holds);
+//! - per-device files never travel: they are untracked (never versioned,
+//!   see `hide::DEFAULT_UNTRACKED`), and so in no commit;
+//! - where the agent's own Skill Sync is on, `sync` refuses: the two
+//!   would feed each other.
+//!
+//! Locks: `sync/lock`, one sync at a time per store; git locks its refs.
+
+mod remotes;
+mod replica;
+mod run;
+
+pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
+pub use replica::replica_id;
+pub use run::{SyncReport, sync};
+
+/// The branch a replica pushes.
+pub fn branch_of(replica: &str) -> String {
+    format!("refs/heads/skillfs/{replica}")
+}

@@ -1,0 +1,292 @@
+//! `skillfs sync [NAME]`: this replica's versions pushed as commits on its
+//! own ref, then the other replicas' refs fetched, for each remote (or the
+//! one named). See the module doc of `sync` for what it keeps and refuses.
+//!
+//! Locks: `sync/lock` for the whole run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::remotes::{Remotes, sync_dir};
+use super::{branch_of, replica_id};
+use crate::commands::Store;
+use crate::error::{Exit, Failure};
+use crate::store::Layout;
+
+/// What a sync did with one remote.
+pub struct SyncReport {
+    pub remote: String,
+    /// The change ids its copy of this replica's branch now ends at, and
+    /// where it ended before (`None`: it had none).
+    pub pushed: Option<(Option<u64>, u64)>,
+    /// The other replicas it holds, with their commits.
+    pub replicas: Vec<(String, u64)>,
+    /// Why it failed, if it did.
+    pub error: Option<(Exit, String)>,
+}
+
+/// `git` for the store's sync repository: no terminal prompt (a sync may
+/// run unattended), no `ext::` transport (a URL must never run a command),
+/// ssh in batch mode unless the user set their own, and the umask 077, so
+/// that what it writes outside its shared-permission files (`FETCH_HEAD`,
+/// packs) is as private as the rest of the store.
+fn git(repo: &Path) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = crate::export::git::git(Some(repo));
+    // SAFETY: umask(2) is async-signal-safe and touches nothing of the
+    // parent: it runs in the forked child before exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::umask(0o077);
+            Ok(())
+        });
+    }
+    c.env("GIT_TERMINAL_PROMPT", "0")
+        .args(["-c", "protocol.ext.allow=never"])
+        .stdin(Stdio::null());
+    if std::env::var_os("GIT_SSH_COMMAND").is_none() {
+        c.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes");
+    }
+    c
+}
+
+fn said(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr)
+        .trim()
+        .replace('\n', "; ")
+}
+
+/// Whether the agent's own Skill Sync is switched on in `home`'s
+/// `config.yaml` (a top-level `sync:` whose `enabled:` is true): then the
+/// two would feed each other, and skillfs refuses.
+pub fn agent_sync_on(home: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(home.join("config.yaml")) else {
+        return false;
+    };
+    let mut in_sync = false;
+    for line in text.lines() {
+        if !line.starts_with([' ', '\t']) && !line.trim().is_empty() {
+            in_sync = line.trim_end() == "sync:";
+            continue;
+        }
+        if in_sync {
+            let l = line.trim();
+            if let Some(v) = l.strip_prefix("enabled:") {
+                let v = v
+                    .split('#')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase();
+                if matches!(v.as_str(), "true" | "yes" | "on") {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Syncs the store at `layout` (whose root is `root`) with every remote,
+/// or with `only`.
+pub fn sync(layout: &Layout, root: &Path, only: Option<&str>) -> Result<Vec<SyncReport>, Failure> {
+    let home = std::env::var_os("HERMES_HOME")
+        .map(PathBuf::from)
+        .or_else(|| root.parent().map(Path::to_path_buf));
+    if let Some(home) = home
+        && agent_sync_on(&home)
+    {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "the agent's own Skill Sync is on ('{}' says sync: enabled: true): two syncs \
+                 would feed each other; switch one off",
+                home.join("config.yaml").display()
+            ),
+        ));
+    }
+    let dir = sync_dir(layout, true)?.expect("made");
+    let lock = dir
+        .open(
+            "lock",
+            libc::O_RDWR | libc::O_CREAT,
+            crate::store::fsutil::FILE_MODE,
+        )
+        .map_err(|e| Failure::io(Exit::BadStore, "open", &dir.join("lock"), &e))?;
+    if !crate::sys::try_lock_exclusive(&lock)
+        .map_err(|e| Failure::io(Exit::BadStore, "lock", &dir.join("lock"), &e))?
+    {
+        return Err(Failure::new(
+            Exit::Busy,
+            format!("another sync of '{}' is running", layout.dir.display()),
+        ));
+    }
+    let mut remotes = Remotes::load(Some(&dir))?;
+    let chosen: Vec<String> = match only {
+        Some(n) if remotes.get(n).is_none() => {
+            return Err(Failure::new(
+                Exit::Usage,
+                format!(
+                    "no remote named '{n}'{}",
+                    if remotes.remotes.is_empty() {
+                        " (there are none: skillfs remote add NAME URL)".to_string()
+                    } else {
+                        format!(
+                            " (remotes: {})",
+                            remotes
+                                .remotes
+                                .iter()
+                                .map(|r| r.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }
+                ),
+            ));
+        }
+        Some(n) => vec![n.to_string()],
+        None if remotes.remotes.is_empty() => {
+            return Err(Failure::new(
+                Exit::Usage,
+                "this store has no remote: add one with skillfs remote add NAME URL",
+            ));
+        }
+        None => remotes.remotes.iter().map(|r| r.name.clone()).collect(),
+    };
+    let replica = replica_id(layout, true)?.expect("made");
+    let branch = branch_of(&replica);
+    // This replica's versions as commits, in the store's own repository.
+    let store = Store::open(layout.clone())?;
+    let records = crate::commands::read_records(layout)?;
+    let repo = dir.join("repo.git");
+    crate::export::git::export_branch(&store, &records, &repo, &branch, true, None)?;
+    let tip = tip_id(&repo, &branch);
+    let mut reports = Vec::new();
+    for name in chosen {
+        let r = remotes.get(&name).expect("chosen").clone();
+        let report = with_remote(&repo, &replica, &branch, &r.name, &r.url, r.pushed, tip);
+        let entry = remotes.get_mut(&name).expect("chosen");
+        entry.last_sync = Some(crate::time::now_ns());
+        entry.error = report.error.as_ref().map(|(_, m)| m.clone());
+        if let Some((_, now)) = report.pushed {
+            entry.pushed = Some(now);
+        }
+        if report.error.is_none() {
+            entry.replicas = report.replicas.clone();
+        }
+        reports.push(report);
+    }
+    remotes.save(&dir)?;
+    Ok(reports)
+}
+
+/// The change id the newest commit of `branch` holds (its trailer).
+fn tip_id(repo: &Path, branch: &str) -> Option<u64> {
+    let out = git(repo)
+        .args(["log", "-1", "--format=%(trailers:key=skillfs-id,valueonly)"])
+        .arg(branch)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+fn with_remote(
+    repo: &Path,
+    replica: &str,
+    branch: &str,
+    name: &str,
+    url: &str,
+    before: Option<u64>,
+    tip: Option<u64>,
+) -> SyncReport {
+    let mut report = SyncReport {
+        remote: name.to_string(),
+        pushed: None,
+        replicas: Vec::new(),
+        error: None,
+    };
+    let fail = |exit, m: String| Some((exit, m));
+    if tip.is_some() {
+        // Never forced: not a fast-forward of what the remote holds is
+        // refused by git, and the remote compares and swaps the ref.
+        match git(repo)
+            .args(["push", "--porcelain", "--no-verify", url])
+            .arg(format!("{branch}:{branch}"))
+            .output()
+        {
+            Err(e) => {
+                report.error = fail(Exit::Internal, format!("could not run git push: {e}"));
+                return report;
+            }
+            Ok(out) if out.status.success() => {
+                report.pushed = tip.map(|t| (before, t));
+            }
+            Ok(out) => {
+                let porcelain = String::from_utf8_lossy(&out.stdout);
+                let rejected = porcelain
+                    .lines()
+                    .any(|l| l.starts_with('!') && l.contains(branch) && l.contains("[rejected]"));
+                report.error = if rejected {
+                    fail(
+                        Exit::BadStore,
+                        format!(
+                            "remote '{name}' holds another history on this replica's branch \
+                             skillfs/{replica}: two stores share the replica id {replica} (a \
+                             store copied whole?). Nothing was overwritten; give this store a \
+                             new id by removing its REPLICA file, then sync again"
+                        ),
+                    )
+                } else {
+                    fail(
+                        Exit::RemoteFailed,
+                        format!("could not push to remote '{name}' ({url}): {}", said(&out)),
+                    )
+                };
+                return report;
+            }
+        }
+    }
+    // The other replicas' branches, as the remote has them now.
+    let fetched = git(repo)
+        .args(["fetch", "--no-tags", "--prune", "--quiet", url])
+        .arg(format!("+refs/heads/skillfs/*:refs/remotes/{name}/*"))
+        .output();
+    match fetched {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            report.error = fail(
+                Exit::RemoteFailed,
+                format!(
+                    "could not fetch from remote '{name}' ({url}): {}",
+                    said(&out)
+                ),
+            );
+            return report;
+        }
+        Err(e) => {
+            report.error = fail(Exit::Internal, format!("could not run git fetch: {e}"));
+            return report;
+        }
+    }
+    let prefix = format!("refs/remotes/{name}/");
+    if let Ok(out) = git(repo)
+        .args(["for-each-ref", "--format=%(refname)"])
+        .arg(&prefix)
+        .output()
+    {
+        for r in String::from_utf8_lossy(&out.stdout).lines() {
+            let id = r.strip_prefix(&prefix).unwrap_or(r);
+            if id == replica {
+                continue;
+            }
+            let n = git(repo)
+                .args(["rev-list", "--count", r])
+                .output()
+                .ok()
+                .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+                .unwrap_or(0);
+            report.replicas.push((id.to_string(), n));
+        }
+    }
+    report
+}

@@ -1,0 +1,316 @@
+//! Skills across machines, as built so far: `skillfs remote` and
+//! `skillfs sync` against real git repositories (a bare repository on a
+//! path as the remote), through real mounts. Every version is a commit on
+//! the replica's own ref, a second sync only adds commits (a fast-forward),
+//! two stores that share a replica id are refused without anything being
+//! overwritten, the other replicas' refs are fetched, per-device files are
+//! in no commit, and bad input is refused with its exit code.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::{Mount, Scratch, assert_refused, describe, skillfs};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", describe(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn bare(s: &Scratch) -> std::path::PathBuf {
+    let remote = s.root().parent().unwrap().join("remote.git");
+    let out = Command::new("git")
+        .args(["init", "--bare", "--quiet"])
+        .arg(&remote)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    remote
+}
+
+fn root_arg(m: &Mount) -> String {
+    m.root().display().to_string()
+}
+
+fn replica(m: &Mount) -> String {
+    fs::read_to_string(m.store().join("REPLICA"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// The change ids `git log` shows on `branch`, newest first.
+fn ids(remote: &Path, branch: &str) -> Vec<u64> {
+    git(
+        remote,
+        &[
+            "log",
+            "--format=%(trailers:key=skillfs-id,valueonly)",
+            branch,
+        ],
+    )
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    .map(|l| l.trim().parse().unwrap())
+    .collect()
+}
+
+fn last_id(m: &Mount) -> u64 {
+    m.log()
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn every_version_is_a_commit_on_the_replicas_own_ref_and_a_sync_only_adds() {
+    let m = Mount::new("syncpush");
+    let remote = bare(&m.scratch);
+    fs::create_dir_all(m.path("cat/a")).unwrap();
+    fs::write(m.path("cat/a/SKILL.md"), "---\nname: a\n---\none\n").unwrap();
+    fs::write(m.path("cat/a/SKILL.md"), "---\nname: a\n---\ntwo\n").unwrap();
+    // Per-device: never versioned, so in no commit.
+    fs::write(m.path(".sync_state"), "head").unwrap();
+    fs::write(m.path(".sync_device_id"), "host-abc123").unwrap();
+    let out = skillfs(&[
+        "remote",
+        "add",
+        "origin",
+        remote.to_str().unwrap(),
+        "--root",
+        &root_arg(&m),
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = skillfs(&["sync", "--root", &root_arg(&m)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let id = replica(&m);
+    assert_eq!(id.len(), 32);
+    let branch = format!("refs/heads/skillfs/{id}");
+    // The one ref this replica owns, and nothing else.
+    assert_eq!(
+        git(&remote, &["for-each-ref", "--format=%(refname)"]).trim(),
+        branch
+    );
+    let first = ids(&remote, &branch);
+    assert_eq!(
+        first[0],
+        last_id(&m),
+        "the newest commit holds the newest change"
+    );
+    assert_eq!(first.len() as u64, last_id(&m), "one commit per change");
+    let tree = git(&remote, &["ls-tree", "-r", "--name-only", &branch]);
+    assert!(tree.contains("cat/a/SKILL.md"), "{tree}");
+    assert!(
+        !tree.contains(".sync_state") && !tree.contains(".sync_device_id"),
+        "{tree}"
+    );
+    let old_tip = git(&remote, &["rev-parse", &branch]);
+
+    fs::write(m.path("cat/a/SKILL.md"), "---\nname: a\n---\nthree\n").unwrap();
+    let out = skillfs(&["sync", "origin", "--root", &root_arg(&m)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("pushed changes"), "{said}");
+    let now = ids(&remote, &branch);
+    assert_eq!(now[0], last_id(&m));
+    assert_eq!(
+        &now[now.len() - first.len()..],
+        &first[..],
+        "the old commits kept"
+    );
+    let ff = Command::new("git")
+        .arg("--git-dir")
+        .arg(&remote)
+        .args(["merge-base", "--is-ancestor", old_tip.trim(), &branch])
+        .status()
+        .unwrap();
+    assert!(ff.success(), "the new tip descends from the old one");
+    // Up to date: nothing new.
+    let out = skillfs(&["sync", "--root", &root_arg(&m)]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("up to date"),
+        "{}",
+        describe(&out)
+    );
+    // The store stays private (the audit at mount would repair it else).
+    let mut stack = vec![m.store().join("sync")];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let md = fs::symlink_metadata(&p).unwrap();
+            assert_eq!(
+                md.permissions().mode() & 0o077,
+                0,
+                "{} is not private",
+                p.display()
+            );
+            if md.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    let list = skillfs(&["remote", "list", "--root", &root_arg(&m)]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        text.starts_with("origin\t") && text.contains("synced"),
+        "{text}"
+    );
+}
+
+/// Two mounts, each with a file, and the bare repository both have as
+/// their remote `hub`.
+fn two_replicas(tag: &str) -> (Mount, Mount, std::path::PathBuf) {
+    let a = Mount::new(&format!("{tag}A"));
+    let b = Mount::new(&format!("{tag}B"));
+    let remote = bare(&a.scratch);
+    fs::write(a.path("x.md"), "from a").unwrap();
+    fs::write(b.path("y.md"), "from b").unwrap();
+    for m in [&a, &b] {
+        let url = remote.to_str().unwrap();
+        let out = skillfs(&["remote", "add", "hub", url, "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    (a, b, remote)
+}
+
+#[test]
+fn two_stores_that_share_a_replica_id_are_refused_and_nothing_is_overwritten() {
+    let (a, b, remote) = two_replicas("syncshare");
+    let out = skillfs(&["sync", "--root", &root_arg(&a)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let id = replica(&a);
+    let branch = format!("refs/heads/skillfs/{id}");
+    let tip = git(&remote, &["rev-parse", &branch]);
+    // b, a copy of a's store as far as its id goes.
+    fs::write(b.store().join("REPLICA"), format!("{id}\n")).unwrap();
+    let out = skillfs(&["sync", "--root", &root_arg(&b)]);
+    assert_refused(
+        &out,
+        4,
+        &["share the replica id", &id, "Nothing was overwritten"],
+    );
+    assert_eq!(
+        git(&remote, &["rev-parse", &branch]),
+        tip,
+        "a's branch is a's"
+    );
+    let list = skillfs(&["remote", "list", "--root", &root_arg(&b)]);
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("failed"),
+        "{}",
+        describe(&list)
+    );
+}
+
+#[test]
+fn each_replica_fetches_the_others_refs() {
+    let (a, b, remote) = two_replicas("syncsee");
+    for m in [&a, &b] {
+        let out = skillfs(&["sync", "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    let out = skillfs(&["sync", "--root", &root_arg(&a)]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("fetched 1 other replica"), "{said}");
+    assert_ne!(replica(&a), replica(&b), "two stores, two replicas");
+    let refs = git(&remote, &["for-each-ref", "--format=%(refname)"]);
+    assert_eq!(refs.lines().count(), 2, "{refs}");
+}
+
+#[test]
+fn bad_remotes_and_a_running_agent_sync_are_refused() {
+    let m = Mount::new("syncbad");
+    let r = root_arg(&m);
+    let remote = bare(&m.scratch);
+    let url = remote.to_str().unwrap();
+    assert_refused(
+        &skillfs(&["remote", "add", "--root", &r, "--", "-x", url]),
+        2,
+        &["not a remote name"],
+    );
+    assert_refused(
+        &skillfs(&["remote", "add", "a/b", url, "--root", &r]),
+        2,
+        &["not a remote name"],
+    );
+    assert_refused(
+        &skillfs(&[
+            "remote",
+            "add",
+            "--root",
+            &r,
+            "--",
+            "o",
+            "--upload-pack=touch",
+        ]),
+        2,
+        &["not a URL git takes"],
+    );
+    let gone = m.scratch.root().parent().unwrap().join("nowhere.git");
+    assert_refused(
+        &skillfs(&["remote", "add", "o", gone.to_str().unwrap(), "--root", &r]),
+        10,
+        &["cannot reach", "--no-check"],
+    );
+    let out = skillfs(&[
+        "remote",
+        "add",
+        "o",
+        gone.to_str().unwrap(),
+        "--no-check",
+        "--root",
+        &r,
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_refused(
+        &skillfs(&["remote", "add", "o", url, "--root", &r]),
+        2,
+        &["exists already"],
+    );
+    // An unreachable remote fails the sync with 10, and says so.
+    fs::write(m.path("f.md"), "x").unwrap();
+    assert_refused(
+        &skillfs(&["sync", "--root", &r]),
+        10,
+        &["could not push to remote 'o'"],
+    );
+    assert_refused(
+        &skillfs(&["sync", "nope", "--root", &r]),
+        2,
+        &["no remote named 'nope'", "o"],
+    );
+    assert_refused(
+        &skillfs(&["remote", "remove", "nope", "--root", &r]),
+        2,
+        &["no remote named"],
+    );
+    let out = skillfs(&["remote", "remove", "o", "--root", &r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_refused(&skillfs(&["sync", "--root", &r]), 2, &["no remote"]);
+    // The agent's own Skill Sync on: refused, nothing pushed.
+    let out = skillfs(&["remote", "add", "origin", url, "--root", &r]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let home = m.root().parent().unwrap().to_path_buf();
+    fs::write(
+        home.join("config.yaml"),
+        "model: x\nsync:\n  enabled: true\n",
+    )
+    .unwrap();
+    let out = Command::new(common::BIN)
+        .args(["sync", "--root", &r])
+        .env("HERMES_HOME", &home)
+        .output()
+        .unwrap();
+    assert_refused(&out, 2, &["Skill Sync is on"]);
+    assert_eq!(git(&remote, &["for-each-ref"]).trim(), "", "nothing pushed");
+}
