@@ -70,6 +70,7 @@ use crate::channel::Channel;
 use crate::channel::ChannelSender;
 use crate::dev_fuse::DevFuse;
 use crate::ll::Operation;
+use crate::open_flags::OpenFlags;
 use crate::reply::ReplyEmpty;
 use crate::request::RequestWithSender;
 use crate::session::FilesystemHolder;
@@ -183,6 +184,34 @@ pub struct UringInfo {
     pub queues: usize,
     /// Ring entries (and threads) per queue.
     pub per_queue: usize,
+}
+
+/// A request from the ring as `Config::io_uring_quick` sees it, before
+/// it is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UringRequest {
+    /// The kernel's opcode (`enum fuse_opcode` in `linux/fuse.h`).
+    pub opcode: u32,
+    /// The open flags of an OPEN or a RELEASE; None for other requests.
+    pub flags: Option<OpenFlags>,
+}
+
+impl UringRequest {
+    /// Reads it from an entry's header.
+    fn read(h: &[u8; HEADER_SIZE]) -> UringRequest {
+        use crate::ll::fuse_abi::{fuse_open_in, fuse_opcode as op, fuse_release_in};
+        let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap_or_default());
+        let opcode = word(IN_OUT + IN_OPCODE);
+        let flags_at = match opcode {
+            o if o == op::FUSE_OPEN as u32 => Some(offset_of!(fuse_open_in, flags)),
+            o if o == op::FUSE_RELEASE as u32 => Some(offset_of!(fuse_release_in, flags)),
+            _ => None,
+        };
+        UringRequest {
+            opcode,
+            flags: flags_at.map(|at| OpenFlags(word(OP_IN + at) as i32)),
+        }
+    }
 }
 
 /// An entry's buffers, as the kernel reads and writes them: the header,
@@ -393,38 +422,12 @@ fn set_idle(idle: bool) -> bool {
     unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
 }
 
-/// Requests whose handlers take microseconds and never publish or flush:
-/// served without leaving SCHED_IDLE (two system calls fewer; see
-/// `Worker::serve`). An OPEN or RELEASE counts only for a read-only handle
-/// (an open with O_TRUNC, or the release of a written handle, publishes).
-/// Every other request is served at SCHED_OTHER. `h` is the entry's header.
-fn quick(h: &[u8; HEADER_SIZE]) -> bool {
-    use crate::ll::fuse_abi::{fuse_open_in, fuse_opcode as op, fuse_release_in};
-    let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap_or_default());
-    let opcode = word(IN_OUT + IN_OPCODE);
-    let read_only = |flags: u32| {
-        flags & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32 && flags & libc::O_TRUNC as u32 == 0
-    };
-    if opcode == op::FUSE_OPEN as u32 {
-        return read_only(word(OP_IN + offset_of!(fuse_open_in, flags)));
-    }
-    if opcode == op::FUSE_RELEASE as u32 {
-        return read_only(word(OP_IN + offset_of!(fuse_release_in, flags)));
-    }
-    [
-        op::FUSE_LOOKUP as u32,
-        op::FUSE_GETATTR as u32,
-        op::FUSE_IOCTL as u32,
-        op::FUSE_OPENDIR as u32,
-        op::FUSE_RELEASEDIR as u32,
-        op::FUSE_ACCESS as u32,
-        op::FUSE_READLINK as u32,
-        op::FUSE_STATFS as u32,
-        op::FUSE_GETXATTR as u32,
-        op::FUSE_LISTXATTR as u32,
-        op::FUSE_LSEEK as u32,
-    ]
-    .contains(&opcode)
+/// Whether the filesystem's callback (`Config::io_uring_quick`) calls the
+/// request in an entry's header `h` quick: never without one, nor when it
+/// panics (the entry must go on serving).
+fn is_quick(quick: Option<fn(UringRequest) -> bool>, h: &[u8; HEADER_SIZE]) -> bool {
+    let request = UringRequest::read(h);
+    quick.is_some_and(|quick| std::panic::catch_unwind(|| quick(request)).unwrap_or(false))
 }
 
 /// Whether a thread may go to SCHED_IDLE and come back to SCHED_OTHER
@@ -579,6 +582,8 @@ struct Worker<FS: Filesystem> {
     /// SCHED_IDLE while waiting and committing, SCHED_OTHER while serving
     /// (see `serve`).
     idle_between: bool,
+    /// `Config::io_uring_quick`: requests served without leaving SCHED_IDLE.
+    quick: Option<fn(UringRequest) -> bool>,
     dev: Arc<DevFuse>,
     qid: u16,
     entry: Arc<Entry>,
@@ -595,6 +600,7 @@ struct Worker<FS: Filesystem> {
 pub(crate) fn prepare<FS: Filesystem + 'static>(
     dev: &Arc<DevFuse>,
     per_queue: usize,
+    quick: Option<fn(UringRequest) -> bool>,
     payload_len: usize,
     shared: &Arc<Shared<FS>>,
     allowed: SessionACL,
@@ -638,6 +644,7 @@ pub(crate) fn prepare<FS: Filesystem + 'static>(
             let worker = Worker {
                 ring,
                 idle_between,
+                quick,
                 dev: dev.clone(),
                 qid: cpu as u16,
                 entry,
@@ -744,9 +751,10 @@ impl<FS: Filesystem> Worker<FS> {
         // local); with this thread SCHED_OTHER the caller is moved to the
         // other, idle CPU at every reply, an IPI and a cold vCPU each (on
         // the 2-core VM of BENCHMARKS.md: 60 us a round trip instead of
-        // 15). While serving anything but a quick lookup, getattr or open,
-        // the thread is SCHED_OTHER again, so that a busy CPU cannot
-        // starve a handler that writes, publishes or flushes.
+        // 15). While serving anything but a request the filesystem calls
+        // quick (`Config::io_uring_quick`: none unless it says), the
+        // thread is SCHED_OTHER again, so that a busy CPU cannot starve a
+        // handler that writes, publishes or flushes.
         if self.idle_between {
             set_idle(true);
         }
@@ -788,11 +796,11 @@ impl<FS: Filesystem> Worker<FS> {
                 }
                 return;
             }
-            // SCHED_OTHER to serve anything but a quick lookup or open.
+            // SCHED_OTHER to serve anything but a quick request.
             // The header, copied once: the kernel does not write it until
             // the commit.
             let h = self.entry.bufs.read_header();
-            let raised = self.idle_between && !quick(&h) && {
+            let raised = self.idle_between && !is_quick(self.quick, &h) && {
                 let ok = set_idle(false);
                 if !ok {
                     warn!("io_uring queue {}: could not leave SCHED_IDLE to serve", self.qid);
