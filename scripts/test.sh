@@ -60,6 +60,7 @@ echo "test: transports: $transports" >&2
 set -x
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
+CARGO_TARGET_DIR=target/fork cargo test --locked --manifest-path vendor/skillfs-fuser/Cargo.toml --lib
 for transport in $transports; do
     SKILLFS_TRANSPORT=$transport cargo test --locked
 done

@@ -52,7 +52,9 @@ done
 for p in "$dest"/patches/*.patch; do
     (cd "$out" && git apply -p1 "$OLDPWD/$p")
 done
-cp "$dest/FORK.md" "$out/"
+# skillfs's own files beside them: the notes, the patches, and the lock file
+# that the fork's unit tests build with (scripts/test.sh).
+cp "$dest/FORK.md" "$dest/Cargo.lock" "$out/"
 cp -R "$dest/patches" "$out/"
 
 if [ -n "$check" ]; then

@@ -69,6 +69,40 @@ fn per_queue(threads: usize) -> usize {
     threads.clamp(2, 8).min(64 / cpus).max(2)
 }
 
+/// Requests whose handlers take microseconds and never publish or flush:
+/// the fork's ring threads serve them without leaving SCHED_IDLE (two
+/// system calls fewer; ARCHITECTURE.md, "Where the caller wakes up"), and
+/// every other request at SCHED_OTHER. An OPEN or RELEASE counts only for
+/// a read-only handle (an open with O_TRUNC, or the release of a written
+/// handle, publishes).
+fn quick(request: fuser::UringRequest) -> bool {
+    /// The kernel's opcodes (`enum fuse_opcode` in `linux/fuse.h`).
+    const LOOKUP: u32 = 1;
+    const GETATTR: u32 = 3;
+    const READLINK: u32 = 5;
+    const OPEN: u32 = 14;
+    const STATFS: u32 = 17;
+    const RELEASE: u32 = 18;
+    const GETXATTR: u32 = 22;
+    const LISTXATTR: u32 = 23;
+    const OPENDIR: u32 = 27;
+    const RELEASEDIR: u32 = 29;
+    const ACCESS: u32 = 34;
+    const IOCTL: u32 = 39;
+    const LSEEK: u32 = 46;
+    let read_only = |flags: fuser::OpenFlags| {
+        flags.0 & libc::O_ACCMODE == libc::O_RDONLY && flags.0 & libc::O_TRUNC == 0
+    };
+    match request.opcode {
+        OPEN | RELEASE => request.flags.is_some_and(read_only),
+        op => [
+            LOOKUP, GETATTR, IOCTL, OPENDIR, RELEASEDIR, ACCESS, READLINK, STATFS, GETXATTR,
+            LISTXATTR, LSEEK,
+        ]
+        .contains(&op),
+    }
+}
+
 /// Whether /etc/fuse.conf lets unprivileged users mount with `allow_other`.
 fn user_allow_other() -> bool {
     std::fs::read_to_string("/etc/fuse.conf").is_ok_and(|c| {
@@ -116,6 +150,7 @@ pub fn mount(
         fuser::SessionACL::Owner
     };
     config.io_uring_per_queue = if want_uring { per_queue(threads) } else { 0 };
+    config.io_uring_quick = Some(quick);
     let mut adapter = FuseAdapter::new(Arc::clone(&fs));
     adapter.uring = want_uring;
     let session = if skillfs_base::sys::geteuid() == 0 {
@@ -213,4 +248,36 @@ pub fn mount(
         }
     }))?;
     Ok(Mounted { session, transport })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quick;
+    use fuser::{OpenFlags, UringRequest};
+
+    fn request(opcode: u32, flags: Option<i32>) -> UringRequest {
+        UringRequest {
+            opcode,
+            flags: flags.map(OpenFlags),
+        }
+    }
+
+    #[test]
+    fn quick_requests_are_the_short_reads_and_read_only_handles() {
+        // LOOKUP, GETATTR, READLINK, STATFS, ACCESS, IOCTL, LSEEK.
+        for op in [1, 3, 5, 17, 34, 39, 46] {
+            assert!(quick(request(op, None)), "opcode {op}");
+        }
+        // SETATTR, WRITE, FSYNC, FLUSH, CREATE, RENAME2.
+        for op in [4, 16, 20, 25, 35, 45] {
+            assert!(!quick(request(op, None)), "opcode {op}");
+        }
+        // OPEN (14) and RELEASE (18): only of a read-only handle.
+        for op in [14, 18] {
+            assert!(quick(request(op, Some(libc::O_RDONLY))));
+            assert!(!quick(request(op, Some(libc::O_RDONLY | libc::O_TRUNC))));
+            assert!(!quick(request(op, Some(libc::O_WRONLY))));
+            assert!(!quick(request(op, Some(libc::O_RDWR))));
+        }
+    }
 }

@@ -80,6 +80,7 @@ pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
 pub use crate::uring::UringInfo;
+pub use crate::uring::UringRequest;
 pub use crate::uring::possible_cpus;
 
 mod access_flags;

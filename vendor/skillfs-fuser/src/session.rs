@@ -531,6 +531,7 @@ impl<FS: Filesystem> Session<FS> {
                     (true, per_queue) => Some(crate::uring::prepare(
                         self.ch.device(),
                         per_queue,
+                        self.config.io_uring_quick,
                         config.uring_payload(),
                         &self.uring.shared,
                         self.allowed,

@@ -43,6 +43,10 @@
 //!   just before the payload area, so the reply (written into the payload
 //!   area) never overlaps the bytes the handler reads. One with payload
 //!   is copied out first.
+//!
+//! The parts of that which need no ring (a reply written into an entry's
+//! buffers, a request rebuilt for fuser, EIO for a request not served) are
+//! plain functions over the buffers, tested in `tests.rs`.
 
 use std::alloc::Layout;
 use std::io;
@@ -64,12 +68,14 @@ use io_uring::types;
 use log::debug;
 use log::error;
 use log::warn;
+use zerocopy::IntoBytes;
 
 use crate::Filesystem;
 use crate::channel::Channel;
 use crate::channel::ChannelSender;
 use crate::dev_fuse::DevFuse;
 use crate::ll::Operation;
+use crate::open_flags::OpenFlags;
 use crate::reply::ReplyEmpty;
 use crate::request::RequestWithSender;
 use crate::session::FilesystemHolder;
@@ -185,6 +191,34 @@ pub struct UringInfo {
     pub per_queue: usize,
 }
 
+/// A request from the ring as `Config::io_uring_quick` sees it, before
+/// it is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UringRequest {
+    /// The kernel's opcode (`enum fuse_opcode` in `linux/fuse.h`).
+    pub opcode: u32,
+    /// The open flags of an OPEN or a RELEASE; None for other requests.
+    pub flags: Option<OpenFlags>,
+}
+
+impl UringRequest {
+    /// Reads it from an entry's header.
+    fn read(h: &[u8; HEADER_SIZE]) -> UringRequest {
+        use crate::ll::fuse_abi::{fuse_open_in, fuse_opcode as op, fuse_release_in};
+        let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap_or_default());
+        let opcode = word(IN_OUT + IN_OPCODE);
+        let flags_at = match opcode {
+            o if o == op::FUSE_OPEN as u32 => Some(offset_of!(fuse_open_in, flags)),
+            o if o == op::FUSE_RELEASE as u32 => Some(offset_of!(fuse_release_in, flags)),
+            _ => None,
+        };
+        UringRequest {
+            opcode,
+            flags: flags_at.map(|at| OpenFlags(word(OP_IN + at) as i32)),
+        }
+    }
+}
+
 /// An entry's buffers, as the kernel reads and writes them: the header,
 /// and one area holding [`PREFIX`] bytes then the payload. Only raw
 /// pointers: see the module's invariants for who may touch them when.
@@ -245,12 +279,6 @@ impl Buffers {
         unsafe { std::ptr::copy_nonoverlapping(self.header, h.as_mut_ptr(), HEADER_SIZE) };
         h
     }
-
-    fn write_header(&self, at: usize, bytes: &[u8]) {
-        assert!(at + bytes.len() <= HEADER_SIZE);
-        // SAFETY: in bounds (checked); the caller owns the buffers now.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.header.add(at), bytes.len()) };
-    }
 }
 
 impl Drop for Buffers {
@@ -294,45 +322,48 @@ impl std::fmt::Debug for Entry {
 }
 
 impl Entry {
+    fn new(payload_len: usize) -> io::Result<Entry> {
+        Ok(Entry {
+            bufs: Buffers::new(payload_len)?,
+            replied: Mutex::new(Replied::default()),
+            done: Condvar::new(),
+        })
+    }
+
+    /// Takes the next request in hand; returns its generation (a reply for
+    /// an earlier one is dropped from now on).
+    fn begin(&self) -> u64 {
+        let mut r = self.replied.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = r.generation.wrapping_add(1);
+        *r = Replied {
+            generation,
+            ..Replied::default()
+        };
+        generation
+    }
+
     /// Writes a reply (fuser's iovecs: the out header, then the data) into
-    /// the entry's buffers: the header in `in_out`, the rest as payload.
-    /// A second reply to one request is dropped (as the kernel would refuse
-    /// it on `/dev/fuse`).
+    /// the entry's buffers ([`write_reply`]). A second reply to one request
+    /// is dropped (as the kernel would refuse it on `/dev/fuse`).
     pub(crate) fn send(&self, generation: u64, data: &[io::IoSlice<'_>]) -> io::Result<()> {
         let mut replied = self.replied.lock().unwrap_or_else(|p| p.into_inner());
         if replied.done || replied.generation != generation {
             return Err(io::Error::other("a second or late reply to an io_uring request"));
         }
-        let mut head = [0u8; OUT_HEADER_SIZE];
-        let (mut h, mut n) = (0, 0);
-        let mut too_long = false;
-        let payload = self.bufs.payload();
-        for slice in data {
-            let mut s: &[u8] = slice;
-            // The header first (fuser sends it as the first slice).
-            let take = s.len().min(OUT_HEADER_SIZE - h);
-            head[h..h + take].copy_from_slice(&s[..take]);
-            h += take;
-            s = &s[take..];
-            if n + s.len() > self.bufs.payload_len {
-                too_long = true;
-                break;
-            }
-            // SAFETY: n + s.len() <= payload_len; the reply's bytes never
-            // overlap the request's (module invariants).
-            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), payload.add(n), s.len()) };
-            n += s.len();
-        }
-        if too_long {
-            // The kernel sized the payload for its largest request: a
-            // longer reply is the filesystem's bug; the caller gets EIO.
-            warn!("io_uring reply longer than the payload buffer");
-            head[OUT_ERROR..OUT_ERROR + 4].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-            n = 0;
-        }
-        self.bufs.write_header(IN_OUT, &head);
-        self.bufs
-            .write_header(ENT_PAYLOAD_SZ, &(n as u32).to_ne_bytes());
+        let b = &self.bufs;
+        // SAFETY: the header is HEADER_SIZE bytes, the payload area
+        // payload_len. The request in hand is this reply's (its
+        // generation), so the kernel does not touch them before its
+        // commit, and the mutex makes this the only reply writing them; the
+        // request's bytes handed to fuser lie outside them (in the prefix,
+        // or copied: module invariants).
+        let (header, payload) = unsafe {
+            (
+                &mut *b.header.cast::<[u8; HEADER_SIZE]>(),
+                std::slice::from_raw_parts_mut(b.payload(), b.payload_len),
+            )
+        };
+        write_reply(header, payload, data);
         replied.done = true;
         let waiting = replied.waiting;
         drop(replied);
@@ -345,13 +376,159 @@ impl Entry {
     /// EIO for request `unique`, unless it has its reply already.
     fn fail(&self, unique: u64) {
         let generation = self.replied.lock().unwrap_or_else(|p| p.into_inner()).generation;
-        let mut out = [0u8; OUT_HEADER_SIZE];
-        let at = offset_of!(abi::OutHeader, len);
-        out[at..at + 4].copy_from_slice(&(OUT_HEADER_SIZE as u32).to_ne_bytes());
-        out[OUT_ERROR..OUT_ERROR + 4].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-        out[OUT_UNIQUE..OUT_UNIQUE + 8].copy_from_slice(&unique.to_ne_bytes());
-        let _ = self.send(generation, &[io::IoSlice::new(&out)]);
+        let _ = self.send(generation, &[io::IoSlice::new(&eio_reply(unique))]);
     }
+}
+
+/// Writes a reply (fuser's iovecs: the out header, then the data) into an
+/// entry's buffers: the out header at the start of the header's in/out
+/// area, the rest into `payload`, its size into the entry's `payload_sz`.
+/// A reply longer than `payload` goes as EIO without payload: the kernel
+/// sized the payload for its largest request, so a longer reply is the
+/// filesystem's bug, and the caller gets EIO.
+fn write_reply(header: &mut [u8; HEADER_SIZE], payload: &mut [u8], data: &[io::IoSlice<'_>]) {
+    let mut head = [0u8; OUT_HEADER_SIZE];
+    let (mut h, mut n) = (0, 0);
+    let mut too_long = false;
+    for slice in data {
+        let mut s: &[u8] = slice;
+        // The header first (fuser sends it as the first slice).
+        let take = s.len().min(OUT_HEADER_SIZE - h);
+        head[h..h + take].copy_from_slice(&s[..take]);
+        h += take;
+        s = &s[take..];
+        let Some(to) = payload.get_mut(n..n + s.len()) else {
+            too_long = true;
+            break;
+        };
+        to.copy_from_slice(s);
+        n += s.len();
+    }
+    if too_long {
+        warn!("io_uring reply longer than the payload buffer");
+        head[OUT_ERROR..OUT_ERROR + 4].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+        n = 0;
+    }
+    header[IN_OUT..IN_OUT + OUT_HEADER_SIZE].copy_from_slice(&head);
+    header[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4].copy_from_slice(&(n as u32).to_ne_bytes());
+}
+
+/// The reply EIO to request `unique`: an out header alone.
+fn eio_reply(unique: u64) -> [u8; OUT_HEADER_SIZE] {
+    let mut out = [0u8; OUT_HEADER_SIZE];
+    let at = offset_of!(abi::OutHeader, len);
+    out[at..at + 4].copy_from_slice(&(OUT_HEADER_SIZE as u32).to_ne_bytes());
+    out[OUT_ERROR..OUT_ERROR + 4].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+    out[OUT_UNIQUE..OUT_UNIQUE + 8].copy_from_slice(&unique.to_ne_bytes());
+    out
+}
+
+/// What an entry's header says of the request in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Head {
+    unique: u64,
+    commit_id: u64,
+    /// The in-header's `len`: in-header, op header and payload.
+    len: usize,
+    payload_sz: usize,
+}
+
+impl Head {
+    fn read(h: &[u8; HEADER_SIZE]) -> Head {
+        let word = |at: usize| u64::from_ne_bytes(h[at..at + 8].try_into().unwrap_or_default());
+        let half = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap_or_default()) as usize;
+        Head {
+            unique: word(IN_OUT + IN_UNIQUE),
+            commit_id: word(ENT_COMMIT_ID),
+            len: half(IN_OUT + offset_of!(abi::InHeader, len)),
+            payload_sz: half(ENT_PAYLOAD_SZ),
+        }
+    }
+
+    /// The op header's length, if the sizes agree (the op header fits its
+    /// area, the payload the entry's `payload_len`); None: malformed.
+    fn op_len(&self, payload_len: usize) -> Option<usize> {
+        self.len
+            .checked_sub(IN_HEADER_SIZE)
+            .and_then(|l| l.checked_sub(self.payload_sz))
+            .filter(|&l| l <= OP_IN_SIZE && self.payload_sz <= payload_len)
+    }
+}
+
+/// The request as a `/dev/fuse` read gives it (in-header, op header,
+/// payload), for fuser's parser, which wants it 8-byte aligned. Without
+/// payload it is assembled in place, at the end of `prefix` (the area
+/// before the payload, whose end is aligned: a reply, written into the
+/// payload area, never overlaps it); with payload (or an op header that
+/// would leave it unaligned) it is copied into `copy`. `op_len` is
+/// [`Head::op_len`]'s; `payload` is the entry's payload area.
+fn rebuild<'a>(
+    h: &[u8; HEADER_SIZE],
+    head: &Head,
+    op_len: usize,
+    prefix: &'a mut [u8],
+    payload: &[u8],
+    copy: &'a mut Vec<u64>,
+) -> &'a [u8] {
+    let heads = IN_HEADER_SIZE + op_len;
+    let to: &mut [u8] = if head.payload_sz == 0 && heads % 8 == 0 {
+        let start = prefix.len() - heads;
+        &mut prefix[start..]
+    } else {
+        copy.clear();
+        copy.resize(head.len.div_ceil(8), 0);
+        &mut copy.as_mut_bytes()[..head.len]
+    };
+    to[..IN_HEADER_SIZE].copy_from_slice(&h[IN_OUT..IN_OUT + IN_HEADER_SIZE]);
+    to[IN_HEADER_SIZE..heads].copy_from_slice(&h[OP_IN..OP_IN + op_len]);
+    to[heads..].copy_from_slice(&payload[..head.payload_sz]);
+    to
+}
+
+/// Serves the request in `entry` (`h`: its header, copied): rebuilt for
+/// fuser and handed to `dispatch` with the session and the request's
+/// generation, or answered EIO when it cannot be (module invariants: every
+/// request is committed): a malformed request, a session gone (`session`
+/// None), a request fuser cannot parse (`dispatch` returns false), a
+/// handler that panicked. The reply may come later, from another thread.
+/// Returns the request's unique and commit ids.
+fn serve_request<S>(
+    entry: &Entry,
+    h: &[u8; HEADER_SIZE],
+    session: Option<S>,
+    copy: &mut Vec<u64>,
+    qid: u16,
+    dispatch: impl FnOnce(S, &[u8], u64) -> bool,
+) -> (u64, u64) {
+    let generation = entry.begin();
+    let head = Head::read(h);
+    let b = &entry.bufs;
+    let (Some(op_len), Some(session)) = (head.op_len(b.payload_len), session) else {
+        warn!("io_uring queue {qid}: a request not served (malformed, or the session ended)");
+        entry.fail(head.unique);
+        return (head.unique, head.commit_id);
+    };
+    // SAFETY: the kernel does not write the buffers until the commit, and
+    // no reply writes the prefix; the payload is read here only, before
+    // the handler runs (a late reply to an earlier request is dropped
+    // since `begin`).
+    let (prefix, payload) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(b.area, PREFIX),
+            std::slice::from_raw_parts(b.payload(), b.payload_len),
+        )
+    };
+    let data = rebuild(h, &head, op_len, prefix, payload, copy);
+    let served = std::panic::catch_unwind(AssertUnwindSafe(|| dispatch(session, data, generation)));
+    match served {
+        Ok(true) => {}
+        Ok(false) => warn!("io_uring queue {qid}: a request fuser cannot parse"),
+        Err(_) => error!("io_uring queue {qid}: a handler panicked; answered EIO"),
+    }
+    if !matches!(served, Ok(true)) {
+        entry.fail(head.unique);
+    }
+    (head.unique, head.commit_id)
 }
 
 /// Reads the kernel's possible CPUs (`/sys/devices/system/cpu/possible`,
@@ -393,38 +570,12 @@ fn set_idle(idle: bool) -> bool {
     unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
 }
 
-/// Requests whose handlers take microseconds and never publish or flush:
-/// served without leaving SCHED_IDLE (two system calls fewer; see
-/// `Worker::serve`). An OPEN or RELEASE counts only for a read-only handle
-/// (an open with O_TRUNC, or the release of a written handle, publishes).
-/// Every other request is served at SCHED_OTHER. `h` is the entry's header.
-fn quick(h: &[u8; HEADER_SIZE]) -> bool {
-    use crate::ll::fuse_abi::{fuse_open_in, fuse_opcode as op, fuse_release_in};
-    let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap_or_default());
-    let opcode = word(IN_OUT + IN_OPCODE);
-    let read_only = |flags: u32| {
-        flags & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32 && flags & libc::O_TRUNC as u32 == 0
-    };
-    if opcode == op::FUSE_OPEN as u32 {
-        return read_only(word(OP_IN + offset_of!(fuse_open_in, flags)));
-    }
-    if opcode == op::FUSE_RELEASE as u32 {
-        return read_only(word(OP_IN + offset_of!(fuse_release_in, flags)));
-    }
-    [
-        op::FUSE_LOOKUP as u32,
-        op::FUSE_GETATTR as u32,
-        op::FUSE_IOCTL as u32,
-        op::FUSE_OPENDIR as u32,
-        op::FUSE_RELEASEDIR as u32,
-        op::FUSE_ACCESS as u32,
-        op::FUSE_READLINK as u32,
-        op::FUSE_STATFS as u32,
-        op::FUSE_GETXATTR as u32,
-        op::FUSE_LISTXATTR as u32,
-        op::FUSE_LSEEK as u32,
-    ]
-    .contains(&opcode)
+/// Whether the filesystem's callback (`Config::io_uring_quick`) calls the
+/// request in an entry's header `h` quick: never without one, nor when it
+/// panics (the entry must go on serving).
+fn is_quick(quick: Option<fn(UringRequest) -> bool>, h: &[u8; HEADER_SIZE]) -> bool {
+    let request = UringRequest::read(h);
+    quick.is_some_and(|quick| std::panic::catch_unwind(|| quick(request)).unwrap_or(false))
 }
 
 /// Whether a thread may go to SCHED_IDLE and come back to SCHED_OTHER
@@ -579,6 +730,8 @@ struct Worker<FS: Filesystem> {
     /// SCHED_IDLE while waiting and committing, SCHED_OTHER while serving
     /// (see `serve`).
     idle_between: bool,
+    /// `Config::io_uring_quick`: requests served without leaving SCHED_IDLE.
+    quick: Option<fn(UringRequest) -> bool>,
     dev: Arc<DevFuse>,
     qid: u16,
     entry: Arc<Entry>,
@@ -595,6 +748,7 @@ struct Worker<FS: Filesystem> {
 pub(crate) fn prepare<FS: Filesystem + 'static>(
     dev: &Arc<DevFuse>,
     per_queue: usize,
+    quick: Option<fn(UringRequest) -> bool>,
     payload_len: usize,
     shared: &Arc<Shared<FS>>,
     allowed: SessionACL,
@@ -630,14 +784,11 @@ pub(crate) fn prepare<FS: Filesystem + 'static>(
             let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
                 .build(4)
                 .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
-            let entry = Arc::new(Entry {
-                bufs: Buffers::new(payload_len)?,
-                replied: Mutex::new(Replied::default()),
-                done: Condvar::new(),
-            });
+            let entry = Arc::new(Entry::new(payload_len)?);
             let worker = Worker {
                 ring,
                 idle_between,
+                quick,
                 dev: dev.clone(),
                 qid: cpu as u16,
                 entry,
@@ -744,9 +895,10 @@ impl<FS: Filesystem> Worker<FS> {
         // local); with this thread SCHED_OTHER the caller is moved to the
         // other, idle CPU at every reply, an IPI and a cold vCPU each (on
         // the 2-core VM of BENCHMARKS.md: 60 us a round trip instead of
-        // 15). While serving anything but a quick lookup, getattr or open,
-        // the thread is SCHED_OTHER again, so that a busy CPU cannot
-        // starve a handler that writes, publishes or flushes.
+        // 15). While serving anything but a request the filesystem calls
+        // quick (`Config::io_uring_quick`: none unless it says), the
+        // thread is SCHED_OTHER again, so that a busy CPU cannot starve a
+        // handler that writes, publishes or flushes.
         if self.idle_between {
             set_idle(true);
         }
@@ -788,11 +940,11 @@ impl<FS: Filesystem> Worker<FS> {
                 }
                 return;
             }
-            // SCHED_OTHER to serve anything but a quick lookup or open.
+            // SCHED_OTHER to serve anything but a quick request.
             // The header, copied once: the kernel does not write it until
             // the commit.
             let h = self.entry.bufs.read_header();
-            let raised = self.idle_between && !quick(&h) && {
+            let raised = self.idle_between && !is_quick(self.quick, &h) && {
                 let ok = set_idle(false);
                 if !ok {
                     warn!("io_uring queue {}: could not leave SCHED_IDLE to serve", self.qid);
@@ -821,9 +973,7 @@ impl<FS: Filesystem> Worker<FS> {
     }
 
     /// Takes the request the kernel put in the entry's buffers and
-    /// dispatches it; returns its unique and commit ids. The reply may come
-    /// later, from another thread; a handler that panics or a request
-    /// that cannot be dispatched is answered EIO.
+    /// dispatches it ([`serve_request`]); returns its unique and commit ids.
     fn serve_one(
         &self,
         h: &[u8; HEADER_SIZE],
@@ -831,81 +981,30 @@ impl<FS: Filesystem> Worker<FS> {
         se_ch: &Channel,
         copy: &mut Vec<u64>,
     ) -> (u64, u64) {
-        let generation = {
-            let mut r = self.entry.replied.lock().unwrap_or_else(|p| p.into_inner());
-            let generation = r.generation.wrapping_add(1);
-            *r = Replied {
-                generation,
-                ..Replied::default()
+        let fs = weak.and_then(Weak::upgrade);
+        serve_request(&self.entry, h, fs, copy, self.qid, |fs, data, generation| {
+            let se = SessionEventLoop {
+                thread_name: String::new(),
+                ch: se_ch.clone(),
+                filesystem: fs,
+                allowed: self.allowed,
+                session_owner: self.owner,
             };
-            generation
-        };
-        let b = &self.entry.bufs;
-        let word = |at: usize| u64::from_ne_bytes(h[at..at + 8].try_into().unwrap_or_default());
-        let at = IN_OUT + offset_of!(abi::InHeader, len);
-        let len = u32::from_ne_bytes(h[at..at + 4].try_into().unwrap_or_default()) as usize;
-        let unique = word(IN_OUT + IN_UNIQUE);
-        let commit_id = word(ENT_COMMIT_ID);
-        let payload_sz = u32::from_ne_bytes(h[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4].try_into().unwrap_or_default()) as usize;
-        let op_len = len
-            .checked_sub(IN_HEADER_SIZE)
-            .and_then(|l| l.checked_sub(payload_sz))
-            .filter(|&l| l <= OP_IN_SIZE && payload_sz <= b.payload_len);
-        let (Some(op_len), Some(fs)) = (op_len, weak.and_then(Weak::upgrade)) else {
-            warn!("io_uring queue {}: a request not served (malformed, or the session ended)", self.qid);
-            self.entry.fail(unique);
-            return (unique, commit_id);
-        };
-        let heads = IN_HEADER_SIZE + op_len;
-        // SAFETY (both arms): the kernel does not write the buffers until
-        // the commit below; the slice handed to fuser is never written by a
-        // reply (in place: it lies in the prefix, before the payload area;
-        // copied: it is `copy`).
-        let data: &[u8] = if payload_sz == 0 && heads % 8 == 0 {
-            unsafe {
-                let start = b.area.add(PREFIX - heads);
-                std::ptr::copy_nonoverlapping(h.as_ptr(), start, IN_HEADER_SIZE);
-                std::ptr::copy_nonoverlapping(h[OP_IN..].as_ptr(), start.add(IN_HEADER_SIZE), op_len);
-                std::slice::from_raw_parts(start, heads)
-            }
-        } else {
-            copy.clear();
-            copy.resize(len.div_ceil(8), 0);
-            unsafe {
-                let dst = copy.as_mut_ptr().cast::<u8>();
-                std::ptr::copy_nonoverlapping(h.as_ptr(), dst, IN_HEADER_SIZE);
-                std::ptr::copy_nonoverlapping(h[OP_IN..].as_ptr(), dst.add(IN_HEADER_SIZE), op_len);
-                std::ptr::copy_nonoverlapping(b.payload(), dst.add(heads), payload_sz);
-                std::slice::from_raw_parts(dst, len)
-            }
-        };
-        let se = SessionEventLoop {
-            thread_name: String::new(),
-            ch: se_ch.clone(),
-            filesystem: fs,
-            allowed: self.allowed,
-            session_owner: self.owner,
-        };
-        let sender = ChannelSender::to_entry(self.dev.clone(), self.entry.clone(), generation);
-        let served = std::panic::catch_unwind(AssertUnwindSafe(|| match RequestWithSender::new(sender, data) {
-            Some(req) => {
-                if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                    req.reply::<ReplyEmpty>().ok();
-                } else {
-                    req.dispatch(&se);
+            let sender = ChannelSender::to_entry(self.dev.clone(), self.entry.clone(), generation);
+            match RequestWithSender::new(sender, data) {
+                Some(req) => {
+                    if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                        req.reply::<ReplyEmpty>().ok();
+                    } else {
+                        req.dispatch(&se);
+                    }
+                    true
                 }
-                true
+                None => false,
             }
-            None => false,
-        }));
-        match served {
-            Ok(true) => {}
-            Ok(false) => warn!("io_uring queue {}: a request fuser cannot parse", self.qid),
-            Err(_) => error!("io_uring queue {}: a handler panicked; answered EIO", self.qid),
-        }
-        if !matches!(served, Ok(true)) {
-            self.entry.fail(unique);
-        }
-        (unique, commit_id)
+        })
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,6 +7,9 @@ use crate::SessionACL;
 /// Fuser session configuration, including mount options.
 #[derive(Debug, Clone, Default, Eq, PartialEq)]
 #[non_exhaustive]
+// (skillfs's fork: equal configs have the same `io_uring_quick` function
+// by address, the only equality a function pointer has.)
+#[allow(unpredictable_function_pointer_comparisons)]
 pub struct Config {
     /// Mount options.
     pub mount_options: Vec<MountOption>,
@@ -22,6 +25,13 @@ pub struct Config {
     /// the filesystem asks for `InitFlags::FUSE_OVER_IO_URING` at INIT and
     /// the kernel offers it; 0 never starts it. See `crate::uring`.
     pub io_uring_per_queue: usize,
+    /// FUSE over io_uring (skillfs's fork): the requests served without
+    /// leaving SCHED_IDLE. A ring thread waits at SCHED_IDLE (when it is
+    /// allowed back to SCHED_OTHER) and serves each request at SCHED_OTHER,
+    /// except those this calls quick: handlers that take microseconds, for which
+    /// two system calls would cost more than they save. None: no request
+    /// is quick. See `crate::uring`.
+    pub io_uring_quick: Option<fn(crate::UringRequest) -> bool>,
 }
 
 /// Mount options accepted by the FUSE filesystem type
