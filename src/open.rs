@@ -47,7 +47,7 @@ impl Core {
 
     /// What an unmount does: publishes what writers left, makes it durable
     /// and stops the core's threads; then the store is unlocked.
-    pub fn close(self) {
-        self.prepared.fs.shutdown();
+    pub fn close(mut self) {
+        self.prepared.finish();
     }
 }

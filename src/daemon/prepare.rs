@@ -68,10 +68,23 @@ pub(crate) struct Prepared {
     pub(super) warnings: Vec<String>,
     /// Start-up facts for the log alone (the journal's checkpoint).
     pub(super) notes: Vec<String>,
-    _lock: StoreLock,
+    /// Taken by [`Prepared::finish`] at a clean end.
+    lock: Option<StoreLock>,
     pub(crate) fs: Arc<SkillFs>,
     /// The retention policy of `config.json`, applied on its schedule.
     pub(super) retention: Option<crate::retention::Policy>,
+}
+
+impl Prepared {
+    /// The clean end of a core: what writers left published and synced
+    /// (`SkillFs::shutdown`), then the store's `LOCK` emptied, so the next
+    /// mount knows this one finished.
+    pub(crate) fn finish(&mut self) {
+        self.fs.shutdown();
+        if let Some(lock) = self.lock.take() {
+            lock.finish();
+        }
+    }
 }
 
 /// A store opened for a mount (or an import), locked: everything of
@@ -321,6 +334,9 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         blobs,
         retention,
     } = o;
+    // The last daemon did not finish (its pid still in LOCK): a power cut
+    // may have left live files empty or zero-filled (see `scan::torn`).
+    let unclean = lock.last_unclean();
     let journal = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
     // Folded and let go: a year's records are hundreds of MB the daemon
     // need not keep.
@@ -365,13 +381,17 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         parked_fd: fds.parked.fd(),
         orphans_fd: fds.orphans.fd(),
     };
+    let mut warnings = warnings;
     let report = {
         let mut settler = Settler::new(areas, &rules, &mut ledger, &blobs, Actor::daemon());
+        settler.repair_torn = unclean;
         let scanned = settler
             .settle(&RelPath::root(), Op::Scan, false, false, None)
             .and_then(|()| settler.record_removals())
             .and_then(|()| tend_parked(&mut settler, crate::time::now_ns(), &fds.tmp));
         scanned.map_err(|e| Failure::new(Exit::BadRoot, format!("scan of ROOT failed: {e}")))?;
+        // Said by `mount` and kept in the log: files put back after a power cut.
+        warnings.append(&mut settler.repairs);
         settler.report
     };
     ledger
@@ -401,7 +421,7 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         layout,
         warnings,
         notes,
-        _lock: lock,
+        lock: Some(lock),
         fs: Arc::new(fs),
         retention,
     })

@@ -81,7 +81,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // Before any thread starts: only the signal thread may take them.
     block_signals();
     let background = ready.is_some();
-    let prepared = match prepare(&args) {
+    let mut prepared = match prepare(&args) {
         Ok(p) => p,
         Err(f) => {
             report_ready(
@@ -173,8 +173,8 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     sd_notify("STOPPING=1\n");
     // `destroy` has published and synced; make sure of it for the paths
     // where the kernel never sent DESTROY (connection aborted).
-    prepared.fs.shutdown();
     let _ = prepared.top.unlink(super::control::CONTROL);
+    prepared.finish();
     tracing::info!("unmounted {}", prepared.mount_point.display());
     result.map_err(|e| Failure::new(Exit::Internal, format!("session ended with an error: {e}")))
 }

@@ -3,7 +3,8 @@
 //! On-disk layout (the one place it is written down):
 //!
 //! ```text
-//! LOCK              flock held by the mounted daemon; holds its pid
+//! LOCK              flock held by the mounted daemon; holds its pid,
+//!                   emptied at a clean unmount (see `StoreLock`)
 //! journal/*.jsonl   append-only change records, one JSON object per line
 //! blobs/ab/<sha256> immutable file contents, content-addressed (larger ones)
 //! blobs/packs/<n>.pack  small contents, appended (see `packs`)
@@ -154,8 +155,14 @@ pub enum LockState {
 
 /// The exclusive lock of a mounted store; released when dropped (or when the
 /// daemon dies, which is why it is an flock and not a pid file).
+///
+/// `LOCK` holds the holder's pid while it runs, and is emptied by
+/// [`StoreLock::finish`] once a clean unmount made everything durable: a
+/// pid found in it by the next holder means the last one did not finish
+/// (SIGKILL, a crash, a power cut), which the mount-time scan acts on.
 pub struct StoreLock {
-    _file: File,
+    file: File,
+    unclean: bool,
 }
 
 impl StoreLock {
@@ -171,10 +178,31 @@ impl StoreLock {
         if !got {
             return Err(Self::in_use(layout));
         }
+        let mut left = String::new();
+        let _ = std::io::Read::read_to_string(&mut file, &mut left);
         file.set_len(0)
+            .and_then(|()| std::io::Seek::rewind(&mut file))
             .and_then(|()| writeln!(file, "{}", std::process::id()))
             .map_err(|e| StoreError::io(ErrorKind::Store, "write", &path, e))?;
-        Ok(StoreLock { _file: file })
+        Ok(StoreLock {
+            file,
+            unclean: !left.trim().is_empty(),
+        })
+    }
+
+    /// Whether the last holder left without [`StoreLock::finish`] (its pid
+    /// was still in `LOCK`): it was killed, crashed, or the power went.
+    pub fn last_unclean(&self) -> bool {
+        self.unclean
+    }
+
+    /// A clean end: `LOCK` emptied (and synced), then the lock let go. Call
+    /// it only once everything the holder wrote is durable.
+    pub fn finish(self) {
+        let emptied = self.file.set_len(0).and_then(|()| sys::fsync(&self.file));
+        if let Err(e) = emptied {
+            tracing::warn!("could not empty LOCK at a clean end: {e}");
+        }
     }
 
     /// The pid written by the daemon holding the lock, if one holds it

@@ -21,6 +21,7 @@
 //! `ledger` held (see `fs::unpark`).
 
 mod parks;
+mod torn;
 pub use parks::{delete_trash, move_to_trash, old_orphans, tend_parked};
 
 use skillfs_store::{Dir, Named};
@@ -46,6 +47,8 @@ pub struct ScanReport {
     pub unparked: u64,
     pub orphaned: u64,
     pub swept: u64,
+    /// Files found torn by a power cut and put back (see `torn`).
+    pub repaired: u64,
 }
 
 pub fn kind_of(st: &libc::stat) -> Option<Kind> {
@@ -167,6 +170,11 @@ pub struct Settler<'a> {
     /// there hidden-ness is decided where a name is placed, and the kernel
     /// and the daemon's inode table know each entry where it was placed.
     pub relocate: bool,
+    /// The last shutdown was unclean: a file found empty or zero-filled
+    /// where history holds it whole is put back (see `torn`).
+    pub repair_torn: bool,
+    /// One line per file put back after a power cut, for the mount to say.
+    pub repairs: Vec<String>,
 }
 
 impl<'a> Settler<'a> {
@@ -190,6 +198,8 @@ impl<'a> Settler<'a> {
             swept_entries: Vec::new(),
             prehashed: Prehashed::new(),
             relocate: true,
+            repair_torn: false,
+            repairs: Vec::new(),
         }
     }
 
@@ -440,7 +450,15 @@ impl<'a> Settler<'a> {
                 self.report.entries += 1;
                 self.seen.insert(path.clone());
                 if let Some(state) = self.changed_state(&path, &st, kind)? {
+                    let torn = match op {
+                        Op::Scan => self.torn_version(&path, &state)?,
+                        _ => None,
+                    };
+                    // The found bytes first, as the version they are.
                     self.record(Change::new(op, path.clone(), Some(state)))?;
+                    if let Some((old, bytes)) = torn {
+                        self.put_back(&path, old, &bytes)?;
+                    }
                 }
                 if kind == Kind::Dir {
                     subdirs.push((path, in_pkg));
