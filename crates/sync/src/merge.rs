@@ -97,13 +97,17 @@ fn entries_of(sub: &Sub<'_>) -> Vec<(Vec<u8>, Entry)> {
         .collect()
 }
 
-/// The unit each path belongs to: its innermost skill, else itself.
-fn unit_of<'a>(path: &'a [u8], roots: &'a BTreeSet<Vec<u8>>) -> &'a [u8] {
-    roots
-        .iter()
-        .filter(|r| within(path, r))
-        .max_by_key(|r| r.len())
-        .map_or(path, Vec::as_slice)
+/// The unit each path belongs to: its innermost skill, else itself
+/// (found by walking up its ancestors: linear in the tree).
+fn unit_of<'a>(path: &'a [u8], roots: &BTreeSet<Vec<u8>>) -> &'a [u8] {
+    let mut at = Some(path);
+    while let Some(p) = at {
+        if roots.contains(p) {
+            return p;
+        }
+        at = crate::tree::parent(p);
+    }
+    path
 }
 
 fn text(contents: &dyn Contents, e: Option<&Entry>) -> Option<Option<String>> {
@@ -138,7 +142,10 @@ pub fn merge(base: &Tree, ours: &Tree, theirs: &Tree, contents: &dyn Contents) -
     for unit in &units {
         let sub = |t: &'_ Tree| -> BTreeMap<Vec<u8>, Entry> {
             let s = if roots.contains(*unit) {
-                t.subtree(unit)
+                // Without a skill inside it: that one is a unit of its own.
+                let mut s = t.subtree(unit);
+                s.retain(|p, _| unit_of(p, &roots) == *unit);
+                s
             } else {
                 t.get(unit)
                     .map(|e| BTreeMap::from([(*unit, e)]))
@@ -213,7 +220,14 @@ fn by_path(
                         .push(conflict(Reason::DeleteModify, Side::Theirs, None));
                     o
                 }
-                (Some(Entry::File { exec, .. }), Some(Entry::File { .. })) => {
+                (Some(Entry::File { exec: eo, .. }), Some(Entry::File { exec: et, .. })) => {
+                    // The executable bit merges on its own: the side that
+                    // changed it from the base wins (ours if both did).
+                    let eb = match b {
+                        Some(Entry::File { exec, .. }) => *exec,
+                        _ => *eo,
+                    };
+                    let exec = if eo == &eb { et } else { eo };
                     match (text(contents, b), text(contents, o), text(contents, t)) {
                         (Some(tb), Some(Some(to)), Some(Some(tt))) => {
                             match diff3::merge(tb.as_deref().unwrap_or(""), &to, &tt) {
@@ -263,16 +277,15 @@ fn check(
     m: &mut Merged,
 ) {
     let _ = base;
-    let read = |m: &Merged, t: &Tree, root: &[u8]| -> Option<String> {
+    let fresh: std::collections::HashMap<String, Vec<u8>> = m.new_blobs.iter().cloned().collect();
+    let read = |_: &Merged, t: &Tree, root: &[u8]| -> Option<String> {
         let mut p = root.to_vec();
         p.push(b'/');
         p.extend_from_slice(SKILL_MD);
         match t.get(&p)? {
-            Entry::File { blob, .. } => m
-                .new_blobs
-                .iter()
-                .find(|(b, _)| b == blob)
-                .map(|(_, bytes)| bytes.clone())
+            Entry::File { blob, .. } => fresh
+                .get(blob)
+                .cloned()
                 .or_else(|| contents.read(blob))
                 .and_then(|b| String::from_utf8(b).ok()),
             _ => None,
@@ -341,6 +354,8 @@ fn check(
         }
         let Some((unit, why)) = bad else { return };
         // Ours whole, theirs the conflict.
+        // Ours whole, skills inside it included, and theirs the conflict:
+        // what it had there, all of it (the conflicts inside give way).
         m.conflicts.retain(|c| !within(&c.path, &unit));
         let keys: Vec<Vec<u8>> = m.tree.subtree(&unit).keys().map(|p| p.to_vec()).collect();
         for k in keys {

@@ -66,6 +66,15 @@ fn base(blobs: &mut Blobs, rng: &mut Rng) -> Tree {
     let mut t = Tree::new();
     for s in 0..4 {
         let name = format!("s{s}");
+        if s == 3 {
+            t.insert(
+                b"cat/s3/run.sh",
+                Entry::File {
+                    blob: blobs.put(b"echo\n".to_vec()),
+                    exec: true,
+                },
+            );
+        }
         t.insert(
             format!("cat/{name}/SKILL.md").as_bytes(),
             file(blobs, &skill_md(&name, 12, rng)),
@@ -91,7 +100,7 @@ fn edit(t: &Tree, blobs: &mut Blobs, rng: &mut Rng, who: &str) -> Tree {
             .map(|(p, _)| p.to_vec())
             .collect();
         let skills: Vec<Vec<u8>> = skillfs_sync::skill::roots(&t);
-        match rng.below(8) {
+        match rng.below(9) {
             // A line of a text changed.
             0..=2 if !files.is_empty() => {
                 let p = &files[rng.below(files.len())];
@@ -159,6 +168,19 @@ fn edit(t: &Tree, blobs: &mut Blobs, rng: &mut Rng, who: &str) -> Tree {
                     format!("new/{who}{name}/SKILL.md").as_bytes(),
                     file(blobs, &skill_md(&name, 3, rng)),
                 );
+            }
+            // An executable bit changed, alone.
+            7 if !files.is_empty() && rng.below(2) == 0 => {
+                let p = &files[rng.below(files.len())];
+                if let Some(Entry::File { blob, exec }) = t.get(p).cloned() {
+                    t.insert(p, Entry::File { blob, exec: !exec });
+                }
+            }
+            // A skill inside a skill.
+            7 if !skills.is_empty() && rng.below(2) == 0 => {
+                let mut p = skills[rng.below(skills.len())].clone();
+                p.extend_from_slice(format!("/inner/{who}/SKILL.md").as_bytes());
+                t.insert(&p, file(blobs, &skill_md(&format!("in{who}"), 3, rng)));
             }
             // A frontmatter broken.
             _ if !skills.is_empty() => {
