@@ -73,18 +73,43 @@ fn stderr_size() -> Option<u64> {
     (ok && st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(st.st_size as u64)
 }
 
+/// The size past which a failed rotation is tried again (the writer
+/// thread's alone).
+static RETRY_AT: AtomicU64 = AtomicU64::new(0);
+
 /// After a line is written: past the cap, a new log file becomes stderr.
-/// A failed rotation leaves the log as it is (and is tried again after the
-/// next line): the log may grow, but no line is lost for it.
+/// A failed rotation (a full disk, a directory planted at the old log's
+/// name) is said once in the log and tried again after another eighth of
+/// the cap; past twice the cap the log is emptied instead, so it stays
+/// bounded whatever fails. No line is lost to a rotation.
 fn rotate_if_full() {
     let Some(cap) = CAP.get() else { return };
-    if stderr_size().is_none_or(|n| n <= cap.max_bytes) {
+    let Some(size) = stderr_size() else { return };
+    if size <= cap.max_bytes || size < RETRY_AT.load(Ordering::Relaxed) {
         return;
     }
-    if let Ok(f) = (cap.rotate)() {
-        // SAFETY: both fds are open (`f` lives across the call); dup2
-        // replaces fd 2 atomically, and only this thread writes to it.
-        unsafe { libc::dup2(f.as_raw_fd(), 2) };
+    match (cap.rotate)() {
+        Ok(f) => {
+            // SAFETY: both fds are open (`f` lives across the call); dup2
+            // replaces fd 2 atomically, and only this thread writes to it.
+            unsafe { libc::dup2(f.as_raw_fd(), 2) };
+            RETRY_AT.store(0, Ordering::Relaxed);
+        }
+        Err(e) => {
+            let mut err = std::io::stderr().lock();
+            if size > cap.max_bytes.saturating_mul(2) {
+                // SAFETY: fd 2 is open; only this thread writes to it.
+                let _ = unsafe { libc::ftruncate(2, 0) };
+                let _ = writeln!(
+                    err,
+                    "skillfs: the log could not be moved aside ({e}) and passed twice its cap: \
+                     emptied"
+                );
+            } else {
+                let _ = writeln!(err, "skillfs: the log could not be moved aside: {e}");
+            }
+            RETRY_AT.store(size + cap.max_bytes / 8, Ordering::Relaxed);
+        }
     }
 }
 
@@ -172,23 +197,50 @@ pub fn flush() {
     }
 }
 
-/// What `SKILLFS_LOG` asks for: a level, or per-crate directives
-/// (`skillfs_core=debug,info`); unset, `info`. A value that is neither is
-/// `info`, with the reason.
+/// What `SKILLFS_LOG` asks for: a level, or comma-separated directives,
+/// each a level (the default) or `TARGET=LEVEL` (`skillfs_core=debug,info`);
+/// unset, `info`. Directives without a default level keep `info` for the
+/// rest, so naming one crate never silences the others' errors. A value
+/// that is not that (`WARNING`, `verbose`: `Targets` alone would read them
+/// as targets and log nothing else) is `info`, with the reason.
 fn filter(var: Option<&str>) -> (Targets, Option<String>) {
+    use tracing_subscriber::filter::LevelFilter;
     let info = || Targets::new().with_default(tracing::Level::INFO);
-    match var.map(str::trim) {
-        None | Some("") => (info(), None),
-        Some(v) => match v.parse::<Targets>() {
-            Ok(t) => (t, None),
-            Err(e) => (
-                info(),
-                Some(format!(
-                    "SKILLFS_LOG={v:?} is not a level or directives ({e}): logging at info"
-                )),
-            ),
-        },
+    let Some(v) = var.map(str::trim).filter(|v| !v.is_empty()) else {
+        return (info(), None);
+    };
+    let bad = |why: String| {
+        (
+            info(),
+            Some(format!(
+                "SKILLFS_LOG={v:?} is not a level or TARGET=LEVEL directives ({why}): logging at info"
+            )),
+        )
+    };
+    let mut targets = Targets::new();
+    let mut default = None;
+    for d in v.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        match d.split_once('=') {
+            None => match d.parse::<LevelFilter>() {
+                Ok(l) => default = Some(l),
+                Err(_) => {
+                    return bad(format!(
+                        "'{d}' is no level: error, warn, info, debug, trace or off"
+                    ));
+                }
+            },
+            Some((target, level)) => match level.trim().parse::<LevelFilter>() {
+                Ok(l) if !target.trim().is_empty() => {
+                    targets = targets.with_target(target.trim(), l)
+                }
+                _ => return bad(format!("'{d}' is not TARGET=LEVEL")),
+            },
+        }
     }
+    (
+        targets.with_default(default.unwrap_or(LevelFilter::INFO)),
+        None,
+    )
 }
 
 /// Installs the subscriber, filtered by `SKILLFS_LOG` (see [`filter`]).
@@ -229,5 +281,18 @@ mod tests {
         let (t, bad) = filter(Some("loud=="));
         assert_eq!(t.default_level(), Some(LevelFilter::INFO));
         assert!(bad.is_some_and(|m| m.contains("loud==")));
+        // A word that is no level is refused, not read as a target (which
+        // would log nothing else).
+        for typo in ["WARNING", "verbose", "warning"] {
+            let (t, bad) = filter(Some(typo));
+            assert_eq!(t.default_level(), Some(LevelFilter::INFO), "{typo}");
+            assert!(bad.is_some(), "{typo}");
+        }
+        // One crate named: the others keep info, errors included.
+        let (t, bad) = filter(Some("skillfs_core=debug"));
+        assert!(bad.is_none());
+        assert!(t.would_enable("skillfs_core::fs", &Level::DEBUG));
+        assert!(t.would_enable("skillfs::daemon", &Level::ERROR));
+        assert!(t.would_enable("skillfs::daemon", &Level::INFO));
     }
 }

@@ -48,7 +48,7 @@ fn a_warning_of_the_fuse_library_reaches_the_daemon_log() {
 fn the_daemon_log_is_moved_aside_past_its_cap() {
     use std::os::unix::fs::PermissionsExt;
     let scratch = common::Scratch::new("logcap");
-    let cap = 8192u64;
+    let cap = 65536u64;
     let out = std::process::Command::new(common::BIN)
         .args(["mount", &scratch.root().display().to_string()])
         .env_remove("HERMES_HOME")
@@ -62,10 +62,13 @@ fn the_daemon_log_is_moved_aside_past_its_cap() {
     let old = m.store().join("daemon.log.1");
     // Each failed lookup, create and publish is a debug line or more: far
     // more than the cap in all.
-    for i in 0..400 {
-        let _ = fs::metadata(m.path(&format!("missing-{i}")));
-        fs::write(m.path(&format!("f{i}.md")), "x").unwrap();
-    }
+    let churn = |from: usize| {
+        for i in from..from + 1500 {
+            let _ = fs::metadata(m.path(&format!("missing-{i}")));
+            fs::write(m.path(&format!("f{i}.md")), "x").unwrap();
+        }
+    };
+    churn(0);
     let t = Instant::now();
     while !old.exists() {
         assert!(
@@ -91,4 +94,19 @@ fn the_daemon_log_is_moved_aside_past_its_cap() {
         fs::metadata(&old).unwrap().len() > cap,
         "moved aside only once full"
     );
+    // A log removed by hand (to free space) is made again at the next
+    // rotation, and the space it held comes back.
+    fs::remove_file(&log).unwrap();
+    fs::remove_file(&old).unwrap();
+    churn(1500);
+    churn(3000);
+    let t = Instant::now();
+    while !(log.exists() && old.exists()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no new daemon.log after one was removed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(fs::metadata(&log).unwrap().len() <= cap + 4096);
 }

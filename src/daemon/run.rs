@@ -296,6 +296,9 @@ fn start_retention(fs: Arc<SkillFs>, policy: crate::retention::Policy) {
 /// The log's default cap: past it, `daemon.log` becomes `daemon.log.1`
 /// and a new one starts (so at most twice this is kept).
 const LOG_MAX_BYTES: u64 = 16 << 20;
+/// The smallest cap taken (below it the log would be moved aside at every
+/// few lines).
+const LOG_MIN_BYTES: u64 = 64 << 10;
 
 /// Sends stderr to `daemon.log`, opened from the store's held fd, and
 /// bounds it (`SKILLFS_LOG_MAX_BYTES`, else [`LOG_MAX_BYTES`]).
@@ -303,17 +306,35 @@ fn redirect_stderr(store: &Arc<Dir>) {
     if let Ok(f) = store.open_append(crate::store::LOG) {
         // SAFETY: both fds are open (`f` lives across the call); dup2 replaces fd 2 atomically.
         unsafe { libc::dup2(f.as_raw_fd(), 2) };
-        let max = std::env::var("SKILLFS_LOG_MAX_BYTES")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(LOG_MAX_BYTES);
+        let max = match std::env::var("SKILLFS_LOG_MAX_BYTES") {
+            Err(_) => LOG_MAX_BYTES,
+            Ok(v) => match v.trim().parse::<u64>() {
+                Ok(n) if n >= LOG_MIN_BYTES => n,
+                _ => {
+                    tracing::warn!(
+                        "SKILLFS_LOG_MAX_BYTES={v:?} is not a number of bytes of at least \
+                         {LOG_MIN_BYTES}: the log's cap is {LOG_MAX_BYTES}"
+                    );
+                    LOG_MAX_BYTES
+                }
+            },
+        };
         let dir = Arc::clone(store);
         crate::logging::cap(
             max,
             Box::new(move || {
-                dir.rename(crate::store::LOG, &dir, crate::store::LOG_OLD, 0)?;
-                dir.open_append(crate::store::LOG)
+                // A log removed by hand (or moved aside by a rotation whose
+                // new file could not be made) is nothing to move: a new
+                // one is made all the same, and the space comes back.
+                match dir.rename(crate::store::LOG, &dir, crate::store::LOG_OLD, 0) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+                dir.open(
+                    crate::store::LOG,
+                    libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK,
+                    crate::store::fsutil::FILE_MODE,
+                )
             }),
         );
     }
