@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Readies this machine for the whole test suite (scripts/test.sh), which
 # itself changes nothing on the host. As root it:
-#   - installs fuse3 (fusermount3) if it is missing, for the unprivileged-
-#     mount tests, and what the C pjdfstest suite is built and run with
-#     (autoconf, automake, make, perl, openssl);
+#   - installs what the suite runs when it is missing: fuse3 (fusermount3)
+#     for the unprivileged-mount tests, what the C pjdfstest suite is built
+#     and run with (autoconf, automake, make, gcc, perl, openssl),
+#     e2fsprogs (the journaled ext4 image), git (export and sync) and
+#     python3-venv (the agent's venv);
 #   - makes /dev/fuse mode 0666, as every distribution's udev rules do
 #     (some containers leave it 0600), so a user's mount can open it;
 #   - switches the fuse module's enable_uring on, so the suite runs on both
@@ -38,10 +40,15 @@ need fusermount3 fuse3
 need autoreconf autoconf
 need aclocal automake
 need make make
+need cc gcc
 need prove perl
 need openssl openssl
+need mkfs.ext4 e2fsprogs
+need git git
+# Debian's python3 makes no venv without python3-venv (the agent's venv).
+python3 -c 'import ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
 if [ ${#packages[@]} -gt 0 ]; then
-    echo "test-machine: installing ${packages[*]}; remove with: apt-get remove ${packages[*]}" >&2
+    echo "test-machine: installing ${packages[*]}" >&2
     apt-get install -y -qq "${packages[@]}" >/dev/null 2>&1 || {
         apt-get update -qq >/dev/null && apt-get install -y -qq "${packages[@]}" >/dev/null
     }

@@ -95,7 +95,11 @@ SKILLFS_TEST_HOME=1 cargo test --locked --test posix --test versioning --test hi
 # Force the step-by-step one here, and, as root, run the durability tests
 # again on a journaled ext4 image so the one-commit path runs too.
 SKILLFS_PORTABLE_FSYNC=1 SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash
-if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null 2>&1; then
+if [ "$(id -u)" = 0 ]; then
+    command -v mkfs.ext4 >/dev/null 2>&1 || {
+        echo "test: mkfs.ext4 is missing (the journaled ext4 pass needs it): run ./scripts/test-machine.sh" >&2
+        exit 1
+    }
     img=$(mktemp /tmp/skillfs-ext4.XXXXXX)
     mnt=$(mktemp -d /tmp/skillfs-ext4-mnt.XXXXXX)
     trap 'umount -l "$mnt" 2>/dev/null; rm -rf "$img" "$mnt"; restore_uring' EXIT

@@ -54,7 +54,7 @@ for p in "$dest"/patches/*.patch; do
 done
 # skillfs's own files beside them: the notes, the patches, and the lock file
 # that the fork's unit tests build with (scripts/test.sh).
-cp "$dest/FORK.md" "$dest/Cargo.lock" "$out/"
+cp "$dest/FORK.md" "$dest/Cargo.lock" "$dest/rustfmt.toml" "$out/"
 cp -R "$dest/patches" "$out/"
 
 if [ -n "$check" ]; then
