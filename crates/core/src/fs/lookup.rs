@@ -207,7 +207,7 @@ impl SkillFs {
                     }
                     return Err(e);
                 };
-                let s = of.state.lock();
+                let s = of.lock();
                 let mut st = sys::fstat(&*s.live)?;
                 st.st_nlink = 0;
                 st
@@ -236,7 +236,7 @@ impl SkillFs {
         mut st: libc::stat,
     ) -> libc::stat {
         if let Some(of) = of {
-            let s = of.state.lock();
+            let s = of.lock();
             let fresh = match &s.staging {
                 Some(stg) => sys::fstat(&*stg.file).ok(),
                 None => {

@@ -136,7 +136,7 @@ impl SkillFs {
             return false;
         };
         self.open_file(ino).is_some_and(|of| {
-            let s = of.state.lock();
+            let s = of.lock();
             s.writers > 0 || s.direct_writers > 0 || s.staging.is_some()
         })
     }

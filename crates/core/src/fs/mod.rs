@@ -7,6 +7,7 @@
 //! declared here:
 //! - `place`: where an entry lives and how names are placed;
 //! - `lookup`: what the kernel knows (lookups, attributes, stale names);
+//! - `files`: the table of open inodes and the handle table;
 //! - `open`: open files and the copy-on-write write path;
 //! - `publish`: a version made (blob, record, swap) and made durable;
 //! - `namespace`: create, mkdir, symlink, mknod, unlink, rmdir, rename;
@@ -48,7 +49,9 @@
 //!   call and the inode table update, so a location resolved under the shared
 //!   lock is valid until it is released.
 //!
-//! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`;
+//! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`
+//! (`files::OpenFiles` takes its table then an `OpenFile`, never the other
+//! way);
 //! an `OpenFile` → the page store's slots (see `pages`). The group commit
 //! (`commit`) is entered holding at most `namespace` and an `OpenFile`
 //! (a close's publish, a rename's), never `ledger`, and by an `fsync`
@@ -57,7 +60,8 @@
 //! request, nor across a walk of a subtree (an unpark is planned with none
 //! held, see `unpark`; only a plan something changed is walked again under
 //! the rename's lock).
-//! `stale`, `shared`, `parks`, `handles` and `listings` are leaves.
+//! `stale`, `shared`, `parks`, `handles` (`files::Handles`) and `listings`
+//! are leaves.
 //! The blob store's writing gate (`BlobStore::writing`, shared) is taken
 //! from storing a content to appending its record, wherever in this order
 //! that starts, but never while holding `ledger`: its one exclusive taker,
@@ -68,6 +72,7 @@
 
 mod attr;
 mod create;
+mod files;
 mod history_view;
 mod home;
 mod janitor;
@@ -114,6 +119,7 @@ const COMMIT_MARKER: &str = "commit";
 use skillfs_base::sys::{self, Time};
 use unpark::{Freezes, UnparkPlan};
 
+use files::{FileHandle, Handles, OpenFile, OpenFiles, OpenState, Staging};
 use history_view::{HISTORY, HistoryView, VNode, check_writable, decode, is_virtual};
 pub use home::Home;
 use janitor::{put_spare, start_janitor};
@@ -178,66 +184,6 @@ impl Caller {
     }
 }
 
-/// A copy-on-write scratch file of an inode that has writers, or, for a
-/// hidden file, the live file itself opened for writing (`in_place`).
-struct Staging {
-    file: Arc<File>,
-    /// The scratch file's name in `staging/` (`None` when in place).
-    spare: Option<Named>,
-    /// Holds bytes not yet published.
-    dirty: bool,
-    /// Emptied by an `O_TRUNC` open and not written since: a flush does
-    /// not publish it (see `flush`).
-    trunc_only: bool,
-    in_place: bool,
-    /// Counts the changes of its bytes: a durable publish that let go of
-    /// its locks to flush swaps it in only if none came meanwhile (see
-    /// `publish_durable`).
-    edits: u64,
-}
-
-impl Staging {
-    /// Its bytes changed: owed a version.
-    fn mark_written(&mut self) {
-        self.dirty = true;
-        self.trunc_only = false;
-        self.edits += 1;
-    }
-}
-
-/// Per-inode state while at least one handle is open.
-struct OpenState {
-    /// The live file as it was last published (kept open so readers and
-    /// files unlinked while open keep working).
-    live: Arc<File>,
-    staging: Option<Staging>,
-    handles: u32,
-    writers: u32,
-    /// Handles whose reads and writes the kernel makes itself, on
-    /// `backing` (see `OpenReply::backing`), and how many may write. The
-    /// kernel refuses to mix them with handles served through the daemon
-    /// on one inode: while there are any, every open of the inode is one.
-    direct: u32,
-    direct_writers: u32,
-    backing: Option<Arc<File>>,
-}
-
-struct OpenFile {
-    state: Mutex<OpenState>,
-}
-
-enum Handle {
-    File {
-        ino: Ino,
-        write: bool,
-        append: bool,
-        /// Served by the kernel on the backing file (passthrough).
-        direct: bool,
-    },
-    /// A file under `.history`: its blob, read-only.
-    Blob { file: Arc<Opened> },
-}
-
 pub struct SkillFs {
     root_fd: OwnedFd,
     /// The home around the versioned root, when the mount is over one.
@@ -260,9 +206,9 @@ pub struct SkillFs {
     /// The subtrees unparks are being planned over (see `unpark`).
     freezes: Arc<Freezes>,
     tree: Mutex<Tree>,
-    open_files: Mutex<HashMap<Ino, Arc<OpenFile>>>,
-    handles: Mutex<HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
+    /// The open inodes and the file handles (see `files`).
+    open_files: OpenFiles,
+    handles: Handles,
     /// The daemon runs as root: new entries are given to their caller.
     chown_new: bool,
     /// The listing kept for each directory being read (see `readdir_at`).
@@ -439,9 +385,8 @@ impl SkillFs {
             namespace: RwLock::new(()),
             freezes: Arc::default(),
             tree: Mutex::new(tree),
-            open_files: Mutex::new(HashMap::new()),
-            handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
+            open_files: OpenFiles::default(),
+            handles: Handles::default(),
             chown_new: sys::geteuid() == 0,
             listings: Mutex::new(HashMap::new()),
             invalidator: std::sync::OnceLock::new(),
@@ -492,7 +437,7 @@ impl SkillFs {
         ino: Ino,
         of: &'a OpenFile,
     ) -> TryResult<parking_lot::MutexGuard<'a, OpenState>> {
-        let s = of.state.lock();
+        let s = of.lock();
         match self.pages.claim(ino) {
             Claim::Clear => Ok(s),
             Claim::Busy => Err(Attempt::StoreBusy),
@@ -555,7 +500,7 @@ impl SkillFs {
     }
 
     fn open_file(&self, ino: Ino) -> Option<Arc<OpenFile>> {
-        self.open_files.lock().get(&ino).cloned()
+        self.open_files.get(ino)
     }
 
     /// Refuses a change that adds or moves a name (`ENOSPC`) when its record
@@ -603,7 +548,7 @@ impl SkillFs {
     /// Called at unmount: publish what writers left and make it durable.
     pub fn shutdown(&self) {
         self.pages.stop();
-        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        let inos: Vec<Ino> = self.open_files.inos();
         let daemon = Caller::kernel();
         for ino in inos {
             if let Err(e) = self.publish(ino, false, &daemon) {

@@ -24,7 +24,7 @@ impl SkillFs {
     /// A failure (a full disk) is the caller's: the change that would lose
     /// those bytes must be refused with it.
     pub(super) fn publish_dirty_under(&self, under: &Location, caller: &Caller) -> FsResult<()> {
-        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        let inos: Vec<Ino> = self.open_files.inos();
         for ino in inos {
             let Ok(loc) = self.loc(ino) else { continue };
             if !loc.logical.starts_with(&under.logical) {
@@ -33,7 +33,7 @@ impl SkillFs {
             let Some(of) = self.open_file(ino) else {
                 continue;
             };
-            let mut s = of.state.lock();
+            let mut s = of.lock();
             if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
                 self.publish_locked(&mut s, &loc, Op::Write, false, caller)
                     .context(format_args!("publish {} before it changed", loc.logical))?;
@@ -54,7 +54,7 @@ impl SkillFs {
         let Ok(loc) = self.loc(ino) else {
             return Ok(()); // unlinked while open: nothing left to publish to
         };
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
             self.publish_locked(&mut s, &loc, Op::Write, false, caller)?;
         }
@@ -111,7 +111,7 @@ impl SkillFs {
         let Ok(loc) = self.loc(ino) else {
             return Ok(());
         };
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
             return self.publish_locked(&mut s, &loc, Op::Write, true, caller);
         }
@@ -135,7 +135,7 @@ impl SkillFs {
         let Ok(loc) = self.loc(ino) else {
             return Ok(true); // unlinked while open: nothing left to publish to
         };
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         let Some(stg) = s.staging.as_ref().filter(|stg| stg.dirty) else {
             let live = Arc::clone(&s.live);
             drop(s);
@@ -242,7 +242,7 @@ impl SkillFs {
         else {
             return;
         };
-        let s = of.state.lock();
+        let s = of.lock();
         if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
             self.record_live(&s, &path, caller);
         }
@@ -265,7 +265,7 @@ impl SkillFs {
         let here = self
             .loc(ino)
             .is_ok_and(|l| l.dirfd == loc.dirfd && l.phys == loc.phys);
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         let same = s
             .staging
             .as_ref()

@@ -237,7 +237,7 @@ impl SkillFs {
 
     /// Whether a file at or below `parked/<hp>` is open.
     fn open_inside(&self, hp: &[u8]) -> bool {
-        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        let inos: Vec<Ino> = self.open_files.inos();
         inos.into_iter().any(|ino| {
             self.loc(ino).is_ok_and(|l| {
                 l.dirfd == self.parked_raw()
