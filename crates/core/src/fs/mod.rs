@@ -76,6 +76,7 @@ mod files;
 mod history_view;
 mod home;
 mod janitor;
+mod kept;
 mod listing;
 mod lookup;
 mod meet;
@@ -123,6 +124,7 @@ use files::{FileHandle, Handles, OpenFile, OpenFiles, OpenState, Staging};
 use history_view::{HISTORY, HistoryView, VNode, check_writable, decode, is_virtual};
 pub use home::Home;
 use janitor::{put_spare, start_janitor};
+use kept::{HeldRefs, SharedInodes, StaleFiles};
 pub use listing::{DirectoryEntry, DirectoryReplier};
 use pages::{Claim, PageStore};
 pub use pages::{Kernel as PageKernel, PageOp};
@@ -235,13 +237,10 @@ pub struct SkillFs {
     /// settler run forgets everything known.
     parks: Mutex<HashMap<String, bool>>,
     /// References taken by `hold` that the janitor has yet to drop.
-    held: Arc<AtomicUsize>,
-    /// Physical inodes (device, inode) seen with more than one name while
-    /// mounted (opened through a hard link made offline, or kept by
-    /// `keep_stale` while another name remained): one of them may be read
-    /// through another name long after a publish swaps it out, so the
-    /// janitor never empties one for reuse.
-    shared: Arc<Mutex<HashSet<(u64, u64)>>>,
+    held: Arc<HeldRefs>,
+    /// Inodes seen with more than one name while mounted: never emptied
+    /// for reuse (see `kept::SharedInodes`).
+    shared: Arc<SharedInodes>,
     /// Fills `spares` off the request path (freeing the blocks of a
     /// swapped-out inode, or allocating one, can take hundreds of
     /// microseconds).
@@ -252,20 +251,9 @@ pub struct SkillFs {
     /// `lookup`).
     swaps: AtomicU64,
     /// The files that an unlink or a rename over them took from the tree
-    /// while the kernel still names their inode (an `O_PATH` reference
-    /// each, until the kernel forgets it): a path resolved just before the
-    /// change opens and stats the file it resolved to, as on ext4, instead
-    /// of failing (see `open`). Bounded by `MAX_STALE`.
-    stale: Mutex<HashMap<Ino, File>>,
+    /// while the kernel still names their inode (see `kept::StaleFiles`).
+    stale: StaleFiles,
 }
-
-/// At most this many replaced or removed files are kept for the kernel's
-/// late opens; past it such an open answers `ESTALE` (the kernel then looks
-/// the path up again).
-const MAX_STALE: usize = 1024;
-
-/// At most this many references from `hold` wait for the janitor.
-const MAX_HELD: usize = 256;
 
 /// Work for the janitor thread.
 enum Chore {
@@ -348,8 +336,8 @@ impl SkillFs {
             Arc::clone(&dirs.tmp),
         ));
         let blobs = blobs.with_spares(Arc::clone(&spares));
-        let held = Arc::new(AtomicUsize::new(0));
-        let shared = Arc::new(Mutex::new(HashSet::new()));
+        let held = Arc::new(HeldRefs::default());
+        let shared = Arc::new(SharedInodes::default());
         let janitor = start_janitor(Arc::clone(&spares), Arc::clone(&held), Arc::clone(&shared));
         let low = Mutex::new(janitor.0.clone());
         spares.set_on_low(Box::new(move || {
@@ -396,7 +384,7 @@ impl SkillFs {
             janitor: Mutex::new(Some(janitor)),
             pages: PageStore::new(),
             swaps: AtomicU64::new(0),
-            stale: Mutex::new(HashMap::new()),
+            stale: StaleFiles::default(),
             parks: Mutex::new(HashMap::new()),
             held,
             shared,

@@ -43,10 +43,8 @@ impl SkillFs {
                     f
                 }
                 Err(err) => {
-                    let stale = self.stale.lock();
-                    let kept = stale.get(&ino).ok_or_else(|| err.clone())?;
-                    let again = format!("/proc/self/fd/{}", kept.as_raw_fd());
-                    File::open(again).map_err(|_| err)?
+                    let kept = self.stale.reopen(ino).ok_or_else(|| err.clone())?;
+                    kept.map_err(|_| err)?
                 }
             })
         })
