@@ -84,6 +84,7 @@ mod namespace;
 mod notify;
 mod open;
 mod pages;
+mod parks;
 mod place;
 mod publish;
 mod reply;
@@ -128,6 +129,7 @@ use kept::{HeldRefs, SharedInodes, StaleFiles};
 pub use listing::{DirectoryEntry, DirectoryReplier};
 use pages::{Claim, PageStore};
 pub use pages::{Kernel as PageKernel, PageOp};
+use parks::Parks;
 use publish::live_fsync;
 pub use reply::{DirEntry, Entry, Invalidation, OpenReply, SetAttr, Ttl};
 use tree::Tree;
@@ -230,12 +232,8 @@ pub struct SkillFs {
     /// inodes that publishing swaps out of the live tree, emptied, and new
     /// ones made ahead of need (see `store::spares`).
     spares: Arc<Spares>,
-    /// Whether the park of a directory (by key) exists, where known: a
-    /// name missing inside a directory without a park is not looked for in
-    /// `parked/`. Parks are made while mounted only by `ensure_park`, which
-    /// records it, and by the settler, and removed only by the settler: a
-    /// settler run forgets everything known.
-    parks: Mutex<HashMap<String, bool>>,
+    /// Whether the park of a directory exists, where known (see `parks`).
+    parks: Parks,
     /// References taken by `hold` that the janitor has yet to drop.
     held: Arc<HeldRefs>,
     /// Inodes seen with more than one name while mounted: never emptied
@@ -385,7 +383,7 @@ impl SkillFs {
             pages: PageStore::new(),
             swaps: AtomicU64::new(0),
             stale: StaleFiles::default(),
-            parks: Mutex::new(HashMap::new()),
+            parks: Parks::default(),
             held,
             shared,
             spares,

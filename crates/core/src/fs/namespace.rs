@@ -384,7 +384,7 @@ impl SkillFs {
                     }
                 }
                 let _ = sys::unlinkat(parked, key.as_bytes(), true);
-                self.parks.lock().remove(&key);
+                self.parks.removed(&key);
                 self.freezes.touched(parked, key.as_bytes());
             }
             for e in sys::read_dir_at(at.dirfd, &dir).unwrap_or_default() {

@@ -106,7 +106,7 @@ impl SkillFs {
                     }
                 }
             }
-            self.parks.lock().clear();
+            self.parks.forget_all();
         }
         drop(frozen);
         for (p, name) in gone {
