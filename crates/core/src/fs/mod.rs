@@ -10,7 +10,9 @@
 //! - `files`: the table of open inodes and the handle table;
 //! - `open`: open files and the copy-on-write write path;
 //! - `publish`: a version made (blob, record, swap) and made durable;
-//! - `namespace`: create, mkdir, symlink, mknod, unlink, rmdir, rename;
+//! - `namespace`: create, mkdir, symlink, mknod, unlink, rmdir;
+//! - `rename`: rename, as a plan, its system calls, the tree's update and
+//!   its records;
 //! - `unpark`: a hidden directory made visible;
 //! - `attr`: chmod, chown, utimes, truncate;
 //! - `listing`: directory listings and `fsyncdir`;
@@ -87,6 +89,8 @@ mod pages;
 mod parks;
 mod place;
 mod publish;
+mod rename;
+mod rename_plan;
 mod reply;
 mod retention;
 mod sweep;
