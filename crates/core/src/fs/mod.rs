@@ -131,6 +131,7 @@ pub use home::Home;
 use janitor::{put_spare, start_janitor};
 use kept::{HeldRefs, SharedInodes, StaleFiles};
 pub use listing::{DirectoryEntry, DirectoryReplier};
+use notify::KernelNotices;
 use pages::{Claim, PageStore};
 pub use pages::{Kernel as PageKernel, PageOp};
 use parks::Parks;
@@ -221,11 +222,9 @@ pub struct SkillFs {
     chown_new: bool,
     /// The listing kept for each directory being read (see `readdir_at`).
     listings: Mutex<HashMap<Ino, listing::Listing>>,
-    /// Tells the kernel to drop what it cached of an inode or a name.
-    invalidator: std::sync::OnceLock<Box<dyn Fn(Invalidation) + Send + Sync>>,
-    /// The kernel takes backing files (FUSE passthrough): files outside
-    /// the versioned root are opened that way (see `OpenReply::backing`).
-    passthrough: std::sync::atomic::AtomicBool,
+    /// What the core tells the kernel (invalidations, pages) and knows it
+    /// takes (passthrough); see `notify`.
+    notices: KernelNotices,
     /// One `fsync` commits all earlier metadata here (ext4, XFS).
     ordered_commit: bool,
     /// A store file touched and fsynced to commit everything before it
@@ -247,8 +246,6 @@ pub struct SkillFs {
     /// swapped-out inode, or allocating one, can take hundreds of
     /// microseconds).
     janitor: Mutex<Option<Janitor>>,
-    /// Pushes the pages of files just written into the kernel's cache.
-    pages: Arc<PageStore>,
     /// Bumped by every swap of a new version into the live tree (see
     /// `lookup`).
     swaps: AtomicU64,
@@ -379,12 +376,10 @@ impl SkillFs {
             handles: Handles::default(),
             chown_new: sys::geteuid() == 0,
             listings: Mutex::new(HashMap::new()),
-            invalidator: std::sync::OnceLock::new(),
-            passthrough: std::sync::atomic::AtomicBool::new(false),
+            notices: KernelNotices::default(),
             ordered_commit,
             marker,
             janitor: Mutex::new(Some(janitor)),
-            pages: PageStore::new(),
             swaps: AtomicU64::new(0),
             stale: StaleFiles::default(),
             parks: Parks::default(),
@@ -401,19 +396,19 @@ impl SkillFs {
     /// How the core tells the kernel that an inode it may have cached
     /// changed behind its back (set once, by the FUSE adapter).
     pub fn set_invalidator(&self, f: Box<dyn Fn(Invalidation) + Send + Sync>) {
-        let _ = self.invalidator.set(f);
+        self.notices.set_invalidator(f);
     }
 
     /// Whether the kernel takes backing files (set by the adapter at INIT,
     /// and cleared if registering one fails).
     pub fn set_passthrough(&self, on: bool) {
-        self.passthrough.store(on, Ordering::SeqCst);
+        self.notices.set_passthrough(on);
     }
 
     /// Starts pushing the pages of files just written into the kernel's
     /// page cache, through `kernel` (see `pages`).
     pub fn start_page_store(&self, kernel: PageKernel) -> std::io::Result<()> {
-        self.pages.start(kernel)
+        self.notices.pages().start(kernel)
     }
 
     /// Locks `of`'s state for a change of its content, once no store of an
@@ -428,7 +423,7 @@ impl SkillFs {
         of: &'a OpenFile,
     ) -> TryResult<parking_lot::MutexGuard<'a, OpenState>> {
         let s = of.lock();
-        match self.pages.claim(ino) {
+        match self.notices.pages().claim(ino) {
             Claim::Clear => Ok(s),
             Claim::Busy => Err(Attempt::StoreBusy),
         }
@@ -439,7 +434,7 @@ impl SkillFs {
     fn retry_after_store<T>(&self, ino: Option<Ino>, op: impl Fn() -> TryResult<T>) -> FsResult<T> {
         loop {
             match op() {
-                Err(Attempt::StoreBusy) => self.pages.wait(ino),
+                Err(Attempt::StoreBusy) => self.notices.pages().wait(ino),
                 Err(Attempt::Failed(e)) => return Err(e),
                 Ok(v) => return Ok(v),
             }
@@ -537,7 +532,7 @@ impl SkillFs {
 
     /// Called at unmount: publish what writers left and make it durable.
     pub fn shutdown(&self) {
-        self.pages.stop();
+        self.notices.pages().stop();
         let inos: Vec<Ino> = self.open_files.inos();
         let daemon = Caller::kernel();
         for ino in inos {

@@ -297,7 +297,7 @@ impl SkillFs {
         let mut s = of.lock();
         // (Turned off after a refusal: an inode that still has direct
         // handles keeps joining them, as the kernel takes no mix.)
-        if !self.passthrough.load(Ordering::Relaxed) && s.direct == 0 {
+        if !self.notices.passthrough() && s.direct == 0 {
             return Ok(None);
         }
         let others = s.handles - 1;
@@ -540,7 +540,7 @@ impl SkillFs {
             // The store's reads must not move the file's access time (a
             // utime set right after the close would be lost to them).
             sys::set_noatime(&**file);
-            self.pages.queue(ino, Arc::clone(file));
+            self.notices.pages().queue(ino, Arc::clone(file));
         }
     }
 }
