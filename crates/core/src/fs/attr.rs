@@ -96,7 +96,7 @@ impl SkillFs {
                 // A change that cannot be journaled is not made: put back
                 // what it changed and answer the error.
                 let recorded = self.state_of(l, p).and_then(|state| {
-                    let mut ledger = self.ledger.lock();
+                    let mut ledger = self.versions.ledger();
                     // One that leaves the recorded state as it was (vim
                     // sets the mode its new file has already) is none.
                     if ledger.catalog().get(p) != Some(&state) {

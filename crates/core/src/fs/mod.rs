@@ -96,6 +96,7 @@ mod retention;
 mod sweep;
 mod tree;
 mod unpark;
+mod versions;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -139,6 +140,7 @@ use publish::live_fsync;
 pub use reply::{DirEntry, Entry, Invalidation, OpenReply, SetAttr, Ttl};
 use tree::Tree;
 pub use tree::{Ino, Location, ROOT_INO};
+use versions::Versioning;
 
 const NAME_MAX: usize = 255;
 
@@ -204,13 +206,8 @@ pub struct SkillFs {
     dirs: StoreFds,
     rules: HideRules,
     blobs: BlobStore,
-    ledger: Mutex<Ledger>,
-    /// Syncs the journal outside `ledger`'s lock (see `ledger::GroupCommit`).
-    commit: GroupCommit,
-    /// Held for a whole `forget` (one at a time; see `retention`).
-    forgetting: Mutex<()>,
-    /// The last id a checkpoint was written for (see `shutdown`).
-    checkpointed: AtomicU64,
+    /// The ledger and its group commit (see `versions`).
+    versions: Versioning,
     namespace: RwLock<()>,
     /// The subtrees unparks are being planned over (see `unpark`).
     freezes: Arc<Freezes>,
@@ -365,10 +362,7 @@ impl SkillFs {
             dirs,
             rules,
             blobs,
-            commit: GroupCommit::new(ledger.durable_through()),
-            forgetting: Mutex::new(()),
-            checkpointed: AtomicU64::new(0),
-            ledger: Mutex::new(ledger),
+            versions: Versioning::new(ledger),
             namespace: RwLock::new(()),
             freezes: Arc::default(),
             tree: Mutex::new(tree),
@@ -462,7 +456,7 @@ impl SkillFs {
     /// The `.history` tree, over the history index.
     fn history(&self) -> HistoryView<'_> {
         HistoryView {
-            ledger: &self.ledger,
+            ledger: self.versions.ledger_lock(),
             blobs: &self.blobs,
             root: &self.root_fd,
         }
@@ -494,18 +488,17 @@ impl SkillFs {
     /// until the next mount's scan. (Removals are not refused: see
     /// `remove`.)
     fn journal_room(&self) -> FsResult<()> {
-        Ok(self.ledger.lock().ensure_room()?)
+        Ok(self.versions.ledger().ensure_room()?)
     }
 
     /// Makes every record appended so far durable (group commit: the
     /// ledger's lock is not held across the flush).
     fn sync_records(&self) -> FsResult<()> {
-        let want = self.ledger.lock().last_seq();
-        Ok(self.commit.sync_through(&self.ledger, &self.blobs, want)?)
+        Ok(self.versions.sync_all(&self.blobs)?)
     }
 
     fn record(&self, change: Change, caller: &Caller) {
-        let mut ledger = self.ledger.lock();
+        let mut ledger = self.versions.ledger();
         if let Err(e) = ledger.record(change.clone(), caller.actor()) {
             // The change happened but is not in the journal; the next
             // mount's scan finds the difference and records it.
@@ -522,8 +515,8 @@ impl SkillFs {
     /// mounted.
     pub fn flush_deferred(&self) {
         if let Err(e) = self
-            .ledger
-            .lock()
+            .versions
+            .ledger()
             .flush_deferred(skillfs_model::ledger::DEFER_MAX)
         {
             tracing::error!("could not journal a removal held back: {e}");
@@ -541,7 +534,7 @@ impl SkillFs {
             }
         }
         {
-            let mut ledger = self.ledger.lock();
+            let mut ledger = self.versions.ledger();
             if let Err(e) = ledger.flush_deferred(std::time::Duration::ZERO) {
                 tracing::error!("could not journal the removals held back at unmount: {e}");
             }
@@ -549,10 +542,7 @@ impl SkillFs {
                 Err(e) => tracing::error!("could not sync the journal at unmount: {e}"),
                 // The next mount loads the fold instead of making it again.
                 Ok(()) => {
-                    let last = ledger.last_seq();
-                    let before = self.checkpointed.swap(last, Ordering::SeqCst);
-                    if last >= skillfs_model::checkpoint::min_records()
-                        && last != before
+                    if self.versions.checkpoint_owed(ledger.last_seq())
                         && let Err(e) = ledger.checkpoint(&self.dirs.journal)
                     {
                         tracing::warn!("could not write the journal's checkpoint: {e}");

@@ -228,7 +228,7 @@ impl SkillFs {
     ) {
         match (self.versioned(from, kind), self.versioned(to, kind)) {
             (Some(a), Some(b)) => {
-                self.ledger.lock().resume(&b);
+                self.versions.ledger().resume(&b);
                 let mut c = Change::new(Op::Rename, a, None);
                 c.to = Some(b);
                 c.noreplace = noreplace;
@@ -247,7 +247,7 @@ impl SkillFs {
                     .as_ref()
                     .is_some_and(|t| t.parent() == a.parent());
                 if kind == Kind::File && backup {
-                    self.ledger.lock().defer(c, caller.actor());
+                    self.versions.ledger().defer(c, caller.actor());
                 } else {
                     self.record(c, caller);
                 }
@@ -255,7 +255,7 @@ impl SkillFs {
             (None, Some(b)) => {
                 // A removal of `b` held back is void: `b` is there again,
                 // and the unpark records it if it differs.
-                self.ledger.lock().resume(&b);
+                self.versions.ledger().resume(&b);
                 if let Err(e) = self.unpark(&b, from, plan.take(), caller) {
                     tracing::error!("could not settle {b} after it became visible: {e:?}");
                 }

@@ -463,7 +463,7 @@ impl SkillFs {
             && let Some(of) = self.open_file(ino)
             && let Some(want) = self.record_direct(ino, &of, true, caller)?
         {
-            self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+            self.versions.sync_through(&self.blobs, want)?;
         }
         self.publish(ino, true, caller)
     }

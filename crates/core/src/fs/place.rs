@@ -143,7 +143,7 @@ impl SkillFs {
         let st = loc.lstat()?;
         let kind = kind_of(&st).ok_or(FsError::EPERM)?;
         let mut s = state_from_stat(&st, kind);
-        let known = self.ledger.lock().catalog().get(path).cloned();
+        let known = self.versions.ledger().catalog().get(path).cloned();
         match kind {
             Kind::File => s.blob = known.and_then(|c| c.blob),
             Kind::Symlink => {
@@ -273,7 +273,7 @@ impl SkillFs {
     /// Moves the attached area of a removed directory to the orphans.
     pub(super) fn orphan_attached(&self, key: &str, logical: &RelPath, caller: &Caller) {
         self.parks.removed(key);
-        let mut ledger = self.ledger.lock();
+        let mut ledger = self.versions.ledger();
         if let Err(e) = self
             .areas()
             .orphan_key(key, logical, &mut ledger, &caller.actor())

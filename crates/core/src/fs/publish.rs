@@ -166,7 +166,7 @@ impl SkillFs {
             s.staging = None;
             drop((s, ns));
             if let Some(want) = want {
-                self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                self.versions.sync_through(&self.blobs, want)?;
             }
             live_fsync(&stg_file, &loc)?;
             return Ok(true);
@@ -199,14 +199,12 @@ impl SkillFs {
                     }
                 };
                 match want {
-                    Some(_) => self
-                        .commit
-                        .write_out_then(&self.ledger, &self.blobs, commit),
+                    Some(_) => self.versions.write_out_then(&self.blobs, commit),
                     None => commit(),
                 }
             } else {
                 if let Some(want) = want {
-                    self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                    self.versions.sync_through(&self.blobs, want)?;
                 }
                 live_fsync(&stg_file, &loc)?;
                 let dir = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, true)?;
@@ -314,7 +312,7 @@ impl SkillFs {
         loc: &Location,
     ) -> FsResult<()> {
         if self.ordered_commit {
-            self.commit.write_out_then(&self.ledger, &self.blobs, || {
+            self.versions.write_out_then(&self.blobs, || {
                 live_write_out(live, loc)?;
                 self.commit_all()
             })?;
@@ -370,11 +368,11 @@ impl SkillFs {
                 }
                 // Both outside the ledger's lock (group commit).
                 if fast {
-                    self.commit
-                        .write_out_then(&self.ledger, &self.blobs, || one_commit(s))?;
+                    self.versions
+                        .write_out_then(&self.blobs, || one_commit(s))?;
                     replaced = true;
                 } else if durable {
-                    self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                    self.versions.sync_through(&self.blobs, want)?;
                 }
             }
             if !replaced {
@@ -418,7 +416,7 @@ impl SkillFs {
         // From the content stored to its record: no prune starts between.
         let _writing = self.blobs.writing();
         let done = self.stored_state(&s.live, false).and_then(|state| {
-            record_unless_same(&mut self.ledger.lock(), path, state, Op::Write, caller)
+            record_unless_same(&mut self.versions.ledger(), path, state, Op::Write, caller)
         });
         if let Err(e) = done {
             tracing::error!(
@@ -448,7 +446,7 @@ impl SkillFs {
             self.blobs
                 .mark_pending(state.blob.as_deref().expect("just stored"));
         }
-        let mut ledger = self.ledger.lock();
+        let mut ledger = self.versions.ledger();
         let made = record_unless_same(&mut ledger, path, state, op, caller)?;
         Ok((made, ledger.last_seq()))
     }
@@ -480,7 +478,7 @@ impl SkillFs {
         if let Some(path) = &self.versioned(loc, Kind::File) {
             let (_, want) = self.store_and_record(&file, path, op, durable, caller)?;
             if durable {
-                self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                self.versions.sync_through(&self.blobs, want)?;
             }
         }
         s.staging = None;

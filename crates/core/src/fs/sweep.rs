@@ -227,7 +227,7 @@ impl SkillFs {
         let logical = dir.join(&d.name);
         let mut c = Change::new(Op::Sweep, logical.clone(), None);
         c.hidden = Some(logical);
-        if let Err(e) = self.ledger.lock().record(c, Actor::daemon()) {
+        if let Err(e) = self.versions.ledger().record(c, Actor::daemon()) {
             // Not journaled: not swept.
             to.rename_out(parked, &hp, libc::RENAME_NOREPLACE)?;
             return Err(e);
@@ -255,7 +255,7 @@ impl SkillFs {
         let max_age = self.rules.park_max_age_ns;
         for (name, sweep) in crate::scan::old_orphans(orphans, now, max_age)? {
             let to = crate::scan::move_to_trash(orphans, &name, &self.dirs.tmp)?;
-            if let Err(e) = self.ledger.lock().record(sweep, Actor::daemon()) {
+            if let Err(e) = self.versions.ledger().record(sweep, Actor::daemon()) {
                 to.rename_out(orphans, &name, libc::RENAME_NOREPLACE)?;
                 return Err(e.into());
             }

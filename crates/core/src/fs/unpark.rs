@@ -355,7 +355,7 @@ impl SkillFs {
         caller: &Caller,
     ) -> FsResult<()> {
         let in_pkg = self.inside_skill(path.parent());
-        let mut ledger = self.ledger.lock();
+        let mut ledger = self.versions.ledger();
         let mut settler = Settler::new(
             self.areas(),
             &self.rules,
