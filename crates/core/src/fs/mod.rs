@@ -7,22 +7,34 @@
 //! declared here:
 //! - `place`: where an entry lives and how names are placed;
 //! - `lookup`: what the kernel knows (lookups, attributes, stale names);
-//! - `files`: the table of open inodes and the handle table;
 //! - `open`: open files and the copy-on-write write path;
 //! - `publish`: a version made (blob, record, swap) and made durable;
-//! - `namespace`: create, mkdir, symlink, mknod, unlink, rmdir;
+//! - `namespace`: unlink, rmdir (`create`: create, mkdir, symlink, mknod);
 //! - `rename`: rename, as a plan, its system calls, the tree's update and
-//!   its records;
+//!   its records (`rename_plan`: its decisions, as values);
 //! - `unpark`: a hidden directory made visible;
 //! - `attr`: chmod, chown, utimes, truncate;
 //! - `listing`: directory listings and `fsyncdir`;
 //! - `janitor`: the background thread (spares, reuse, late frees);
 //! - `sweep`: old parks and orphans swept while mounted;
 //! - `retention`: `forget` while mounted (the work is `skillfs_model::retention`'s);
-//! - `notify`: what the kernel must forget;
 //! - `home`: the home around the versioned root (a mount `--versioned`);
-//! - `history_view`, `pages`, `tree`: the `.history` tree, the page store,
-//!   the inode table.
+//! - `history_view`, `tree`: the `.history` tree, the inode table.
+//!
+//! The state is in parts that own their locks behind narrow methods, so
+//! that an invariant spanning files is kept by a type, not by each author:
+//! - `files::OpenFiles` (the open inodes: an `OpenFile` lives exactly as
+//!   long as its handles) and `files::Handles` (handle numbers never given
+//!   twice);
+//! - `versions::Versioning`: the ledger, its group commit, `forget`'s turn
+//!   and the unmount's checkpoint;
+//! - `notify::KernelNotices`: invalidations, passthrough, the page store
+//!   (`pages`);
+//! - `parks::Parks`: what is known of the parks (made only by
+//!   `ensure_park` or the settler, forgotten whole after a settler run);
+//! - `kept::StaleFiles` (bounded by `MAX_STALE`), `kept::SharedInodes`
+//!   (never forgotten, so never recycled), `kept::HeldRefs` (bounded by
+//!   `MAX_HELD`).
 //!
 //! This file holds the types, the core's state, its construction and its
 //! shutdown, and the helpers every concern uses (the namespace lock, the
@@ -50,27 +62,30 @@
 //! - Namespace changes hold the namespace lock exclusively for the system
 //!   call and the inode table update, so a location resolved under the shared
 //!   lock is valid until it is released.
-//!
-//! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`
-//! (`files::OpenFiles` takes its table then an `OpenFile`, never the other
-//! way);
-//! an `OpenFile` → the page store's slots (see `pages`). The group commit
-//! (`commit`) is entered holding at most `namespace` and an `OpenFile`
-//! (a close's publish, a rename's), never `ledger`, and by an `fsync`
-//! holding none of them (see `publish`); inside, it takes `ledger` only
-//! briefly and on its own. No lock is held across a device flush by a
-//! request, nor across a walk of a subtree (an unpark is planned with none
-//! held, see `unpark`; only a plan something changed is walked again under
-//! the rename's lock).
-//! `stale`, `shared`, `parks`, `handles` (`files::Handles`) and `listings`
-//! are leaves.
-//! The blob store's writing gate (`BlobStore::writing`, shared) is taken
-//! from storing a content to appending its record, wherever in this order
-//! that starts, but never while holding `ledger`: its one exclusive taker,
-//! a prune, holds nothing else while it waits, then takes `ledger`.
 //! - A file an unlink or a rename takes away stays reachable (`stale`)
 //!   while the kernel still names its inode; an inode seen with another
 //!   name while mounted (`shared`) is never emptied for reuse.
+//!
+//! Lock order, as the parts take their locks: `namespace` → `tree` →
+//! `files::OpenFiles` (its table, then an `OpenFile`: its methods take
+//! them in that order only) → an `OpenFile` → the ledger
+//! (`versions::Versioning::ledger`); an `OpenFile` → the page store's
+//! slots (`notify::KernelNotices::pages`, see `pages`). The group commit
+//! is reached only through `Versioning` (`sync_through`, `sync_all`,
+//! `write_out_then`), which takes the ledger's lock inside, briefly and on
+//! its own: it is entered holding at most `namespace` and an `OpenFile` (a
+//! close's publish, a rename's), never the ledger, and by an `fsync`
+//! holding none of them (see `publish`). No lock is held across a device
+//! flush by a request, nor across a walk of a subtree (an unpark is
+//! planned with none held, see `unpark`; only a plan something changed is
+//! walked again under the rename's lock). Leaves, whose locks are taken
+//! and let go of inside their methods with no other taken meanwhile:
+//! `files::Handles`, `kept::StaleFiles`, `kept::SharedInodes`,
+//! `parks::Parks`, `listings`, the janitor's inbox.
+//! The blob store's writing gate (`BlobStore::writing`, shared) is taken
+//! from storing a content to appending its record, wherever in this order
+//! that starts, but never while holding the ledger: its one exclusive taker,
+//! a prune, holds nothing else while it waits, then takes the ledger.
 
 mod attr;
 mod create;
