@@ -36,13 +36,9 @@ impl SkillFs {
         if let Some(size) = attr.size {
             self.truncate(ino, loc.as_ref().ok(), size, attr.via_handle, caller)?;
         }
-        let staged = of.as_ref().and_then(|of| {
-            of.state
-                .lock()
-                .staging
-                .as_ref()
-                .map(|s| Arc::clone(&s.file))
-        });
+        let staged = of
+            .as_ref()
+            .and_then(|of| of.lock().staging.as_ref().map(|s| Arc::clone(&s.file)));
         let meta_change = attr.mode.is_some()
             || attr.uid.is_some()
             || attr.gid.is_some()
@@ -68,7 +64,7 @@ impl SkillFs {
                     // if another name (a hard link made while unmounted)
                     // still points at it, a private copy of it.
                     let of = of.as_ref().ok_or_else(|| e.clone())?;
-                    let mut s = of.state.lock();
+                    let mut s = of.lock();
                     if sys::fstat(&*s.live).is_ok_and(|st| st.st_nlink > 0) {
                         let copy = self.private_copy(&s.live)?;
                         s.live = Arc::new(copy);
@@ -100,7 +96,7 @@ impl SkillFs {
                 // A change that cannot be journaled is not made: put back
                 // what it changed and answer the error.
                 let recorded = self.state_of(l, p).and_then(|state| {
-                    let mut ledger = self.ledger.lock();
+                    let mut ledger = self.versions.ledger();
                     // One that leaves the recorded state as it was (vim
                     // sets the mode its new file has already) is none.
                     if ledger.catalog().get(p) != Some(&state) {
@@ -213,13 +209,9 @@ impl SkillFs {
             None => {
                 // Unlinked: reachable only through an open handle. Joined
                 // under the map's lock, so a release cannot drop it between.
-                let files = self.open_files.lock();
-                let of = files
-                    .get(&ino)
-                    .cloned()
-                    .ok_or(Attempt::Failed(FsError::ESTALE))?;
-                of.state.lock().handles += 1;
-                of
+                self.open_files
+                    .join(ino)
+                    .ok_or(Attempt::Failed(FsError::ESTALE))?
             }
         };
         let result = (|| {

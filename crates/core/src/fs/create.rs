@@ -161,7 +161,7 @@ impl SkillFs {
         // content again).
         let mut resumed = None;
         if created && let Some(p) = self.versioned(&loc, Kind::File) {
-            if self.ledger.lock().resume(&p) {
+            if self.versions.ledger().resume(&p) {
                 resumed = Some(p);
             } else {
                 record_create(&p);

@@ -6,9 +6,9 @@
 //!
 //! Invariants: an inode another name may still point at (nlink above one,
 //! seen `shared`, carrying an extended attribute, or on a filesystem that
-//! does not order metadata) is never emptied for reuse. At most `MAX_HELD`
-//! references wait for it; past that they are freed in the request.
-//! Locks: `janitor` (the inbox) and `shared` are leaves.
+//! does not order metadata) is never emptied for reuse. The references
+//! waiting for it are bounded (`kept::HeldRefs`).
+//! Locks: `janitor` (the inbox) is a leaf, and so are `kept`'s.
 
 use super::*;
 
@@ -18,7 +18,7 @@ impl SkillFs {
     pub(super) fn hold(&self, loc: &Location) -> Option<File> {
         // Each held reference is a descriptor: past a bound (a big rmtree
         // outrunning the janitor) files are freed in the request again.
-        if self.held.load(Ordering::Relaxed) >= MAX_HELD {
+        if !self.held.room_to_hold() {
             return None;
         }
         sys::openat(
@@ -36,16 +36,9 @@ impl SkillFs {
     /// its background inode reclaim.
     pub(super) fn free_later(&self, held: Option<File>) {
         let Some(f) = held else { return };
-        // A janitor far behind (a big rmtree): free it here instead.
-        if self.held.load(Ordering::Relaxed) >= 2 * MAX_HELD {
-            return;
-        }
+        // (A janitor far behind, a big rmtree: freed here instead.)
         if let Some((tx, _)) = self.janitor.lock().as_ref() {
-            self.held.fetch_add(1, Ordering::Relaxed);
-            if let Err(std::sync::mpsc::SendError(chore)) = tx.send(Chore::Close(f)) {
-                self.held.fetch_sub(1, Ordering::Relaxed);
-                drop(chore);
-            }
+            self.held.hand_over(f, |f| tx.send(Chore::Close(f)).is_ok());
         }
     }
 
@@ -70,8 +63,8 @@ impl SkillFs {
 /// makes new ones when they run low.
 pub(super) fn start_janitor(
     spares: Arc<Spares>,
-    held: Arc<AtomicUsize>,
-    shared: Arc<Mutex<HashSet<(u64, u64)>>>,
+    held: Arc<HeldRefs>,
+    shared: Arc<SharedInodes>,
 ) -> Janitor {
     let (tx, rx) = std::sync::mpsc::channel::<Chore>();
     let handle = std::thread::spawn(move || {
@@ -87,7 +80,7 @@ pub(super) fn start_janitor(
                 }
                 Chore::Close(f) => {
                     drop(f);
-                    held.fetch_sub(1, Ordering::Relaxed);
+                    held.closed();
                 }
                 Chore::Stop => break,
             }
@@ -108,7 +101,7 @@ pub(super) fn start_janitor(
 /// bring an inode back with its old bytes after it was swapped in elsewhere.
 pub(super) fn recycle_inode(
     spares: &Spares,
-    shared: &Mutex<HashSet<(u64, u64)>>,
+    shared: &SharedInodes,
     old: Arc<File>,
     path: Named,
     recycle: bool,
@@ -124,7 +117,7 @@ pub(super) fn recycle_inode(
     let only_link = old_st.is_some_and(|st| st.st_nlink == 1);
     // Never one another name may still be read through, nor one carrying
     // extended attributes (an ACL or a label would pass to the next file).
-    let unshared = identity.is_some_and(|id| !shared.lock().contains(&id));
+    let unshared = identity.is_some_and(|id| !shared.contains(id));
     let reusable = recycle
         && only_link
         && unshared

@@ -5,8 +5,8 @@
 //! a rename or unlink replaced it (`keep_stale`, `stale`), the inodes seen
 //! with more than one name (`shared`), and the attributes answered
 //! (`finish_stat`: an open file's staged size and times win).
-//! Locks: `namespace` shared for the resolution; `tree`, `stale` and
-//! `shared` briefly.
+//! Locks: `namespace` shared for the resolution; `tree` briefly (`stale`
+//! and `shared` are `kept`'s leaves).
 
 use super::*;
 
@@ -111,7 +111,7 @@ impl SkillFs {
             !tree.knows(ino)
         };
         if gone {
-            let file = self.stale.lock().remove(&ino);
+            let file = self.stale.take(ino);
             self.free_later(file);
         }
     }
@@ -122,7 +122,7 @@ impl SkillFs {
     /// kernel's late opens (`keep_stale`).
     pub(super) fn hold_name(&self, parent: Ino, name: &[u8], loc: &Location) -> Option<File> {
         let known = self.tree.lock().child(parent, name).is_some();
-        if known && self.stale.lock().len() < MAX_STALE {
+        if known && self.stale.has_room() {
             return sys::openat(
                 loc.dirfd,
                 &loc.phys,
@@ -137,11 +137,7 @@ impl SkillFs {
     /// Remembers `f`'s inode as shared (see `shared`) when it has more than
     /// `names` links.
     pub(super) fn note_if_shared(&self, f: &File, names: u64) {
-        if let Ok(st) = sys::fstat(f)
-            && st.st_nlink > names
-        {
-            self.shared.lock().insert((st.st_dev, st.st_ino));
-        }
+        self.shared.note(f, names);
     }
 
     /// Keeps `held` (from `hold_name`: the file `parent/name`, just
@@ -155,15 +151,11 @@ impl SkillFs {
             // Another name still has it: it may be written through that one.
             self.note_if_shared(f, 0);
         }
-        if let (Some(ino), Some(f)) = (known, held.as_ref()) {
-            let mut stale = self.stale.lock();
-            if stale.len() < MAX_STALE
-                && let Ok(f) = f.try_clone()
-            {
-                stale.insert(ino, f);
-                // The kept one holds the inode: closing this frees nothing.
-                return;
-            }
+        if let (Some(ino), Some(f)) = (known, held.as_ref())
+            && self.stale.keep(ino, f)
+        {
+            // The kept one holds the inode: closing this frees nothing.
+            return;
         }
         self.free_later(held);
     }
@@ -196,8 +188,8 @@ impl SkillFs {
                 let Some(of) = of.as_ref() else {
                     // Replaced or removed just after the kernel resolved a
                     // path to it: as it is now, as on ext4.
-                    if let Some(f) = self.stale.lock().get(&ino) {
-                        let mut st = sys::fstat(f)?;
+                    if let Some(st) = self.stale.stat(ino) {
+                        let mut st = st?;
                         st.st_ino = ino;
                         return Ok(Entry {
                             ino,
@@ -207,7 +199,7 @@ impl SkillFs {
                     }
                     return Err(e);
                 };
-                let s = of.state.lock();
+                let s = of.lock();
                 let mut st = sys::fstat(&*s.live)?;
                 st.st_nlink = 0;
                 st
@@ -236,7 +228,7 @@ impl SkillFs {
         mut st: libc::stat,
     ) -> libc::stat {
         if let Some(of) = of {
-            let s = of.state.lock();
+            let s = of.lock();
             let fresh = match &s.staging {
                 Some(stg) => sys::fstat(&*stg.file).ok(),
                 None => {

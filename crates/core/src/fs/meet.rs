@@ -82,7 +82,7 @@ impl SkillFs {
                 .add(&f, &self.blobs, TICK_NS)
                 .context(format_args!("store {path}, found behind the daemon"))?;
         }
-        let mut ledger = self.ledger.lock();
+        let mut ledger = self.versions.ledger();
         // A directory the catalog never had: nothing below it is recorded
         // either (a walk under the lock, once per such directory).
         let whole = kind == Kind::Dir
@@ -119,7 +119,7 @@ impl SkillFs {
     /// same kind, mode, owner, and for a file or symlink size and mtime; a
     /// file with its content.
     fn is_known(&self, path: &RelPath, now: &EntryState) -> bool {
-        let ledger = self.ledger.lock();
+        let ledger = self.versions.ledger();
         ledger.catalog().get(path).is_some_and(|old| {
             crate::scan::unchanged(old, now) && (old.kind != Kind::File || old.blob.is_some())
         })
@@ -136,7 +136,7 @@ impl SkillFs {
             return false;
         };
         self.open_file(ino).is_some_and(|of| {
-            let s = of.state.lock();
+            let s = of.lock();
             s.writers > 0 || s.direct_writers > 0 || s.staging.is_some()
         })
     }

@@ -9,17 +9,32 @@
 //! - `lookup`: what the kernel knows (lookups, attributes, stale names);
 //! - `open`: open files and the copy-on-write write path;
 //! - `publish`: a version made (blob, record, swap) and made durable;
-//! - `namespace`: create, mkdir, symlink, mknod, unlink, rmdir, rename;
+//! - `namespace`: unlink, rmdir (`create`: create, mkdir, symlink, mknod);
+//! - `rename`: rename, as a plan, its system calls, the tree's update and
+//!   its records (`rename_plan`: its decisions, as values);
 //! - `unpark`: a hidden directory made visible;
 //! - `attr`: chmod, chown, utimes, truncate;
 //! - `listing`: directory listings and `fsyncdir`;
 //! - `janitor`: the background thread (spares, reuse, late frees);
 //! - `sweep`: old parks and orphans swept while mounted;
 //! - `retention`: `forget` while mounted (the work is `skillfs_model::retention`'s);
-//! - `notify`: what the kernel must forget;
 //! - `home`: the home around the versioned root (a mount `--versioned`);
-//! - `history_view`, `pages`, `tree`: the `.history` tree, the page store,
-//!   the inode table.
+//! - `history_view`, `tree`: the `.history` tree, the inode table.
+//!
+//! The state is in parts that own their locks behind narrow methods, so
+//! that an invariant spanning files is kept by a type, not by each author:
+//! - `files::OpenFiles` (the open inodes: an `OpenFile` lives exactly as
+//!   long as its handles) and `files::Handles` (handle numbers never given
+//!   twice);
+//! - `versions::Versioning`: the ledger, its group commit, `forget`'s turn
+//!   and the unmount's checkpoint;
+//! - `notify::KernelNotices`: invalidations, passthrough, the page store
+//!   (`pages`);
+//! - `parks::Parks`: what is known of the parks (made only by
+//!   `ensure_park` or the settler, forgotten whole after a settler run);
+//! - `kept::StaleFiles` (bounded by `MAX_STALE`), `kept::SharedInodes`
+//!   (never forgotten, so never recycled), `kept::HeldRefs` (bounded by
+//!   `MAX_HELD`).
 //!
 //! This file holds the types, the core's state, its construction and its
 //! shutdown, and the helpers every concern uses (the namespace lock, the
@@ -47,30 +62,38 @@
 //! - Namespace changes hold the namespace lock exclusively for the system
 //!   call and the inode table update, so a location resolved under the shared
 //!   lock is valid until it is released.
-//!
-//! Lock order: `namespace` → `tree` → `open_files` → an `OpenFile` → `ledger`;
-//! an `OpenFile` → the page store's slots (see `pages`). The group commit
-//! (`commit`) is entered holding at most `namespace` and an `OpenFile`
-//! (a close's publish, a rename's), never `ledger`, and by an `fsync`
-//! holding none of them (see `publish`); inside, it takes `ledger` only
-//! briefly and on its own. No lock is held across a device flush by a
-//! request, nor across a walk of a subtree (an unpark is planned with none
-//! held, see `unpark`; only a plan something changed is walked again under
-//! the rename's lock).
-//! `stale`, `shared`, `parks`, `handles` and `listings` are leaves.
-//! The blob store's writing gate (`BlobStore::writing`, shared) is taken
-//! from storing a content to appending its record, wherever in this order
-//! that starts, but never while holding `ledger`: its one exclusive taker,
-//! a prune, holds nothing else while it waits, then takes `ledger`.
 //! - A file an unlink or a rename takes away stays reachable (`stale`)
 //!   while the kernel still names its inode; an inode seen with another
 //!   name while mounted (`shared`) is never emptied for reuse.
+//!
+//! Lock order, as the parts take their locks: `namespace` → `tree` →
+//! `files::OpenFiles` (its table, then an `OpenFile`: its methods take
+//! them in that order only) → an `OpenFile` → the ledger
+//! (`versions::Versioning::ledger`); an `OpenFile` → the page store's
+//! slots (`notify::KernelNotices::pages`, see `pages`). The group commit
+//! is reached only through `Versioning` (`sync_through`, `sync_all`,
+//! `write_out_then`), which takes the ledger's lock inside, briefly and on
+//! its own: it is entered holding at most `namespace` and an `OpenFile` (a
+//! close's publish, a rename's), never the ledger, and by an `fsync`
+//! holding none of them (see `publish`). No lock is held across a device
+//! flush by a request, nor across a walk of a subtree (an unpark is
+//! planned with none held, see `unpark`; only a plan something changed is
+//! walked again under the rename's lock). Leaves, whose locks are taken
+//! and let go of inside their methods with no other taken meanwhile:
+//! `files::Handles`, `kept::StaleFiles`, `kept::SharedInodes`,
+//! `parks::Parks`, `listings`, the janitor's inbox.
+//! The blob store's writing gate (`BlobStore::writing`, shared) is taken
+//! from storing a content to appending its record, wherever in this order
+//! that starts, but never while holding the ledger: its one exclusive taker,
+//! a prune, holds nothing else while it waits, then takes the ledger.
 
 mod attr;
 mod create;
+mod files;
 mod history_view;
 mod home;
 mod janitor;
+mod kept;
 mod listing;
 mod lookup;
 mod meet;
@@ -78,13 +101,17 @@ mod namespace;
 mod notify;
 mod open;
 mod pages;
+mod parks;
 mod place;
 mod publish;
+mod rename;
+mod rename_plan;
 mod reply;
 mod retention;
 mod sweep;
 mod tree;
 mod unpark;
+mod versions;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -114,16 +141,21 @@ const COMMIT_MARKER: &str = "commit";
 use skillfs_base::sys::{self, Time};
 use unpark::{Freezes, UnparkPlan};
 
+use files::{FileHandle, Handles, OpenFile, OpenFiles, OpenState, Staging};
 use history_view::{HISTORY, HistoryView, VNode, check_writable, decode, is_virtual};
 pub use home::Home;
 use janitor::{put_spare, start_janitor};
+use kept::{HeldRefs, SharedInodes, StaleFiles};
 pub use listing::{DirectoryEntry, DirectoryReplier};
+use notify::KernelNotices;
 use pages::{Claim, PageStore};
 pub use pages::{Kernel as PageKernel, PageOp};
+use parks::Parks;
 use publish::live_fsync;
 pub use reply::{DirEntry, Entry, Invalidation, OpenReply, SetAttr, Ttl};
 use tree::Tree;
 pub use tree::{Ino, Location, ROOT_INO};
+use versions::Versioning;
 
 const NAME_MAX: usize = 255;
 
@@ -178,66 +210,6 @@ impl Caller {
     }
 }
 
-/// A copy-on-write scratch file of an inode that has writers, or, for a
-/// hidden file, the live file itself opened for writing (`in_place`).
-struct Staging {
-    file: Arc<File>,
-    /// The scratch file's name in `staging/` (`None` when in place).
-    spare: Option<Named>,
-    /// Holds bytes not yet published.
-    dirty: bool,
-    /// Emptied by an `O_TRUNC` open and not written since: a flush does
-    /// not publish it (see `flush`).
-    trunc_only: bool,
-    in_place: bool,
-    /// Counts the changes of its bytes: a durable publish that let go of
-    /// its locks to flush swaps it in only if none came meanwhile (see
-    /// `publish_durable`).
-    edits: u64,
-}
-
-impl Staging {
-    /// Its bytes changed: owed a version.
-    fn mark_written(&mut self) {
-        self.dirty = true;
-        self.trunc_only = false;
-        self.edits += 1;
-    }
-}
-
-/// Per-inode state while at least one handle is open.
-struct OpenState {
-    /// The live file as it was last published (kept open so readers and
-    /// files unlinked while open keep working).
-    live: Arc<File>,
-    staging: Option<Staging>,
-    handles: u32,
-    writers: u32,
-    /// Handles whose reads and writes the kernel makes itself, on
-    /// `backing` (see `OpenReply::backing`), and how many may write. The
-    /// kernel refuses to mix them with handles served through the daemon
-    /// on one inode: while there are any, every open of the inode is one.
-    direct: u32,
-    direct_writers: u32,
-    backing: Option<Arc<File>>,
-}
-
-struct OpenFile {
-    state: Mutex<OpenState>,
-}
-
-enum Handle {
-    File {
-        ino: Ino,
-        write: bool,
-        append: bool,
-        /// Served by the kernel on the backing file (passthrough).
-        direct: bool,
-    },
-    /// A file under `.history`: its blob, read-only.
-    Blob { file: Arc<Opened> },
-}
-
 pub struct SkillFs {
     root_fd: OwnedFd,
     /// The home around the versioned root, when the mount is over one.
@@ -249,29 +221,22 @@ pub struct SkillFs {
     dirs: StoreFds,
     rules: HideRules,
     blobs: BlobStore,
-    ledger: Mutex<Ledger>,
-    /// Syncs the journal outside `ledger`'s lock (see `ledger::GroupCommit`).
-    commit: GroupCommit,
-    /// Held for a whole `forget` (one at a time; see `retention`).
-    forgetting: Mutex<()>,
-    /// The last id a checkpoint was written for (see `shutdown`).
-    checkpointed: AtomicU64,
+    /// The ledger and its group commit (see `versions`).
+    versions: Versioning,
     namespace: RwLock<()>,
     /// The subtrees unparks are being planned over (see `unpark`).
     freezes: Arc<Freezes>,
     tree: Mutex<Tree>,
-    open_files: Mutex<HashMap<Ino, Arc<OpenFile>>>,
-    handles: Mutex<HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
+    /// The open inodes and the file handles (see `files`).
+    open_files: OpenFiles,
+    handles: Handles,
     /// The daemon runs as root: new entries are given to their caller.
     chown_new: bool,
     /// The listing kept for each directory being read (see `readdir_at`).
     listings: Mutex<HashMap<Ino, listing::Listing>>,
-    /// Tells the kernel to drop what it cached of an inode or a name.
-    invalidator: std::sync::OnceLock<Box<dyn Fn(Invalidation) + Send + Sync>>,
-    /// The kernel takes backing files (FUSE passthrough): files outside
-    /// the versioned root are opened that way (see `OpenReply::backing`).
-    passthrough: std::sync::atomic::AtomicBool,
+    /// What the core tells the kernel (invalidations, pages) and knows it
+    /// takes (passthrough); see `notify`.
+    notices: KernelNotices,
     /// One `fsync` commits all earlier metadata here (ext4, XFS).
     ordered_commit: bool,
     /// A store file touched and fsynced to commit everything before it
@@ -282,44 +247,24 @@ pub struct SkillFs {
     /// inodes that publishing swaps out of the live tree, emptied, and new
     /// ones made ahead of need (see `store::spares`).
     spares: Arc<Spares>,
-    /// Whether the park of a directory (by key) exists, where known: a
-    /// name missing inside a directory without a park is not looked for in
-    /// `parked/`. Parks are made while mounted only by `ensure_park`, which
-    /// records it, and by the settler, and removed only by the settler: a
-    /// settler run forgets everything known.
-    parks: Mutex<HashMap<String, bool>>,
+    /// Whether the park of a directory exists, where known (see `parks`).
+    parks: Parks,
     /// References taken by `hold` that the janitor has yet to drop.
-    held: Arc<AtomicUsize>,
-    /// Physical inodes (device, inode) seen with more than one name while
-    /// mounted (opened through a hard link made offline, or kept by
-    /// `keep_stale` while another name remained): one of them may be read
-    /// through another name long after a publish swaps it out, so the
-    /// janitor never empties one for reuse.
-    shared: Arc<Mutex<HashSet<(u64, u64)>>>,
+    held: Arc<HeldRefs>,
+    /// Inodes seen with more than one name while mounted: never emptied
+    /// for reuse (see `kept::SharedInodes`).
+    shared: Arc<SharedInodes>,
     /// Fills `spares` off the request path (freeing the blocks of a
     /// swapped-out inode, or allocating one, can take hundreds of
     /// microseconds).
     janitor: Mutex<Option<Janitor>>,
-    /// Pushes the pages of files just written into the kernel's cache.
-    pages: Arc<PageStore>,
     /// Bumped by every swap of a new version into the live tree (see
     /// `lookup`).
     swaps: AtomicU64,
     /// The files that an unlink or a rename over them took from the tree
-    /// while the kernel still names their inode (an `O_PATH` reference
-    /// each, until the kernel forgets it): a path resolved just before the
-    /// change opens and stats the file it resolved to, as on ext4, instead
-    /// of failing (see `open`). Bounded by `MAX_STALE`.
-    stale: Mutex<HashMap<Ino, File>>,
+    /// while the kernel still names their inode (see `kept::StaleFiles`).
+    stale: StaleFiles,
 }
-
-/// At most this many replaced or removed files are kept for the kernel's
-/// late opens; past it such an open answers `ESTALE` (the kernel then looks
-/// the path up again).
-const MAX_STALE: usize = 1024;
-
-/// At most this many references from `hold` wait for the janitor.
-const MAX_HELD: usize = 256;
 
 /// Work for the janitor thread.
 enum Chore {
@@ -402,8 +347,8 @@ impl SkillFs {
             Arc::clone(&dirs.tmp),
         ));
         let blobs = blobs.with_spares(Arc::clone(&spares));
-        let held = Arc::new(AtomicUsize::new(0));
-        let shared = Arc::new(Mutex::new(HashSet::new()));
+        let held = Arc::new(HeldRefs::default());
+        let shared = Arc::new(SharedInodes::default());
         let janitor = start_janitor(Arc::clone(&spares), Arc::clone(&held), Arc::clone(&shared));
         let low = Mutex::new(janitor.0.clone());
         spares.set_on_low(Box::new(move || {
@@ -432,27 +377,21 @@ impl SkillFs {
             dirs,
             rules,
             blobs,
-            commit: GroupCommit::new(ledger.durable_through()),
-            forgetting: Mutex::new(()),
-            checkpointed: AtomicU64::new(0),
-            ledger: Mutex::new(ledger),
+            versions: Versioning::new(ledger),
             namespace: RwLock::new(()),
             freezes: Arc::default(),
             tree: Mutex::new(tree),
-            open_files: Mutex::new(HashMap::new()),
-            handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
+            open_files: OpenFiles::default(),
+            handles: Handles::default(),
             chown_new: sys::geteuid() == 0,
             listings: Mutex::new(HashMap::new()),
-            invalidator: std::sync::OnceLock::new(),
-            passthrough: std::sync::atomic::AtomicBool::new(false),
+            notices: KernelNotices::default(),
             ordered_commit,
             marker,
             janitor: Mutex::new(Some(janitor)),
-            pages: PageStore::new(),
             swaps: AtomicU64::new(0),
-            stale: Mutex::new(HashMap::new()),
-            parks: Mutex::new(HashMap::new()),
+            stale: StaleFiles::default(),
+            parks: Parks::default(),
             held,
             shared,
             spares,
@@ -466,19 +405,19 @@ impl SkillFs {
     /// How the core tells the kernel that an inode it may have cached
     /// changed behind its back (set once, by the FUSE adapter).
     pub fn set_invalidator(&self, f: Box<dyn Fn(Invalidation) + Send + Sync>) {
-        let _ = self.invalidator.set(f);
+        self.notices.set_invalidator(f);
     }
 
     /// Whether the kernel takes backing files (set by the adapter at INIT,
     /// and cleared if registering one fails).
     pub fn set_passthrough(&self, on: bool) {
-        self.passthrough.store(on, Ordering::SeqCst);
+        self.notices.set_passthrough(on);
     }
 
     /// Starts pushing the pages of files just written into the kernel's
     /// page cache, through `kernel` (see `pages`).
     pub fn start_page_store(&self, kernel: PageKernel) -> std::io::Result<()> {
-        self.pages.start(kernel)
+        self.notices.pages().start(kernel)
     }
 
     /// Locks `of`'s state for a change of its content, once no store of an
@@ -492,8 +431,8 @@ impl SkillFs {
         ino: Ino,
         of: &'a OpenFile,
     ) -> TryResult<parking_lot::MutexGuard<'a, OpenState>> {
-        let s = of.state.lock();
-        match self.pages.claim(ino) {
+        let s = of.lock();
+        match self.notices.pages().claim(ino) {
             Claim::Clear => Ok(s),
             Claim::Busy => Err(Attempt::StoreBusy),
         }
@@ -504,7 +443,7 @@ impl SkillFs {
     fn retry_after_store<T>(&self, ino: Option<Ino>, op: impl Fn() -> TryResult<T>) -> FsResult<T> {
         loop {
             match op() {
-                Err(Attempt::StoreBusy) => self.pages.wait(ino),
+                Err(Attempt::StoreBusy) => self.notices.pages().wait(ino),
                 Err(Attempt::Failed(e)) => return Err(e),
                 Ok(v) => return Ok(v),
             }
@@ -532,7 +471,7 @@ impl SkillFs {
     /// The `.history` tree, over the history index.
     fn history(&self) -> HistoryView<'_> {
         HistoryView {
-            ledger: &self.ledger,
+            ledger: self.versions.ledger_lock(),
             blobs: &self.blobs,
             root: &self.root_fd,
         }
@@ -555,7 +494,7 @@ impl SkillFs {
     }
 
     fn open_file(&self, ino: Ino) -> Option<Arc<OpenFile>> {
-        self.open_files.lock().get(&ino).cloned()
+        self.open_files.get(ino)
     }
 
     /// Refuses a change that adds or moves a name (`ENOSPC`) when its record
@@ -564,18 +503,17 @@ impl SkillFs {
     /// until the next mount's scan. (Removals are not refused: see
     /// `remove`.)
     fn journal_room(&self) -> FsResult<()> {
-        Ok(self.ledger.lock().ensure_room()?)
+        Ok(self.versions.ledger().ensure_room()?)
     }
 
     /// Makes every record appended so far durable (group commit: the
     /// ledger's lock is not held across the flush).
     fn sync_records(&self) -> FsResult<()> {
-        let want = self.ledger.lock().last_seq();
-        Ok(self.commit.sync_through(&self.ledger, &self.blobs, want)?)
+        Ok(self.versions.sync_all(&self.blobs)?)
     }
 
     fn record(&self, change: Change, caller: &Caller) {
-        let mut ledger = self.ledger.lock();
+        let mut ledger = self.versions.ledger();
         if let Err(e) = ledger.record(change.clone(), caller.actor()) {
             // The change happened but is not in the journal; the next
             // mount's scan finds the difference and records it.
@@ -592,8 +530,8 @@ impl SkillFs {
     /// mounted.
     pub fn flush_deferred(&self) {
         if let Err(e) = self
-            .ledger
-            .lock()
+            .versions
+            .ledger()
             .flush_deferred(skillfs_model::ledger::DEFER_MAX)
         {
             tracing::error!("could not journal a removal held back: {e}");
@@ -602,8 +540,8 @@ impl SkillFs {
 
     /// Called at unmount: publish what writers left and make it durable.
     pub fn shutdown(&self) {
-        self.pages.stop();
-        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        self.notices.pages().stop();
+        let inos: Vec<Ino> = self.open_files.inos();
         let daemon = Caller::kernel();
         for ino in inos {
             if let Err(e) = self.publish(ino, false, &daemon) {
@@ -611,7 +549,7 @@ impl SkillFs {
             }
         }
         {
-            let mut ledger = self.ledger.lock();
+            let mut ledger = self.versions.ledger();
             if let Err(e) = ledger.flush_deferred(std::time::Duration::ZERO) {
                 tracing::error!("could not journal the removals held back at unmount: {e}");
             }
@@ -619,10 +557,7 @@ impl SkillFs {
                 Err(e) => tracing::error!("could not sync the journal at unmount: {e}"),
                 // The next mount loads the fold instead of making it again.
                 Ok(()) => {
-                    let last = ledger.last_seq();
-                    let before = self.checkpointed.swap(last, Ordering::SeqCst);
-                    if last >= skillfs_model::checkpoint::min_records()
-                        && last != before
+                    if self.versions.checkpoint_owed(ledger.last_seq())
                         && let Err(e) = ledger.checkpoint(&self.dirs.journal)
                     {
                         tracing::warn!("could not write the journal's checkpoint: {e}");

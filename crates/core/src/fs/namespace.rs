@@ -1,12 +1,12 @@
-//! Namespace calls that remove or move: unlink, rmdir, rename (the calls
-//! that make a name are `create`).
+//! Namespace calls that remove or move: unlink, rmdir, and `rename` (its
+//! own module; the calls that make a name are `create`).
 //!
-//! Owns: each change of the tree and its journal record (`journal_move`
-//! tells a rename from a park or an unpark), the publish of staged bytes
-//! about to be replaced or to leave the versioned tree, and the orphaning
-//! of a removed directory's hidden children. A file renamed to an
-//! untracked name beside it (an editor's backup) has its removal held back
-//! (`Ledger::defer`); a new file or a rename at its path resumes its
+//! Owns: each change of the tree and its journal record (a rename's
+//! `journal_move` tells a rename from a park or an unpark), the publish of
+//! staged bytes about to be replaced or to leave the versioned tree, and
+//! the orphaning of a removed directory's hidden children. A file renamed
+//! to an untracked name beside it (an editor's backup) has its removal held
+//! back (`Ledger::defer`); a new file or a rename at its path resumes its
 //! history (`create::create_once`, `journal_move`).
 //! Invariants: each holds `namespace` exclusively (`ns_write`) for the
 //! system call and the inode table update, so a location resolved under the
@@ -89,272 +89,6 @@ impl SkillFs {
         Ok(())
     }
 
-    pub fn rename(
-        &self,
-        parent: Ino,
-        name: &[u8],
-        newparent: Ino,
-        newname: &[u8],
-        flags: u32,
-        caller: &Caller,
-    ) -> FsResult<()> {
-        self.writable(parent, name, false)?;
-        self.writable(newparent, newname, false)?;
-        self.pinned(parent, name)?;
-        self.pinned(newparent, newname)?;
-        self.journal_room()?;
-        check_name(newname)?;
-        if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
-            return Err(FsError::EINVAL);
-        }
-        let exchange = flags & libc::RENAME_EXCHANGE != 0;
-        // An unpark's plan stores contents that its records name only
-        // under the rename's lock: no prune starts between.
-        let _writing = self.blobs.writing();
-        let mut plan = if exchange {
-            None
-        } else {
-            self.plan_unpark(parent, name, newparent, newname, flags)?
-        };
-        let _ns = self.ns_write();
-        let ploc = self.loc(parent)?;
-        let nploc = self.loc(newparent)?;
-        let src = self.find(parent, &ploc, name)?;
-        let kind = node_kind(&src.st).ok_or(FsError::EPERM)?;
-        let src_special = special_of(&src.st) != 0;
-        if parent == newparent && name == newname {
-            return Ok(());
-        }
-        // A non-directory in the other place that this rename replaces.
-        let mut replaced_other = None;
-        let (dst, dst_att) = if exchange {
-            // Each entry takes the other's place; see `settle_exchanged`.
-            let d = self.find(newparent, &nploc, newname)?;
-            (d.loc, d.attached)
-        } else {
-            let target = (kind == Kind::Symlink)
-                .then(|| sys::readlinkat(src.loc.dirfd, &src.loc.phys).ok())
-                .flatten();
-            let (d, att) = self.place(newparent, &nploc, newname, kind, target.as_deref())?;
-            if let Some(other) = self.in_other_place(newparent, &nploc, newname, att)? {
-                // The target name exists in the other place: only possible
-                // for entries of different kinds (a rule that names one
-                // kind, or a rule that changed).
-                if flags & libc::RENAME_NOREPLACE != 0 {
-                    return Err(FsError::EEXIST);
-                }
-                let other_dir = other.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-                match (kind == Kind::Dir, other_dir) {
-                    (true, false) => return Err(FsError::ENOTDIR),
-                    (false, true) => return Err(FsError::EISDIR),
-                    // A directory replaces an empty directory, as ext4
-                    // would (an exchange can leave a directory's attached
-                    // child in the other place once it is hidden); one with
-                    // entries, in either of its places, is ENOTEMPTY.
-                    (true, true) => {
-                        let key = sys::dir_key(other.loc.dirfd, &other.loc.phys)?;
-                        let empty = |fd, rel: &[u8]| match sys::read_dir_at(fd, rel) {
-                            Ok(e) => e.is_empty(),
-                            Err(e) => enoent(&e),
-                        };
-                        if !empty(other.loc.dirfd, &other.loc.phys)
-                            || !empty(self.parked_raw(), key.as_bytes())
-                        {
-                            return Err(FsError::of(libc::ENOTEMPTY));
-                        }
-                        replaced_other = Some(other);
-                    }
-                    // A non-directory replaces a non-directory, as ext4
-                    // would: removed once the rename is made (two steps,
-                    // not one; a failed rename leaves it as it was).
-                    (false, false) => {
-                        self.publish_dirty_under(&other.loc, caller)?;
-                        replaced_other = Some(other);
-                    }
-                }
-            }
-            (d, att)
-        };
-        // Staged bytes of what is replaced, or leaves the versioned tree,
-        // are published first.
-        let dst_st = dst.lstat().ok();
-        if dst_st.is_some() {
-            self.publish_dirty_under(&dst, caller)?;
-        }
-        // (An untracked name is visible, but leaves the versioned tree all
-        // the same: vim's `SKILL.md~`.)
-        let leaves =
-            self.versioned(&src.loc, kind).is_some() && self.versioned(&dst, kind).is_none();
-        if exchange || dst.is_hidden() || leaves {
-            self.publish_dirty_under(&src.loc, caller)?;
-        }
-        // What moves and what it replaces are in the journal as they are
-        // (the move's record carries what the catalog has), and so is the
-        // directory a name is made in.
-        self.meet(&src.loc)?;
-        self.meet(&dst)?;
-        // Two names of one file (hard links made while unmounted, which the
-        // kernel sees as two inodes): renameat2 would leave both, as rename(2)
-        // says; the kernel takes the rename as made and moves its entry, so
-        // the source name goes (below), as it believes. A record says so.
-        // Judged on the files as they are now: a publish above swaps a new
-        // inode in (a name written since stopped being the other's file).
-        let dst_st = dst.lstat().ok();
-        let same_file = match (&dst_st, src.loc.lstat()) {
-            (Some(d), Ok(s)) => d.st_dev == s.st_dev && d.st_ino == s.st_ino,
-            _ => false,
-        };
-        if same_file && flags & libc::RENAME_NOREPLACE != 0 {
-            return Err(FsError::EEXIST);
-        }
-        // A directory replaced by this rename takes its hidden children's
-        // attachment with it: they become orphans.
-        let dst_is_dir = dst_st.is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
-        let replaced_key = if !exchange && dst_is_dir {
-            sys::dir_key(dst.dirfd, &dst.phys).ok()
-        } else {
-            None
-        };
-        let last_ref = (!exchange && dst_st.is_some() && !dst_is_dir)
-            .then(|| self.hold_name(newparent, newname, &dst))
-            .flatten();
-        if !same_file {
-            sys::renameat2(src.loc.dirfd, &src.loc.phys, dst.dirfd, &dst.phys, flags)?;
-        } else if !exchange {
-            sys::unlinkat(src.loc.dirfd, &src.loc.phys, false)?;
-        }
-        self.keep_stale(newparent, newname, last_ref);
-        if let Some(other) = &replaced_other {
-            self.remove_other(other, caller);
-        }
-        // Where each entry ends up: the source's at the new name, the
-        // target's (exchanged) at the old one; moved only after an exchange.
-        let b_kind = dst_st.as_ref().and_then(kind_of);
-        let (a_moved, b_moved) = match b_kind {
-            Some(b_kind) if exchange => (
-                self.settle_exchanged(&dst, dst_att, newparent, &nploc, newname, kind),
-                self.settle_exchanged(&src.loc, src.attached, parent, &ploc, name, b_kind),
-            ),
-            _ => (None, None),
-        };
-        let (a_at, a_att) = a_moved.as_ref().map_or((&dst, dst_att), |(l, a)| (l, *a));
-        let (b_at, b_att) = b_moved
-            .as_ref()
-            .map_or((&src.loc, src.attached), |(l, a)| (l, *a));
-        {
-            let mut tree = self.tree.lock();
-            if exchange {
-                tree.exchange(parent, name, newparent, newname, b_att, a_att);
-            } else {
-                if let Some(st) = dst_st.filter(|_| dst_is_dir) {
-                    tree.keep_gone(newparent, newname, st);
-                }
-                if let Some(other) = replaced_other
-                    .as_ref()
-                    .filter(|o| kind_of(&o.st) == Some(Kind::Dir))
-                {
-                    tree.keep_gone(newparent, newname, other.st);
-                }
-                tree.move_entry(parent, name, newparent, newname, dst_att);
-            }
-        }
-        if let Some(key) = replaced_key {
-            self.orphan_attached(&key, &dst.logical, caller);
-        }
-        // A directory of the versioned tree moved out of it: its hidden
-        // entries come along (before the notices below go out).
-        if kind == Kind::Dir && !src.loc.is_hidden() && self.outside(a_at) {
-            self.bring_hidden_out(newparent, newname, a_at);
-        }
-        if exchange && b_kind == Some(Kind::Dir) && !dst.is_hidden() && self.outside(b_at) {
-            self.bring_hidden_out(parent, name, b_at);
-        }
-        // A directory that moved between the hidden and the visible tree
-        // lists differently (whole while hidden, filtered while visible);
-        // nothing in it changed, so the kernel would keep the old listing.
-        let crossed = src.loc.is_hidden() != a_at.is_hidden()
-            || (exchange && dst.is_hidden() != b_at.is_hidden());
-        if crossed {
-            let moved: Vec<Ino> = {
-                let tree = self.tree.lock();
-                let mut v = Vec::new();
-                for (p, n) in [(newparent, newname), (parent, name)] {
-                    if let Some(i) = tree.child(p, n) {
-                        v.extend(tree.subtree(i));
-                    }
-                }
-                v
-            };
-            for i in moved {
-                self.invalidate(i);
-            }
-            // A directory lists differently now: the reply must not let a
-            // listing read overtake the notice.
-            if kind == Kind::Dir || (exchange && b_kind == Some(Kind::Dir)) {
-                self.invalidations_delivered();
-            }
-        }
-        let noreplace = flags & libc::RENAME_NOREPLACE != 0;
-        // FIFOs and sockets are never versioned: a move of one journals
-        // only what it replaced (a versioned file, now gone).
-        let dst_special = dst_st.as_ref().is_some_and(|st| special_of(st) != 0);
-        if src_special || (exchange && dst_special) {
-            if exchange {
-                if !src_special {
-                    self.journal_move(&src.loc, a_at, kind, false, &mut plan, caller);
-                }
-                if let Some(b_kind) = b_kind.filter(|_| !dst_special) {
-                    self.journal_move(&dst, b_at, b_kind, false, &mut plan, caller);
-                }
-            } else if let Some(dst_kind) = dst_st.as_ref().and_then(kind_of)
-                && !dst_special
-                && let Some(p) = self.versioned(&dst, dst_kind)
-            {
-                self.record(Change::new(Op::Unlink, p, None), caller);
-            }
-        } else if exchange {
-            let b_kind = b_kind.unwrap_or(Kind::File);
-            let moves = [(&src.loc, a_at, kind), (&dst, b_at, b_kind)];
-            let versioned = |(from, to, k): &(&Location, &Location, Kind)| {
-                (
-                    self.versioned(from, *k).is_some(),
-                    self.versioned(to, *k).is_some(),
-                )
-            };
-            if let (Some(a), Some(b), [(true, true), (true, true)]) = (
-                self.versioned(&src.loc, kind),
-                self.versioned(&dst, b_kind),
-                moves.map(|m| versioned(&m)),
-            ) {
-                let mut c = Change::new(Op::Exchange, a, None);
-                c.to = Some(b);
-                self.record(c, caller);
-            } else {
-                // What left the visible tree is journaled first, what
-                // entered it last, so no path is claimed twice.
-                let mut moves = moves;
-                moves.sort_by_key(|m| match versioned(m) {
-                    (_, false) => 0,
-                    (true, true) => 1,
-                    (false, true) => 2,
-                });
-                for (from, to, k) in moves {
-                    self.journal_move(from, to, k, false, &mut plan, caller);
-                }
-            }
-        } else {
-            self.journal_move(&src.loc, &dst, kind, noreplace, &mut plan, caller);
-        }
-        // After the records: this rename's own unpark used its plan first.
-        drop(plan);
-        self.touched(&src.loc);
-        self.touched(&dst);
-        if let Some(other) = &replaced_other {
-            self.touched(&other.loc);
-        }
-        Ok(())
-    }
-
     /// The directory `name` of `parent`, just moved out of the versioned
     /// tree to `at` (outside, where no rule hides anything): the hidden
     /// entries attached to it and to every directory below it are moved
@@ -384,7 +118,7 @@ impl SkillFs {
                     }
                 }
                 let _ = sys::unlinkat(parked, key.as_bytes(), true);
-                self.parks.lock().remove(&key);
+                self.parks.removed(&key);
                 self.freezes.touched(parked, key.as_bytes());
             }
             for e in sys::read_dir_at(at.dirfd, &dir).unwrap_or_default() {
@@ -494,7 +228,7 @@ impl SkillFs {
     ) {
         match (self.versioned(from, kind), self.versioned(to, kind)) {
             (Some(a), Some(b)) => {
-                self.ledger.lock().resume(&b);
+                self.versions.ledger().resume(&b);
                 let mut c = Change::new(Op::Rename, a, None);
                 c.to = Some(b);
                 c.noreplace = noreplace;
@@ -513,7 +247,7 @@ impl SkillFs {
                     .as_ref()
                     .is_some_and(|t| t.parent() == a.parent());
                 if kind == Kind::File && backup {
-                    self.ledger.lock().defer(c, caller.actor());
+                    self.versions.ledger().defer(c, caller.actor());
                 } else {
                     self.record(c, caller);
                 }
@@ -521,7 +255,7 @@ impl SkillFs {
             (None, Some(b)) => {
                 // A removal of `b` held back is void: `b` is there again,
                 // and the unpark records it if it differs.
-                self.ledger.lock().resume(&b);
+                self.versions.ledger().resume(&b);
                 if let Err(e) = self.unpark(&b, from, plan.take(), caller) {
                     tracing::error!("could not settle {b} after it became visible: {e:?}");
                 }

@@ -1,16 +1,16 @@
 //! Open files and the copy-on-write write path.
 //!
-//! Owns: the open state of an inode (`OpenState`: the live file as last
-//! published, a writer's `Staging`, counts of handles and writers), file
-//! handles, `open`, `read`, `write`, `flush`, `fsync` and `release`.
+//! Owns: what the open state of an inode (`files::OpenState`: the live
+//! file as last published, a writer's `Staging`, counts of handles and
+//! writers) does, `open`, `read`, `write`, `flush`, `fsync` and `release`.
 //! Invariants: a live file is never written in place while visible: its
 //! first write makes a staging copy (empty for `O_TRUNC`), reads through
 //! any handle see the staged bytes, and `flush`/`release`/`fsync` publish
 //! them (see `publish`). A hidden file is scratch, written in place.
 //! An `O_TRUNC` open's empty moment is no version (`trunc_only`).
 //! Locks: `namespace` shared only where a location is needed (a first
-//! write, a last release with staged bytes); then an `OpenFile`;
-//! `open_files` and `handles` are taken briefly.
+//! write, a last release with staged bytes); then an `OpenFile`. The
+//! tables of open inodes and of handles are `files`'s.
 
 use super::*;
 
@@ -24,71 +24,35 @@ impl SkillFs {
         ino: Ino,
         at: Result<&Location, FsError>,
     ) -> FsResult<Arc<OpenFile>> {
-        let mut files = self.open_files.lock();
-        if let Some(of) = files.get(&ino) {
-            of.state.lock().handles += 1;
-            return Ok(Arc::clone(of));
-        }
-        let live = match at {
-            Ok(loc) => {
-                // The daemon's own reads of it (a copy for a writer, the
-                // pages handed to the kernel after a close) must not move
-                // its access time: a utime just set would be lost to them
-                // (relatime updates an atime older than the mtime). Not
-                // the owner (another user's file, --allow-other): without.
-                let flags = libc::O_RDONLY | libc::O_NOFOLLOW;
-                let f = match sys::openat(loc.dirfd, &loc.phys, flags | libc::O_NOATIME, 0) {
-                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-                        sys::openat(loc.dirfd, &loc.phys, flags, 0)?
-                    }
-                    r => r?,
-                };
-                self.note_if_shared(&f, 1);
-                f
-            }
-            Err(err) => {
-                let stale = self.stale.lock();
-                let kept = stale.get(&ino).ok_or_else(|| err.clone())?;
-                let again = format!("/proc/self/fd/{}", kept.as_raw_fd());
-                File::open(again).map_err(|_| err)?
-            }
-        };
-        let of = Arc::new(OpenFile {
-            state: Mutex::new(OpenState {
-                live: Arc::new(live),
-                staging: None,
-                handles: 1,
-                writers: 0,
-                direct: 0,
-                direct_writers: 0,
-                backing: None,
-            }),
-        });
-        files.insert(ino, Arc::clone(&of));
-        Ok(of)
+        self.open_files.join_or_open(ino, || {
+            Ok(match at {
+                Ok(loc) => {
+                    // The daemon's own reads of it (a copy for a writer, the
+                    // pages handed to the kernel after a close) must not move
+                    // its access time: a utime just set would be lost to them
+                    // (relatime updates an atime older than the mtime). Not
+                    // the owner (another user's file, --allow-other): without.
+                    let flags = libc::O_RDONLY | libc::O_NOFOLLOW;
+                    let f = match sys::openat(loc.dirfd, &loc.phys, flags | libc::O_NOATIME, 0) {
+                        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                            sys::openat(loc.dirfd, &loc.phys, flags, 0)?
+                        }
+                        r => r?,
+                    };
+                    self.note_if_shared(&f, 1);
+                    f
+                }
+                Err(err) => {
+                    let kept = self.stale.reopen(ino).ok_or_else(|| err.clone())?;
+                    kept.map_err(|_| err)?
+                }
+            })
+        })
     }
 
     /// Drops one handle's share of the open state.
     pub(super) fn release_open(&self, ino: Ino, writer: bool) {
-        let mut files = self.open_files.lock();
-        let Some(of) = files.get(&ino).cloned() else {
-            return;
-        };
-        let mut s = of.state.lock();
-        s.handles = s.handles.saturating_sub(1);
-        if writer {
-            s.writers = s.writers.saturating_sub(1);
-        }
-        if s.direct == 0 {
-            s.backing = None;
-        }
-        if s.handles == 0 {
-            if let Some(spare) = s.staging.take().and_then(|stg| stg.spare) {
-                let _ = spare.unlink();
-            }
-            drop(s);
-            files.remove(&ino);
-        }
+        self.open_files.leave(ino, writer);
     }
 
     /// How a file at `loc` (`None`: no longer in the tree) is written.
@@ -206,17 +170,11 @@ impl SkillFs {
         Ok(())
     }
 
-    pub(super) fn new_handle(&self, h: Handle) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, h);
-        fh
-    }
-
     pub fn open(&self, ino: Ino, flags: i32, caller: &Caller) -> FsResult<OpenReply> {
         if let Some(v) = decode(ino) {
             let file = Arc::new(self.history().open(v, flags)?);
             return Ok(OpenReply {
-                fh: self.new_handle(Handle::Blob { file }),
+                fh: self.handles.insert_blob(file),
                 no_flush: true,
                 immutable: true,
                 backing: None,
@@ -259,7 +217,7 @@ impl SkillFs {
     ) -> TryResult<OpenReply> {
         let write = opens_for_writing(flags);
         if may_pass && let Some(backing) = self.open_direct(&of, loc, flags, write, caller)? {
-            let fh = self.new_handle(Handle::File {
+            let fh = self.handles.insert_file(FileHandle {
                 ino,
                 write,
                 append: flags & libc::O_APPEND != 0,
@@ -306,7 +264,7 @@ impl SkillFs {
                 }
             }
         }
-        let fh = self.new_handle(Handle::File {
+        let fh = self.handles.insert_file(FileHandle {
             ino,
             write,
             append: flags & libc::O_APPEND != 0,
@@ -336,10 +294,10 @@ impl SkillFs {
         if self.home.is_none() {
             return Ok(None); // no plain files: never direct
         }
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         // (Turned off after a refusal: an inode that still has direct
         // handles keeps joining them, as the kernel takes no mix.)
-        if !self.passthrough.load(Ordering::Relaxed) && s.direct == 0 {
+        if !self.notices.passthrough() && s.direct == 0 {
             return Ok(None);
         }
         let others = s.handles - 1;
@@ -385,18 +343,14 @@ impl SkillFs {
     /// now on, like every later open.
     pub fn undirect(&self, fh: u64) {
         self.set_passthrough(false);
-        let mut handles = self.handles.lock();
-        let Some(Handle::File {
-            ino, write, direct, ..
-        }) = handles.get_mut(&fh)
-        else {
+        // (The handle table is let go of first: it is a leaf.)
+        let Some(h) = self.handles.undirect(fh) else {
             return;
         };
-        *direct = false;
-        if let Some(of) = self.open_file(*ino) {
-            let mut s = of.state.lock();
+        if let Some(of) = self.open_file(h.ino) {
+            let mut s = of.lock();
             s.direct = s.direct.saturating_sub(1);
-            if *write {
+            if h.write {
                 s.direct_writers = s.direct_writers.saturating_sub(1);
                 s.writers += 1;
             }
@@ -404,19 +358,14 @@ impl SkillFs {
     }
 
     pub(super) fn file_handle(&self, fh: u64) -> FsResult<(Ino, bool, bool)> {
-        match self.handles.lock().get(&fh) {
-            Some(Handle::File {
-                ino, write, append, ..
-            }) => Ok((*ino, *write, *append)),
-            _ => Err(FsError::EBADF),
+        match self.handles.file(fh) {
+            Some(h) => Ok((h.ino, h.write, h.append)),
+            None => Err(FsError::EBADF),
         }
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let blob = match self.handles.lock().get(&fh) {
-            Some(Handle::Blob { file }) => Some(Arc::clone(file)),
-            _ => None,
-        };
+        let blob = self.handles.blob(fh);
         let mut buf = vec![0u8; size as usize];
         let got = match blob {
             Some(b) => read_full(|buf, off| b.read_at(buf, off), &mut buf, offset)?,
@@ -424,7 +373,7 @@ impl SkillFs {
                 let (ino, _, _) = self.file_handle(fh)?;
                 let of = self.open_file(ino).ok_or(FsError::EBADF)?;
                 let file = {
-                    let s = of.state.lock();
+                    let s = of.lock();
                     match &s.staging {
                         Some(stg) => Arc::clone(&stg.file),
                         None => Arc::clone(&s.live),
@@ -447,13 +396,13 @@ impl SkillFs {
         // resolved before the open state is locked (lock order), under the
         // namespace lock held until the staging exists, so that a rename
         // cannot make it visible in between.
-        let needs_place = of.state.lock().staging.is_none();
+        let needs_place = of.lock().staging.is_none();
         let _ns = needs_place.then(|| self.namespace.read());
         let place = match needs_place {
             true => self.write_place(self.loc(ino).ok().as_ref()),
             false => WritePlace::Copy, // (unused: it has staging)
         };
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         self.ensure_staging(&mut s, false, place)?;
         let stg = s.staging.as_mut().expect("just ensured");
         let offset = if append {
@@ -483,7 +432,7 @@ impl SkillFs {
     /// flush) before it writes, and that empty moment is no version. It is
     /// published by the next flush after a write, or at the last release.
     pub fn flush(&self, fh: u64, caller: &Caller) -> FsResult<()> {
-        if matches!(self.handles.lock().get(&fh), Some(Handle::Blob { .. })) {
+        if self.handles.is_blob(fh) {
             return Ok(());
         }
         let (ino, write, _) = self.file_handle(fh)?;
@@ -494,13 +443,9 @@ impl SkillFs {
             return Ok(());
         }
         if write {
-            let trunc_only = self.open_file(ino).is_some_and(|of| {
-                of.state
-                    .lock()
-                    .staging
-                    .as_ref()
-                    .is_some_and(|stg| stg.trunc_only)
-            });
+            let trunc_only = self
+                .open_file(ino)
+                .is_some_and(|of| of.lock().staging.as_ref().is_some_and(|stg| stg.trunc_only));
             if !trunc_only {
                 self.publish(ino, false, caller)?;
             }
@@ -509,7 +454,7 @@ impl SkillFs {
     }
 
     pub fn fsync(&self, fh: u64, caller: &Caller) -> FsResult<()> {
-        if matches!(self.handles.lock().get(&fh), Some(Handle::Blob { .. })) {
+        if self.handles.is_blob(fh) {
             return Ok(());
         }
         let (ino, write, _) = self.file_handle(fh)?;
@@ -518,22 +463,18 @@ impl SkillFs {
             && let Some(of) = self.open_file(ino)
             && let Some(want) = self.record_direct(ino, &of, true, caller)?
         {
-            self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+            self.versions.sync_through(&self.blobs, want)?;
         }
         self.publish(ino, true, caller)
     }
 
     fn is_direct(&self, fh: u64) -> bool {
-        matches!(
-            self.handles.lock().get(&fh),
-            Some(Handle::File { direct: true, .. })
-        )
+        self.handles.file(fh).is_some_and(|h| h.direct)
     }
 
     pub fn release(&self, fh: u64, caller: &Caller) -> FsResult<()> {
-        let h = self.handles.lock().remove(&fh);
-        let (ino, write) = match h {
-            Some(Handle::File {
+        let (ino, write) = match self.handles.remove(fh)? {
+            Some(FileHandle {
                 ino,
                 write,
                 direct: true,
@@ -543,16 +484,15 @@ impl SkillFs {
                 self.release_open(ino, false);
                 return result;
             }
-            Some(Handle::File { ino, write, .. }) => (ino, write),
-            Some(Handle::Blob { .. }) => return Ok(()),
-            _ => return Err(FsError::EBADF),
+            Some(FileHandle { ino, write, .. }) => (ino, write),
+            None => return Ok(()),
         };
         let mut result = Ok(());
         if write && let Some(of) = self.open_file(ino) {
             // Usually the close's flush published everything already: only
             // a last writer with staged bytes needs the location.
             let pending = {
-                let mut s = of.state.lock();
+                let mut s = of.lock();
                 s.writers = s.writers.saturating_sub(1);
                 let pending = s.writers == 0 && s.staging.as_ref().is_some_and(|stg| stg.dirty);
                 if !pending {
@@ -563,7 +503,7 @@ impl SkillFs {
             if pending {
                 let _ns = self.namespace.read();
                 let loc = self.loc(ino).ok();
-                let mut s = of.state.lock();
+                let mut s = of.lock();
                 // Decided again under the lock: a writer may have opened
                 // since (it publishes at its own close).
                 if s.writers == 0
@@ -600,7 +540,7 @@ impl SkillFs {
             // The store's reads must not move the file's access time (a
             // utime set right after the close would be lost to them).
             sys::set_noatime(&**file);
-            self.pages.queue(ino, Arc::clone(file));
+            self.notices.pages().queue(ino, Arc::clone(file));
         }
     }
 }
@@ -614,14 +554,14 @@ impl SkillFs {
             return Ok(());
         };
         {
-            let mut s = of.state.lock();
+            let mut s = of.lock();
             s.direct = s.direct.saturating_sub(1);
             if !write {
                 return Ok(());
             }
         }
         let result = self.record_direct(ino, &of, false, caller);
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         s.direct_writers = s.direct_writers.saturating_sub(1);
         result.map(|_| ())
     }
@@ -637,7 +577,7 @@ impl SkillFs {
         caller: &Caller,
     ) -> FsResult<Option<u64>> {
         let _ns = self.namespace.read();
-        let (Ok(loc), Some(file)) = (self.loc(ino), of.state.lock().backing.clone()) else {
+        let (Ok(loc), Some(file)) = (self.loc(ino), of.lock().backing.clone()) else {
             return Ok(None);
         };
         let Some(path) = self.versioned(&loc, Kind::File) else {

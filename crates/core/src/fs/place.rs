@@ -9,7 +9,8 @@
 //! Invariants: the hide rules are consulted only here, where a name is
 //! placed; a name exists in at most one of a directory's two places.
 //! Locks: callers hold `namespace` (shared to resolve, exclusive to place);
-//! `tree` is taken briefly inside; `parks` is a leaf.
+//! `tree` is taken briefly inside; `parks` (what is known of the parks) is
+//! a leaf.
 
 use super::*;
 
@@ -42,7 +43,7 @@ impl SkillFs {
             return Err(FsError::ENOENT); // no rule places anything there
         }
         let key = self.key_of(parent, ploc)?;
-        if self.parks.lock().get(&key) == Some(&false) {
+        if self.parks.known_missing(&key) {
             return Err(FsError::ENOENT);
         }
         let att = ploc.attached_child(self.parked_raw(), &key, name);
@@ -55,14 +56,13 @@ impl SkillFs {
             Err(e) if enoent(&e) || e.raw_os_error() == Some(libc::ENOTDIR) => {
                 // Most directories have no park: remember, and save the
                 // next lookups of names that are not there the second stat.
-                if !self.parks.lock().contains_key(&key) {
-                    let exists = match sys::lstatat(self.parked_raw(), key.as_bytes()) {
-                        Ok(_) => true,
-                        Err(e) if enoent(&e) => false,
-                        Err(e) => return Err(e.into()),
-                    };
-                    self.parks.lock().insert(key, exists);
-                }
+                self.parks.learn(&key, || {
+                    match sys::lstatat(self.parked_raw(), key.as_bytes()) {
+                        Ok(_) => Ok(true),
+                        Err(e) if enoent(&e) => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })?;
                 Err(FsError::ENOENT)
             }
             Err(e) => Err(e.into()),
@@ -143,7 +143,7 @@ impl SkillFs {
         let st = loc.lstat()?;
         let kind = kind_of(&st).ok_or(FsError::EPERM)?;
         let mut s = state_from_stat(&st, kind);
-        let known = self.ledger.lock().catalog().get(path).cloned();
+        let known = self.versions.ledger().catalog().get(path).cloned();
         match kind {
             Kind::File => s.blob = known.and_then(|c| c.blob),
             Kind::Symlink => {
@@ -225,7 +225,7 @@ impl SkillFs {
     pub(super) fn ensure_park(&self, key: &str) -> std::io::Result<()> {
         // Known to exist: it was seen, or made, and only a sweep removes
         // parks (which forgets what is known).
-        if self.parks.lock().get(key) == Some(&true) {
+        if self.parks.known_made(key) {
             return Ok(());
         }
         match sys::lstatat(self.parked_raw(), key.as_bytes()) {
@@ -240,7 +240,7 @@ impl SkillFs {
             }
             Err(e) => return Err(e),
         }
-        self.parks.lock().insert(key.to_string(), true);
+        self.parks.made(key);
         Ok(())
     }
 
@@ -272,8 +272,8 @@ impl SkillFs {
 
     /// Moves the attached area of a removed directory to the orphans.
     pub(super) fn orphan_attached(&self, key: &str, logical: &RelPath, caller: &Caller) {
-        self.parks.lock().remove(key);
-        let mut ledger = self.ledger.lock();
+        self.parks.removed(key);
+        let mut ledger = self.versions.ledger();
         if let Err(e) = self
             .areas()
             .orphan_key(key, logical, &mut ledger, &caller.actor())

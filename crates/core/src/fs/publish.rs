@@ -24,7 +24,7 @@ impl SkillFs {
     /// A failure (a full disk) is the caller's: the change that would lose
     /// those bytes must be refused with it.
     pub(super) fn publish_dirty_under(&self, under: &Location, caller: &Caller) -> FsResult<()> {
-        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        let inos: Vec<Ino> = self.open_files.inos();
         for ino in inos {
             let Ok(loc) = self.loc(ino) else { continue };
             if !loc.logical.starts_with(&under.logical) {
@@ -33,7 +33,7 @@ impl SkillFs {
             let Some(of) = self.open_file(ino) else {
                 continue;
             };
-            let mut s = of.state.lock();
+            let mut s = of.lock();
             if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
                 self.publish_locked(&mut s, &loc, Op::Write, false, caller)
                     .context(format_args!("publish {} before it changed", loc.logical))?;
@@ -54,7 +54,7 @@ impl SkillFs {
         let Ok(loc) = self.loc(ino) else {
             return Ok(()); // unlinked while open: nothing left to publish to
         };
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
             self.publish_locked(&mut s, &loc, Op::Write, false, caller)?;
         }
@@ -111,7 +111,7 @@ impl SkillFs {
         let Ok(loc) = self.loc(ino) else {
             return Ok(());
         };
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
             return self.publish_locked(&mut s, &loc, Op::Write, true, caller);
         }
@@ -135,7 +135,7 @@ impl SkillFs {
         let Ok(loc) = self.loc(ino) else {
             return Ok(true); // unlinked while open: nothing left to publish to
         };
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         let Some(stg) = s.staging.as_ref().filter(|stg| stg.dirty) else {
             let live = Arc::clone(&s.live);
             drop(s);
@@ -166,7 +166,7 @@ impl SkillFs {
             s.staging = None;
             drop((s, ns));
             if let Some(want) = want {
-                self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                self.versions.sync_through(&self.blobs, want)?;
             }
             live_fsync(&stg_file, &loc)?;
             return Ok(true);
@@ -199,14 +199,12 @@ impl SkillFs {
                     }
                 };
                 match want {
-                    Some(_) => self
-                        .commit
-                        .write_out_then(&self.ledger, &self.blobs, commit),
+                    Some(_) => self.versions.write_out_then(&self.blobs, commit),
                     None => commit(),
                 }
             } else {
                 if let Some(want) = want {
-                    self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                    self.versions.sync_through(&self.blobs, want)?;
                 }
                 live_fsync(&stg_file, &loc)?;
                 let dir = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, true)?;
@@ -242,7 +240,7 @@ impl SkillFs {
         else {
             return;
         };
-        let s = of.state.lock();
+        let s = of.lock();
         if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
             self.record_live(&s, &path, caller);
         }
@@ -265,7 +263,7 @@ impl SkillFs {
         let here = self
             .loc(ino)
             .is_ok_and(|l| l.dirfd == loc.dirfd && l.phys == loc.phys);
-        let mut s = of.state.lock();
+        let mut s = of.lock();
         let same = s
             .staging
             .as_ref()
@@ -314,7 +312,7 @@ impl SkillFs {
         loc: &Location,
     ) -> FsResult<()> {
         if self.ordered_commit {
-            self.commit.write_out_then(&self.ledger, &self.blobs, || {
+            self.versions.write_out_then(&self.blobs, || {
                 live_write_out(live, loc)?;
                 self.commit_all()
             })?;
@@ -370,11 +368,11 @@ impl SkillFs {
                 }
                 // Both outside the ledger's lock (group commit).
                 if fast {
-                    self.commit
-                        .write_out_then(&self.ledger, &self.blobs, || one_commit(s))?;
+                    self.versions
+                        .write_out_then(&self.blobs, || one_commit(s))?;
                     replaced = true;
                 } else if durable {
-                    self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                    self.versions.sync_through(&self.blobs, want)?;
                 }
             }
             if !replaced {
@@ -418,7 +416,7 @@ impl SkillFs {
         // From the content stored to its record: no prune starts between.
         let _writing = self.blobs.writing();
         let done = self.stored_state(&s.live, false).and_then(|state| {
-            record_unless_same(&mut self.ledger.lock(), path, state, Op::Write, caller)
+            record_unless_same(&mut self.versions.ledger(), path, state, Op::Write, caller)
         });
         if let Err(e) = done {
             tracing::error!(
@@ -448,7 +446,7 @@ impl SkillFs {
             self.blobs
                 .mark_pending(state.blob.as_deref().expect("just stored"));
         }
-        let mut ledger = self.ledger.lock();
+        let mut ledger = self.versions.ledger();
         let made = record_unless_same(&mut ledger, path, state, op, caller)?;
         Ok((made, ledger.last_seq()))
     }
@@ -480,7 +478,7 @@ impl SkillFs {
         if let Some(path) = &self.versioned(loc, Kind::File) {
             let (_, want) = self.store_and_record(&file, path, op, durable, caller)?;
             if durable {
-                self.commit.sync_through(&self.ledger, &self.blobs, want)?;
+                self.versions.sync_through(&self.blobs, want)?;
             }
         }
         s.staging = None;

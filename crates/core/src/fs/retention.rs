@@ -11,11 +11,11 @@ impl SkillFs {
     /// Forgets by `policy` (checked) while the agent keeps writing; one at
     /// a time.
     pub fn forget_versions(&self, policy: &Policy, dry_run: bool) -> io::Result<Report> {
-        let _one = self.forgetting.lock();
+        let _one = self.versions.forgetting();
         forget(
-            &self.ledger,
+            self.versions.ledger_lock(),
             &self.blobs,
-            |seq| self.commit.sync_through(&self.ledger, &self.blobs, seq),
+            |seq| self.versions.sync_through(&self.blobs, seq),
             policy,
             dry_run,
         )

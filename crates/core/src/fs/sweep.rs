@@ -106,7 +106,7 @@ impl SkillFs {
                     }
                 }
             }
-            self.parks.lock().clear();
+            self.parks.forget_all();
         }
         drop(frozen);
         for (p, name) in gone {
@@ -227,7 +227,7 @@ impl SkillFs {
         let logical = dir.join(&d.name);
         let mut c = Change::new(Op::Sweep, logical.clone(), None);
         c.hidden = Some(logical);
-        if let Err(e) = self.ledger.lock().record(c, Actor::daemon()) {
+        if let Err(e) = self.versions.ledger().record(c, Actor::daemon()) {
             // Not journaled: not swept.
             to.rename_out(parked, &hp, libc::RENAME_NOREPLACE)?;
             return Err(e);
@@ -237,7 +237,7 @@ impl SkillFs {
 
     /// Whether a file at or below `parked/<hp>` is open.
     fn open_inside(&self, hp: &[u8]) -> bool {
-        let inos: Vec<Ino> = self.open_files.lock().keys().copied().collect();
+        let inos: Vec<Ino> = self.open_files.inos();
         inos.into_iter().any(|ino| {
             self.loc(ino).is_ok_and(|l| {
                 l.dirfd == self.parked_raw()
@@ -255,7 +255,7 @@ impl SkillFs {
         let max_age = self.rules.park_max_age_ns;
         for (name, sweep) in crate::scan::old_orphans(orphans, now, max_age)? {
             let to = crate::scan::move_to_trash(orphans, &name, &self.dirs.tmp)?;
-            if let Err(e) = self.ledger.lock().record(sweep, Actor::daemon()) {
+            if let Err(e) = self.versions.ledger().record(sweep, Actor::daemon()) {
                 to.rename_out(orphans, &name, libc::RENAME_NOREPLACE)?;
                 return Err(e.into());
             }

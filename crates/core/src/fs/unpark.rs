@@ -355,7 +355,7 @@ impl SkillFs {
         caller: &Caller,
     ) -> FsResult<()> {
         let in_pkg = self.inside_skill(path.parent());
-        let mut ledger = self.ledger.lock();
+        let mut ledger = self.versions.ledger();
         let mut settler = Settler::new(
             self.areas(),
             &self.rules,
@@ -391,7 +391,7 @@ impl SkillFs {
                 settler.settle(path, Op::Unpark, true, in_pkg, hidden)
             }
         };
-        self.parks.lock().clear(); // the settler may have made or removed parks
+        self.parks.forget_all(); // the settler may have made or removed parks
         let moved = std::mem::take(&mut settler.moved_to_hidden);
         drop(ledger);
         if !moved.is_empty() {
