@@ -103,7 +103,7 @@ use skillfs_base::relpath::{ByteString, RelPath};
 use skillfs_model::history;
 use skillfs_model::ledger::{GroupCommit, Ledger};
 use skillfs_store::blobs::{BlobStore, Opened, copy_range};
-use skillfs_store::durable::StoreIo;
+use skillfs_store::durable::Durability;
 use skillfs_store::journal::{Actor, Change, EntryState, Kind, Op};
 use skillfs_store::spares::Spares;
 use skillfs_store::{Named, StoreFds};
@@ -120,7 +120,6 @@ use janitor::{put_spare, start_janitor};
 pub use listing::{DirectoryEntry, DirectoryReplier};
 use pages::{Claim, PageStore};
 pub use pages::{Kernel as PageKernel, PageOp};
-use publish::live_fsync;
 pub use reply::{DirEntry, Entry, Invalidation, OpenReply, SetAttr, Ttl};
 use tree::Tree;
 pub use tree::{Ino, Location, ROOT_INO};
@@ -272,10 +271,11 @@ pub struct SkillFs {
     /// The kernel takes backing files (FUSE passthrough): files outside
     /// the versioned root are opened that way (see `OpenReply::backing`).
     passthrough: std::sync::atomic::AtomicBool,
-    /// One `fsync` commits all earlier metadata here (ext4, XFS).
-    ordered_commit: bool,
+    /// How a durable publish reaches the disk (chosen at mount; every sync
+    /// goes through `dirs.io`).
+    durability: Durability,
     /// A store file touched and fsynced to commit everything before it
-    /// where `ordered_commit` holds and no file of the change is sure to be
+    /// with `Durability::OneCommit` and no file of the change is sure to be
     /// in the running transaction (see `commit_all`).
     marker: File,
     /// Empty files in `staging/` for new staging and blob files: the
@@ -389,6 +389,7 @@ impl SkillFs {
         rules: HideRules,
         blobs: BlobStore,
         ledger: Ledger,
+        durability: Durability,
     ) -> FsResult<SkillFs> {
         let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
         let home_key = match &home {
@@ -410,21 +411,12 @@ impl SkillFs {
             let _ = low.lock().send(Chore::TopUp);
         }));
         let _ = janitor.0.send(Chore::TopUp);
-        let ordered_commit = std::env::var_os("SKILLFS_PORTABLE_FSYNC").is_none()
-            && sys::has_ordered_commit(&*dirs.parked);
         let marker = dirs.tmp.open(
             COMMIT_MARKER,
             libc::O_RDWR | libc::O_CREAT,
             skillfs_store::fsutil::FILE_MODE,
         )?;
-        tracing::info!(
-            "fsync: {}",
-            if ordered_commit {
-                "one commit per durability point (journaled filesystem)"
-            } else {
-                "each step fsynced in order"
-            }
-        );
+        tracing::info!("fsync: {}", durability.describe());
         Ok(SkillFs {
             root_fd,
             home,
@@ -446,7 +438,7 @@ impl SkillFs {
             listings: Mutex::new(HashMap::new()),
             invalidator: std::sync::OnceLock::new(),
             passthrough: std::sync::atomic::AtomicBool::new(false),
-            ordered_commit,
+            durability,
             marker,
             janitor: Mutex::new(Some(janitor)),
             pages: PageStore::new(),
@@ -635,8 +627,12 @@ impl SkillFs {
             let _ = handle.join();
         }
         self.spares.clear();
-        // Live files replaced by plain closes become durable too.
-        if let Err(e) = sys::syncfs(&self.root_fd) {
+        // Live files replaced by plain closes become durable too (tried
+        // even after a failed sync: it promises nothing).
+        let root = self.root_fd.try_clone().map(File::from);
+        if let Err(e) =
+            root.and_then(|f| self.dirs.io.syncfs_anyway(&f, std::path::Path::new("ROOT")))
+        {
             tracing::error!("syncfs at unmount: {e}");
         }
     }
