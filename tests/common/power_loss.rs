@@ -78,11 +78,32 @@ pub fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
 }
 
+/// `Ok(None)` for what is gone meanwhile (a thread of the core at work on
+/// its scratch files in `staging/`, `tmp/`).
+fn unless_gone<T>(r: io::Result<T>) -> io::Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 fn dir_entries(dir: &Path) -> io::Result<BTreeMap<OsString, (u64, bool)>> {
     let mut out = BTreeMap::new();
-    for e in fs::read_dir(dir)? {
+    let list = match fs::read_dir(dir) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for e in list {
         let e = e?;
-        let md = fs::symlink_metadata(e.path())?;
+        // Gone meanwhile (a thread of a dropped core still at work on its
+        // scratch files): not there.
+        let md = match fs::symlink_metadata(e.path()) {
+            Ok(md) => md,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(err),
+        };
         out.insert(e.file_name(), (md.ino(), md.is_dir()));
     }
     Ok(out)
@@ -111,6 +132,11 @@ impl PowerLoss {
 
     pub fn syncs(&self) -> usize {
         self.syncs.load(Ordering::SeqCst)
+    }
+
+    /// The power goes now (if it has not yet): every later sync fails.
+    pub fn power_off(&self) {
+        self.lost.store(true, Ordering::SeqCst);
     }
 
     pub fn is_lost(&self) -> bool {
@@ -142,7 +168,10 @@ impl PowerLoss {
 
     fn snapshot_dirs(img: &mut Image, dir: &Path) -> io::Result<()> {
         let entries = dir_entries(dir)?;
-        img.dirs.insert(fs::metadata(dir)?.ino(), entries.clone());
+        let Some(md) = unless_gone(fs::metadata(dir))? else {
+            return Ok(());
+        };
+        img.dirs.insert(md.ino(), entries.clone());
         for (name, (_, is_dir)) in entries {
             if is_dir {
                 PowerLoss::snapshot_dirs(img, &dir.join(&name))?;
@@ -168,13 +197,18 @@ impl PowerLoss {
 
     fn snapshot_tree(img: &mut Image, dir: &Path) -> io::Result<()> {
         let entries = dir_entries(dir)?;
-        img.dirs.insert(fs::metadata(dir)?.ino(), entries.clone());
+        let Some(md) = unless_gone(fs::metadata(dir))? else {
+            return Ok(());
+        };
+        img.dirs.insert(md.ino(), entries.clone());
         for (name, (ino, is_dir)) in entries {
             let p = dir.join(&name);
             if is_dir {
                 PowerLoss::snapshot_tree(img, &p)?;
             } else {
-                img.data.insert(ino, fs::read(&p)?);
+                if let Some(b) = unless_gone(fs::read(&p))? {
+                    img.data.insert(ino, b);
+                }
             }
         }
         Ok(())
@@ -186,7 +220,10 @@ impl PowerLoss {
         let mut live_dirs: HashMap<u64, PathBuf> = HashMap::new();
         let mut stack = vec![self.root.clone()];
         while let Some(d) = stack.pop() {
-            live_dirs.insert(fs::metadata(&d)?.ino(), d.clone());
+            let Some(md) = unless_gone(fs::metadata(&d))? else {
+                continue;
+            };
+            live_dirs.insert(md.ino(), d.clone());
             for (name, (ino, is_dir)) in dir_entries(&d)? {
                 if is_dir {
                     stack.push(d.join(name));
@@ -215,7 +252,10 @@ impl PowerLoss {
                     continue;
                 }
                 let synced = img.data.get(&child);
-                let live = live_files.get(&child).map(fs::read).transpose()?;
+                let live = match live_files.get(&child).map(fs::read) {
+                    Some(Err(e)) if e.kind() == io::ErrorKind::NotFound => None,
+                    other => other.transpose()?,
+                };
                 let bytes = match (synced, live) {
                     (Some(s), Some(l)) if l.starts_with(s) => {
                         let mut b = s.clone();
