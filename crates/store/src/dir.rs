@@ -21,6 +21,10 @@
 //!   exchange`, `Named::rename_out`), never through `AT_FDCWD`;
 //! - what a `Dir` creates has the store's modes (`fsutil::DIR_MODE`,
 //!   `fsutil::FILE_MODE` or what the caller passes), never the umask's;
+//! - a `Dir` makes nothing durable by itself: `sync`, `replace` and
+//!   `ensure_sub` sync through the `StoreIo` they are given, and
+//!   [`StoreFds`] carries the one its store was opened with (`io`), for
+//!   everything that holds the store's directories;
 //! - the parked areas (`parked/<key>/…`, `orphans/<aside>/…`) hold the
 //!   user's entries: like the live tree, they are reached from the held fd
 //!   of `parked/` or `orphans/` by a path relative to it.
