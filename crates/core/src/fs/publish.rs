@@ -296,7 +296,7 @@ impl SkillFs {
         Ok(Some(open_parent_of(loc)?))
     }
 
-    /// Where one fsync commits everything before it, commits every change made so far (data
+    /// With `Durability::OneCommit`, commits every change made so far (data
     /// written out beforehand included): an `fsync` commits the journal
     /// transaction its inode was last changed in, and everything before it,
     /// but nothing after; the fsync of a file last changed a while ago
