@@ -4,6 +4,9 @@
 //! hands back the [`SkillFs`] to drive through its handlers directly, as the
 //! FUSE adapter would. For tests that apply thousands of operations a second
 //! (`tests/reftest.rs`); the daemon mounts the very same core.
+//! [`open_core_with`] opens it through another door to the disk (a test
+//! `SyncBackend`: `tests/power_loss_core.rs`) and a chosen durability
+//! order.
 //!
 //! Invariant: the store is locked for as long as the [`Core`] lives, so a
 //! second `open_core` (or a mount) of the same store is refused until it is
@@ -11,7 +14,7 @@
 
 use std::path::Path;
 
-use crate::daemon::{MountArgs, Prepared, prepare};
+use crate::daemon::{DiskAccess, MountArgs, Prepared, prepare};
 use crate::error::Failure;
 use crate::fs::SkillFs;
 use crate::hide::RuleArgs;
@@ -24,6 +27,17 @@ pub struct Core {
 /// Opens the core over `root` with its store at `store` and the hide rules
 /// of `rules` (the defaults when empty), as a mount would.
 pub fn open_core(root: &Path, store: &Path, rules: RuleArgs) -> Result<Core, Failure> {
+    open_core_with(root, store, rules, &DiskAccess::real())
+}
+
+/// [`open_core`] with every durable sync of the store, ROOT and the core
+/// through `disk.io`, in the order `disk.durability` says.
+pub fn open_core_with(
+    root: &Path,
+    store: &Path,
+    rules: RuleArgs,
+    disk: &DiskAccess,
+) -> Result<Core, Failure> {
     let args = MountArgs {
         root: root.to_path_buf(),
         versioned: None,
@@ -36,7 +50,7 @@ pub fn open_core(root: &Path, store: &Path, rules: RuleArgs) -> Result<Core, Fai
         wait: false,
     };
     Ok(Core {
-        prepared: prepare(&args)?,
+        prepared: prepare(&args, disk)?,
     })
 }
 

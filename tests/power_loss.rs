@@ -2,7 +2,8 @@
 //! `tests/crash_consistency.rs`: the store's durable operations go through a
 //! test `SyncBackend` that keeps a *durable image* beside the live files (a
 //! file's bytes as of its last `fsync`/`fdatasync`, a directory's entries as
-//! of its last `fsync`, everything at a `syncfs`). A seeded schedule of
+//! of its last `fsync`, everything at a `syncfs`; `tests/common/
+//! power_loss.rs`, shared with `tests/power_loss_core.rs`). A seeded schedule of
 //! store operations (small and large blobs, durable or not, records,
 //! acknowledgements, a daemon SIGKILLed and reopened) runs once to count the
 //! sync points, then again once per sync point with the power lost there.
@@ -18,238 +19,24 @@
 //! `SKILLFS_POWER_LOSS_NOOP_FSYNC=1` makes every sync a no-op; the test must
 //! then fail (and `noop_fsync_is_caught` checks that it does).
 
-use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsString;
+#[path = "common/power_loss.rs"]
+mod backend;
+
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use parking_lot::Mutex;
+use backend::{PowerLoss, Rng, eio};
 use sha2::{Digest, Sha256};
 use skillfs::ledger::Ledger;
 use skillfs::relpath::RelPath;
 use skillfs::store::Layout;
 use skillfs::store::blobs::BlobStore;
-use skillfs::store::durable::{StoreIo, SyncBackend};
+use skillfs::store::durable::StoreIo;
 use skillfs::store::journal::{self, Actor, Change, EntryState, Journal, Kind, Op};
 use skillfs::store::packs::PACK_MAX;
-
-/// splitmix64: small, seeded, good enough for schedules.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
-#[derive(Default)]
-struct Image {
-    /// Inode → its bytes as of its last sync.
-    data: HashMap<u64, Vec<u8>>,
-    /// Directory inode → its entries (name → inode, is a directory) as of
-    /// its last sync.
-    dirs: HashMap<u64, BTreeMap<OsString, (u64, bool)>>,
-}
-
-/// A disk that loses power at sync number `fail_at` (that sync and every
-/// later one fail, and none of them reaches the image).
-struct PowerLoss {
-    root: PathBuf,
-    image: Mutex<Image>,
-    syncs: AtomicUsize,
-    fail_at: usize,
-    lost: AtomicBool,
-    noop: bool,
-}
-
-fn eio() -> io::Error {
-    io::Error::from_raw_os_error(libc::EIO)
-}
-
-fn dir_entries(dir: &Path) -> io::Result<BTreeMap<OsString, (u64, bool)>> {
-    let mut out = BTreeMap::new();
-    for e in fs::read_dir(dir)? {
-        let e = e?;
-        let md = fs::symlink_metadata(e.path())?;
-        out.insert(e.file_name(), (md.ino(), md.is_dir()));
-    }
-    Ok(out)
-}
-
-impl PowerLoss {
-    fn new(root: &Path, fail_at: usize, noop: bool) -> PowerLoss {
-        PowerLoss {
-            root: root.to_path_buf(),
-            image: Mutex::new(Image::default()),
-            syncs: AtomicUsize::new(0),
-            fail_at,
-            lost: AtomicBool::new(false),
-            noop,
-        }
-    }
-
-    fn point(&self, apply: impl FnOnce(&mut Image) -> io::Result<()>) -> io::Result<()> {
-        if self.lost.load(Ordering::SeqCst) {
-            return Err(eio());
-        }
-        let n = self.syncs.fetch_add(1, Ordering::SeqCst) + 1;
-        if n == self.fail_at {
-            self.lost.store(true, Ordering::SeqCst);
-            return Err(eio());
-        }
-        if self.noop {
-            return Ok(());
-        }
-        apply(&mut self.image.lock())
-    }
-
-    fn snapshot_file(img: &mut Image, f: &File) -> io::Result<()> {
-        let md = f.metadata()?;
-        if md.is_dir() {
-            let path = fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
-            img.dirs.insert(md.ino(), dir_entries(&path)?);
-        } else {
-            // Through /proc: the store may have opened it write-only.
-            img.data.insert(
-                md.ino(),
-                fs::read(format!("/proc/self/fd/{}", f.as_raw_fd()))?,
-            );
-        }
-        Ok(())
-    }
-
-    fn snapshot_tree(img: &mut Image, dir: &Path) -> io::Result<()> {
-        let entries = dir_entries(dir)?;
-        img.dirs.insert(fs::metadata(dir)?.ino(), entries.clone());
-        for (name, (ino, is_dir)) in entries {
-            let p = dir.join(&name);
-            if is_dir {
-                PowerLoss::snapshot_tree(img, &p)?;
-            } else {
-                img.data.insert(ino, fs::read(&p)?);
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes what a power loss now would leave into `dst`.
-    fn crash_into(&self, dst: &Path, rng: &mut Rng) -> io::Result<()> {
-        let mut live_files: HashMap<u64, PathBuf> = HashMap::new();
-        let mut live_dirs: HashMap<u64, PathBuf> = HashMap::new();
-        let mut stack = vec![self.root.clone()];
-        while let Some(d) = stack.pop() {
-            live_dirs.insert(fs::metadata(&d)?.ino(), d.clone());
-            for (name, (ino, is_dir)) in dir_entries(&d)? {
-                if is_dir {
-                    stack.push(d.join(name));
-                } else {
-                    live_files.insert(ino, d.join(name));
-                }
-            }
-        }
-        let img = self.image.lock();
-        let root_ino = fs::metadata(&self.root)?.ino();
-        let mut todo = vec![(root_ino, dst.to_path_buf())];
-        while let Some((ino, at)) = todo.pop() {
-            fs::create_dir_all(&at)?;
-            // Entries never synced may have reached the disk anyway (a
-            // journal commit for something else carried them).
-            let live = live_dirs.get(&ino).map(|p| dir_entries(p)).transpose()?;
-            let entries = match (img.dirs.get(&ino), live) {
-                (_, Some(l)) if rng.below(2) == 0 => l,
-                (Some(d), _) => d.clone(),
-                (None, _) => BTreeMap::new(),
-            };
-            for (name, (child, is_dir)) in entries {
-                let p = at.join(&name);
-                if is_dir {
-                    todo.push((child, p));
-                    continue;
-                }
-                let synced = img.data.get(&child);
-                let live = live_files.get(&child).map(fs::read).transpose()?;
-                let bytes = match (synced, live) {
-                    (Some(s), Some(l)) if l.starts_with(s) => {
-                        let mut b = s.clone();
-                        b.extend(mangle(&l[s.len()..], s.len(), rng));
-                        b
-                    }
-                    (Some(s), _) => s.clone(),
-                    (None, Some(l)) => mangle(&l, 0, rng),
-                    (None, None) => Vec::new(),
-                };
-                fs::write(&p, bytes)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// What a disk may have kept of bytes written but never synced (`b`,
-/// found at offset `at` of its file).
-fn mangle(b: &[u8], at: usize, rng: &mut Rng) -> Vec<u8> {
-    const BLOCK: usize = 512;
-    let mut out = b.to_vec();
-    match rng.below(5) {
-        0 => out.clear(),
-        1 => {}
-        2 => out.truncate(rng.below(b.len() as u64 + 1) as usize),
-        // Size written, data not (delayed allocation, XFS).
-        3 => out.fill(0),
-        _ => {
-            // Some blocks written, others not, in any order.
-            let mut start = 0;
-            while start < out.len() {
-                let end = (start + BLOCK - (at + start) % BLOCK).min(out.len());
-                if rng.below(2) == 0 {
-                    out[start..end].fill(0);
-                }
-                start = end;
-            }
-            if rng.below(2) == 0 {
-                out.truncate(rng.below(b.len() as u64 + 1) as usize);
-            }
-        }
-    }
-    out
-}
-
-impl SyncBackend for PowerLoss {
-    fn sync_data(&self, file: &File) -> io::Result<()> {
-        self.point(|img| PowerLoss::snapshot_file(img, file))
-    }
-    fn sync_all(&self, file: &File) -> io::Result<()> {
-        self.point(|img| PowerLoss::snapshot_file(img, file))
-    }
-    fn sync_dir(&self, _held: &File, dir: &Path) -> io::Result<()> {
-        self.point(|img| {
-            img.dirs.insert(fs::metadata(dir)?.ino(), dir_entries(dir)?);
-            Ok(())
-        })
-    }
-    fn syncfs(&self, _file: &File) -> io::Result<()> {
-        let root = self.root.clone();
-        self.point(|img| PowerLoss::snapshot_tree(img, &root))
-    }
-    fn write_out(&self, _file: &File) -> io::Result<()> {
-        Ok(()) // not a durability point on its own
-    }
-}
 
 /// A store opened as the daemon opens it (`daemon::prepare`).
 struct Store {
@@ -259,14 +46,14 @@ struct Store {
 
 fn open_store(dir: &Path, io: &StoreIo) -> Result<Store, String> {
     let layout = Layout::new(dir.to_path_buf());
-    let fds = layout.create().map_err(|e| e.to_string())?;
+    let fds = layout.create(io.clone()).map_err(|e| e.to_string())?;
     let contents = journal::read_in(&fds.journal).map_err(|e| e.to_string())?;
     fds.clear_scratch().map_err(|e| e.to_string())?;
     let journal =
         Journal::open_in(&fds.journal, &contents, io.clone()).map_err(|e| e.to_string())?;
     Ok(Store {
         ledger: Ledger::new(journal, &contents.records),
-        blobs: BlobStore::new(fds.blobs.clone(), fds.tmp.clone()).with_io(io.clone()),
+        blobs: BlobStore::new(fds.blobs.clone(), fds.tmp.clone(), io.clone()),
     })
 }
 

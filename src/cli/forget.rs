@@ -85,7 +85,8 @@ fn by_daemon(t: &Target, policy: Policy, dry_run: bool) -> Result<Report, Failur
 /// reads it, the forget done here.
 fn offline(t: &Target, policy: &Policy, dry_run: bool) -> Result<Report, Failure> {
     let layout = &t.layout;
-    let fds = StoreFds::open(layout)?;
+    // The one real door of this command (see `store::durable`).
+    let fds = StoreFds::open(layout, StoreIo::real())?;
     let _lock = StoreLock::acquire(&fds.top, layout)?;
     let (contents, base) = crate::checkpoint::read_for_mount(&fds.journal, &mut Vec::new())?;
     let store_err = |what: &str, e: std::io::Error| {
@@ -94,9 +95,9 @@ fn offline(t: &Target, policy: &Policy, dry_run: bool) -> Result<Report, Failure
             format!("could not {what} in '{}': {e}", layout.dir.display()),
         )
     };
-    let j = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
+    let j = Journal::open_in(&fds.journal, &contents, fds.io.clone())?;
     let ledger = Mutex::new(Ledger::from_records(j, base, contents.records));
-    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp));
+    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp), fds.io.clone());
     run_forget(
         &ledger,
         &blobs,

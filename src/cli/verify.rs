@@ -72,7 +72,7 @@ pub fn repair(t: &Target) -> Result<(), Failure> {
     }
     let dir = crate::store::Dir::open_path(&layout.journal())
         .map_err(|e| Failure::io(Exit::BadStore, "open", &layout.journal(), &e))?;
-    let done = crate::store::journal::repair(&dir)
+    let done = crate::store::journal::repair(&dir, &crate::store::durable::StoreIo::real())
         .map_err(|e| Failure::io(Exit::BadStore, "repair", &layout.journal(), &e))?;
     let ids: Vec<String> = done.lost.iter().map(u64::to_string).collect();
     println!(

@@ -42,7 +42,7 @@ mod unmount;
 pub use checks::{absolute_root, default_store_of, store_dir};
 pub use lifecycle::{Build, compare_build};
 pub use mountinfo::{MountInfo, SOURCE_PREFIX, mount_at, mount_serving, mounts, versioned_root_of};
-pub use prepare::{MountArgs, import};
+pub use prepare::{DiskAccess, MountArgs, import};
 pub(crate) use prepare::{Prepared, prepare};
 pub use run::mount;
 pub use skillfs_base::mounts::lazy_unmount;

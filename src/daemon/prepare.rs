@@ -31,7 +31,7 @@ use crate::ledger::Ledger;
 use crate::relpath::RelPath;
 use crate::scan::{Areas, Settler, tend_parked};
 use crate::store::blobs::BlobStore;
-use crate::store::durable::StoreIo;
+use crate::store::durable::{Durability, StoreIo};
 use crate::store::journal::{self, Journal};
 use crate::store::journal::{Actor, Op};
 use crate::store::{self, Dir, Layout, StoreLock, fsutil};
@@ -70,6 +70,8 @@ pub(crate) struct Prepared {
     pub(super) notes: Vec<String>,
     /// Taken by [`Prepared::finish`] at a clean end.
     lock: Option<StoreLock>,
+    /// The door to the disk the store was opened with.
+    io: StoreIo,
     pub(crate) fs: Arc<SkillFs>,
     /// The retention policy of `config.json`, applied on its schedule.
     pub(super) retention: Option<crate::retention::Policy>,
@@ -82,7 +84,7 @@ impl Prepared {
     pub(crate) fn finish(&mut self) {
         self.fs.shutdown();
         if let Some(lock) = self.lock.take() {
-            lock.finish();
+            lock.finish(&self.io, &self.layout);
         }
     }
 }
@@ -107,8 +109,38 @@ pub(crate) struct Opened {
     retention: Option<crate::retention::Policy>,
 }
 
-pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
-    let mut o = open_store(args)?;
+/// How a mount reaches the disk: the door every durable sync of the store,
+/// ROOT and the core goes through, and the order of durable publishes
+/// (`None`: what the store's filesystem allows, unless
+/// `SKILLFS_PORTABLE_FSYNC=1` asks for each step in order; the variable is
+/// read here and nowhere else).
+#[derive(Clone)]
+pub struct DiskAccess {
+    pub io: StoreIo,
+    pub durability: Option<Durability>,
+}
+
+impl DiskAccess {
+    /// The real disk, in the order its filesystem allows: the one instance
+    /// a daemon builds.
+    pub fn real() -> DiskAccess {
+        DiskAccess {
+            io: StoreIo::real(),
+            durability: None,
+        }
+    }
+
+    /// The order durable publishes take over a store held as `fds`.
+    fn durability(&self, fds: &store::StoreFds) -> Durability {
+        self.durability.unwrap_or_else(|| {
+            let portable = std::env::var_os("SKILLFS_PORTABLE_FSYNC").is_some();
+            Durability::of_filesystem(&*fds.parked, portable)
+        })
+    }
+}
+
+pub(crate) fn prepare(args: &MountArgs, disk: &DiskAccess) -> Result<Prepared, Failure> {
+    let mut o = open_store(args, &disk.io)?;
     // Before any link is judged: a link leading out of the root is never
     // followed into this mount (see `follow`).
     crate::follow::never_touch(&o.mount_point);
@@ -123,14 +155,15 @@ pub(crate) fn prepare(args: &MountArgs) -> Result<Prepared, Failure> {
             o.base = None;
         }
     }
-    settle(o)
+    let durability = disk.durability(&o.fds);
+    settle(o, durability)
 }
 
 /// `skillfs import`: the agent's history into the store of `args`, which
 /// must hold no record yet; the store is then as a first mount leaves it
 /// just before its scan.
 pub fn import(args: &MountArgs) -> Result<crate::import::Report, Failure> {
-    let o = open_store(args)?;
+    let o = open_store(args, &StoreIo::real())?;
     if !crate::import::may_import(&o.contents) {
         return Err(Failure::new(
             Exit::BadStore,
@@ -147,8 +180,9 @@ pub fn import(args: &MountArgs) -> Result<crate::import::Report, Failure> {
 }
 
 /// The versioned root and the store `args` mean, checked, made and locked
-/// (see the module's invariants), the journal read.
-pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
+/// (see the module's invariants), the journal read; every sync through
+/// `io`.
+pub(crate) fn open_store(args: &MountArgs, io: &StoreIo) -> Result<Opened, Failure> {
     let mount_point = absolute_root(&args.root)?;
     check_root(&mount_point)?;
     let mount_point = mount_point
@@ -204,7 +238,7 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
     if let Some(n) = &name {
         make_versioned_root(&mount_point, n)?;
         if args.store.is_none() {
-            warnings.extend(carry_over(&root, &wanted)?);
+            warnings.extend(carry_over(&root, &wanted, io)?);
         }
     }
     let (anc, store_path) = resolve(&wanted);
@@ -264,11 +298,11 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
     // From here on the store is reached only through the fds of its
     // directories, opened once (`store::dir`): whatever is swapped on the
     // path to it afterwards, the daemon's writes stay in this store.
-    let fds = layout.create()?;
+    let fds = layout.create(io.clone())?;
     store::check_placement(&mount_point, &store_path, &store_path)?;
     let lock = StoreLock::acquire(&fds.top, &layout)?;
     if root_id_stale {
-        root_id.write(&fds.top)?;
+        root_id.write(&fds.top, io)?;
     }
     // A daemon that came and went between the read and the lock changed
     // the journal: then (only then) it is read again, under the lock.
@@ -280,7 +314,7 @@ pub(crate) fn open_store(args: &MountArgs) -> Result<Opened, Failure> {
         }
     };
     fds.clear_scratch()?;
-    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp));
+    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp), io.clone());
     Ok(Opened {
         mount_point,
         root,
@@ -318,7 +352,7 @@ fn remembered_name(
 }
 
 /// The rest of [`prepare`]: the journal opened, ROOT opened and scanned.
-fn settle(o: Opened) -> Result<Prepared, Failure> {
+fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
     let Opened {
         mount_point,
         root,
@@ -337,7 +371,7 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
     // The last daemon did not finish (its pid still in LOCK): a power cut
     // may have left live files empty or zero-filled (see `scan::torn`).
     let unclean = lock.last_unclean();
-    let journal = Journal::open_in(&fds.journal, &contents, StoreIo::real())?;
+    let journal = Journal::open_in(&fds.journal, &contents, fds.io.clone())?;
     // Folded and let go: a year's records are hundreds of MB the daemon
     // need not keep.
     let mut ledger = Ledger::from_records(journal, base, contents.records);
@@ -409,10 +443,11 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         crate::time::format_age(rules.park_max_age_ns)
     );
     fds.top
-        .replace(store::RULES, rules_text.as_bytes())
+        .replace(store::RULES, rules_text.as_bytes(), &fds.io)
         .map_err(|e| Failure::io(Exit::BadStore, "write", &layout.rules(), &e))?;
     let top = Arc::clone(&fds.top);
-    let fs = SkillFs::new(root_fd, home, fds, rules, blobs, ledger)
+    let io = fds.io.clone();
+    let fs = SkillFs::new(root_fd, home, fds, rules, blobs, ledger, durability)
         .map_err(|e| Failure::new(Exit::BadRoot, format!("could not stat ROOT: {e:?}")))?;
     Ok(Prepared {
         mount_point,
@@ -422,6 +457,7 @@ fn settle(o: Opened) -> Result<Prepared, Failure> {
         warnings,
         notes,
         lock: Some(lock),
+        io,
         fs: Arc::new(fs),
         retention,
     })
@@ -518,7 +554,7 @@ fn make_versioned_root(home: &Path, name: &std::ffi::OsStr) -> Result<(), Failur
 /// no daemon holds, and only when `wanted` does not exist yet; a move that
 /// cannot be one rename (another filesystem) is refused with the command
 /// that makes it. Says what it moved.
-fn carry_over(root: &Path, wanted: &Path) -> Result<Option<String>, Failure> {
+fn carry_over(root: &Path, wanted: &Path, io: &StoreIo) -> Result<Option<String>, Failure> {
     let Some(old) = Layout::default_dir(root) else {
         return Ok(None);
     };
@@ -546,7 +582,7 @@ fn carry_over(root: &Path, wanted: &Path) -> Result<Option<String>, Failure> {
     }
     StoreLock::refuse_if_held(&old_layout)?;
     let parent = wanted.parent().unwrap_or(Path::new("/"));
-    fsutil::create_dir_all(parent)
+    fsutil::create_dir_all(parent, io)
         .map_err(|e| Failure::io(Exit::BadStore, "create", parent, &e))?;
     match fs::rename(&old, wanted) {
         Ok(()) => {}
@@ -568,7 +604,7 @@ fn carry_over(root: &Path, wanted: &Path) -> Result<Option<String>, Failure> {
     }
     let old_parent = old.parent().unwrap_or(Path::new("/"));
     for dir in [parent, old_parent] {
-        fsutil::sync_dir(dir).map_err(|e| Failure::io(Exit::BadStore, "sync", dir, &e))?;
+        fsutil::sync_dir(dir, io).map_err(|e| Failure::io(Exit::BadStore, "sync", dir, &e))?;
     }
     // The `.skillfs` directory it leaves, if nothing else is in it.
     let _ = fs::remove_dir(old_parent);

@@ -81,7 +81,7 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // Before any thread starts: only the signal thread may take them.
     block_signals();
     let background = ready.is_some();
-    let mut prepared = match prepare(&args) {
+    let mut prepared = match prepare(&args, &super::DiskAccess::real()) {
         Ok(p) => p,
         Err(f) => {
             report_ready(

@@ -67,7 +67,6 @@ use crate::ledger::Ledger;
 use crate::relpath::RelPath;
 use crate::store::StoreFds;
 use crate::store::blobs::BlobStore;
-use crate::store::durable::StoreIo;
 use crate::store::journal::{self, Actor, Contents, EntryState, Journal, Origin, Source};
 use apply::{Defaults, EntryPaths};
 
@@ -473,10 +472,10 @@ pub fn into_new_store(
     let _ = fds.tmp.remove_tree(SCRATCH);
     let scratch = fds
         .tmp
-        .ensure_sub(SCRATCH)
+        .ensure_sub(SCRATCH, &fds.io)
         .map_err(|e| failed("make tmp/import", &e))?;
     let contents = journal::read_in(&scratch)?;
-    let j = Journal::open_in(&scratch, &contents, StoreIo::real())?;
+    let j = Journal::open_in(&scratch, &contents, fds.io.clone())?;
     let mut ledger = Ledger::new(j, &[]);
     let report = run(&src, rules, Some((&mut ledger, blobs))).map_err(|e| failed("store", &e))?;
     if ledger.last_seq() > 0 {
@@ -487,7 +486,7 @@ pub fn into_new_store(
         let seg = contents.segment_name();
         scratch
             .rename(seg, &fds.journal, seg, 0)
-            .and_then(|()| fds.journal.sync())
+            .and_then(|()| fds.journal.sync(&fds.io))
             .map_err(|e| failed("move the records into journal/", &e))?;
     }
     let _ = fds.tmp.remove_tree(SCRATCH);

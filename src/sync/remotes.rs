@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Exit, Failure};
+use crate::store::durable::StoreIo;
 use crate::store::{Dir, Layout};
 
 const FILE: &str = "remotes.json";
@@ -66,7 +67,7 @@ pub fn sync_dir(layout: &Layout, make: bool) -> Result<Option<Dir>, Failure> {
     let top = Dir::open_path(&layout.dir)
         .map_err(|e| Failure::io(Exit::BadStore, "open", &layout.dir, &e))?;
     let r = if make {
-        top.ensure_sub("sync").map(Some)
+        top.ensure_sub("sync", &StoreIo::real()).map(Some)
     } else {
         match top.sub("sync") {
             Ok(d) => Ok(Some(d)),
@@ -99,7 +100,7 @@ impl Remotes {
         let text = serde_json::to_vec_pretty(self).map_err(|e| {
             Failure::new(Exit::Internal, format!("could not write the remotes: {e}"))
         })?;
-        dir.replace(FILE, &text)
+        dir.replace(FILE, &text, &StoreIo::real())
             .map_err(|e| Failure::io(Exit::BadStore, "write", &dir.join(FILE), &e))
     }
 

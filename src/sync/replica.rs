@@ -8,6 +8,7 @@
 use std::io::{Read, Write};
 
 use crate::error::{Exit, Failure};
+use crate::store::durable::StoreIo;
 use crate::store::{Dir, Layout};
 
 const REPLICA: &str = "REPLICA";
@@ -59,7 +60,7 @@ pub fn replica_id(layout: &Layout, make: bool) -> Result<Option<String>, Failure
         Ok(mut f) => {
             f.write_all(format!("{id}\n").as_bytes())
                 .and_then(|()| f.sync_all())
-                .and_then(|()| top.sync())
+                .and_then(|()| top.sync(&StoreIo::real()))
                 .map_err(|e| Failure::io(Exit::BadStore, "write", &path, &e))?;
             Ok(Some(id))
         }

@@ -427,7 +427,8 @@ impl Mount {
     /// its hash where packed.
     pub fn blob(&self, id: &str) -> Vec<u8> {
         let store = self.store();
-        skillfs::store::blobs::BlobStore::open_paths(&store.join("blobs"), &store.join("tmp"))
+        let io = skillfs::store::durable::StoreIo::real();
+        skillfs::store::blobs::BlobStore::open_paths(&store.join("blobs"), &store.join("tmp"), io)
             .expect("blob store opens")
             .read(id)
             .expect("blob exists")

@@ -117,9 +117,11 @@ pub fn min_records() -> u64 {
 }
 
 /// Writes the checkpoint of `index` (which folded every record of the
-/// segment `segment`'s first `len` bytes, read from `file`) into `dir`.
+/// segment `segment`'s first `len` bytes, read from `file`) into `dir`,
+/// durably through `io`.
 pub fn write(
     dir: &Dir,
+    io: &skillfs_store::durable::StoreIo,
     index: &HistoryIndex,
     segment: &str,
     file: &std::fs::File,
@@ -161,7 +163,7 @@ pub fn write(
             let _ = dir.unlink(n);
         }
     }
-    dir.replace(NAME, &out)
+    dir.replace(NAME, &out, io)
 }
 
 /// The journal of `dir` as a mount reads it: after its checkpoint where

@@ -221,7 +221,8 @@ impl Ledger {
     }
 
     /// Writes the checkpoint of this ledger's fold into the journal's
-    /// directory `dir` (at unmount, once synced).
+    /// directory `dir` (at unmount, once synced), through the journal's
+    /// door.
     pub fn checkpoint(&self, dir: &skillfs_store::Dir) -> io::Result<()> {
         let (file, len) = self.journal.segment();
         let name = self
@@ -231,7 +232,8 @@ impl Ledger {
             .and_then(|n| n.to_str())
             .unwrap_or_default()
             .to_string();
-        crate::checkpoint::write(dir, self.fold.history(), &name, file, len)
+        let io = self.journal.io();
+        crate::checkpoint::write(dir, io, self.fold.history(), &name, file, len)
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -441,14 +443,12 @@ mod tests {
         let d = std::env::temp_dir().join(format!("skillfs-poison-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let layout = Layout::new(d.clone());
-        layout.create().unwrap();
+        layout.create(StoreIo::real()).unwrap();
         let disk = Arc::new(Flaky { fail: false.into() });
         let open = |io: &StoreIo| {
             let contents = journal::read_dir(&layout.journal()).unwrap();
             let j = Journal::open_with(&contents, io.clone()).unwrap();
-            let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp())
-                .unwrap()
-                .with_io(io.clone());
+            let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp(), io.clone()).unwrap();
             (Ledger::new(j, &contents.records), blobs)
         };
         let change = |p: &str| Change::new(Op::Unlink, RelPath::parse(p.as_bytes()).unwrap(), None);
@@ -512,7 +512,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!("skillfs-defer-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let layout = Layout::new(d.clone());
-        layout.create().unwrap();
+        layout.create(StoreIo::real()).unwrap();
         let contents = journal::read_dir(&layout.journal()).unwrap();
         let j = Journal::open_with(&contents, StoreIo::real()).unwrap();
         let mut ledger = Ledger::new(j, &contents.records);
@@ -607,16 +607,14 @@ mod tests {
         let d = std::env::temp_dir().join(format!("skillfs-group-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let layout = Layout::new(d.clone());
-        layout.create().unwrap();
+        layout.create(StoreIo::real()).unwrap();
         let disk = Arc::new(SlowCounting {
             flushes: AtomicUsize::new(0),
         });
         let io = StoreIo::with_backend(disk.clone());
         let contents = journal::read_dir(&layout.journal()).unwrap();
         let j = Journal::open_with(&contents, io.clone()).unwrap();
-        let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp())
-            .unwrap()
-            .with_io(io.clone());
+        let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp(), io.clone()).unwrap();
         let ledger = parking_lot::Mutex::new(Ledger::new(j, &contents.records));
         let commit = GroupCommit::new(ledger.lock().durable_through());
         const THREADS: usize = 8;

@@ -21,6 +21,10 @@
 //!   exchange`, `Named::rename_out`), never through `AT_FDCWD`;
 //! - what a `Dir` creates has the store's modes (`fsutil::DIR_MODE`,
 //!   `fsutil::FILE_MODE` or what the caller passes), never the umask's;
+//! - a `Dir` makes nothing durable by itself: `sync`, `replace` and
+//!   `ensure_sub` sync through the `StoreIo` they are given, and
+//!   [`StoreFds`] carries the one its store was opened with (`io`), for
+//!   everything that holds the store's directories;
 //! - the parked areas (`parked/<key>/…`, `orphans/<aside>/…`) hold the
 //!   user's entries: like the live tree, they are reached from the held fd
 //!   of `parked/` or `orphans/` by a path relative to it.
@@ -38,6 +42,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::durable::StoreIo;
 use super::error::{ErrorKind, StoreError, StoreResult};
 use super::fsutil::{DIR_MODE, FILE_MODE};
 use super::{BLOBS, JOURNAL, Layout, ORPHANS, PARKED, STAGING, TMP};
@@ -122,11 +127,11 @@ impl Dir {
         }
     }
 
-    /// The subdirectory `name`, made (0700, and this directory synced so
-    /// that it survives a power cut) if missing.
-    pub fn ensure_sub(&self, name: &str) -> io::Result<Dir> {
+    /// The subdirectory `name`, made (0700, and this directory synced
+    /// through `io` so that it survives a power cut) if missing.
+    pub fn ensure_sub(&self, name: &str, io: &StoreIo) -> io::Result<Dir> {
         if self.make_sub(name)? {
-            self.sync()?;
+            self.sync(io)?;
         }
         self.sub(name)
     }
@@ -179,9 +184,9 @@ impl Dir {
 
     /// Replaces `name` with `data`: a new [`FILE_MODE`] file made beside
     /// it with `O_EXCL`, synced, renamed over it, then this directory
-    /// synced. Whatever `name` was (a symlink included) is replaced, never
-    /// written through.
-    pub fn replace(&self, name: &str, data: &[u8]) -> io::Result<()> {
+    /// synced (both through `io`). Whatever `name` was (a symlink included)
+    /// is replaced, never written through.
+    pub fn replace(&self, name: &str, data: &[u8], io: &StoreIo) -> io::Result<()> {
         one(name)?;
         let tmp = format!(
             ".{name}.new.{}.{}",
@@ -195,14 +200,14 @@ impl Dir {
                 FILE_MODE,
             )?;
             f.write_all(data)?;
-            f.sync_all()?;
+            io.sync_all(&f, &self.join(&tmp))?;
             self.rename(&tmp, self, name, 0)
         })();
         if written.is_err() {
             let _ = self.unlink(&tmp);
         }
         written?;
-        self.sync()
+        self.sync(io)
     }
 
     /// Opens `name` for appending, created [`FILE_MODE`] if missing.
@@ -244,9 +249,10 @@ impl Dir {
         sys::remove_tree_at(self.fd(), one(name)?)
     }
 
-    /// `fsync` of the directory: the entries it holds are durable.
-    pub fn sync(&self) -> io::Result<()> {
-        sys::fsync(&self.file)
+    /// `fsync` of the directory through `io`: the entries it holds are
+    /// durable.
+    pub fn sync(&self, io: &StoreIo) -> io::Result<()> {
+        io.sync_dir(self)
     }
 
     /// The names in it (without `.` and `..`).
@@ -320,8 +326,10 @@ impl Named {
     }
 }
 
-/// The directories of a store, held open from mount to unmount.
+/// The directories of a store, held open from mount to unmount, and the
+/// door through which they are made durable.
 pub struct StoreFds {
+    pub io: StoreIo,
     pub top: Arc<Dir>,
     pub journal: Arc<Dir>,
     pub blobs: Arc<Dir>,
@@ -334,13 +342,13 @@ pub struct StoreFds {
 impl StoreFds {
     /// Opens the store directory of `layout` (which must exist) from its
     /// parent, then makes (0700, idempotent) and opens each directory of
-    /// the layout from it.
-    pub fn open(layout: &Layout) -> StoreResult<StoreFds> {
+    /// the layout from it; what it makes is synced through `io`.
+    pub fn open(layout: &Layout, io: StoreIo) -> StoreResult<StoreFds> {
         let top = Dir::open_path(&layout.dir).map_err(|e| {
             StoreError::io(ErrorKind::Store, "open store directory", &layout.dir, e)
         })?;
         let sub = |name: &str| {
-            top.ensure_sub(name).map(Arc::new).map_err(|e| {
+            top.ensure_sub(name, &io).map(Arc::new).map_err(|e| {
                 StoreError::io(ErrorKind::Store, "open store directory", &top.join(name), e)
             })
         };
@@ -352,6 +360,7 @@ impl StoreFds {
             parked: sub(PARKED)?,
             orphans: sub(ORPHANS)?,
             top: Arc::new(top),
+            io,
         })
     }
 
@@ -405,11 +414,11 @@ mod tests {
         std::fs::rename(d.join("store"), d.join("store.real")).unwrap();
         symlink(d.join("attacker"), d.join("store")).unwrap();
         staging.create_new("f", FILE_MODE).unwrap();
-        top.replace("RULES", b"rules").unwrap();
+        top.replace("RULES", b"rules", &StoreIo::real()).unwrap();
         Named::new(&staging, "f".into())
             .rename_out(top.fd(), b"moved", 0)
             .unwrap();
-        assert!(top.ensure_sub("tmp").is_ok());
+        assert!(top.ensure_sub("tmp", &StoreIo::real()).is_ok());
         assert_eq!(std::fs::read(d.join("store.real/RULES")).unwrap(), b"rules");
         assert!(d.join("store.real/moved").is_file() && d.join("store.real/tmp").is_dir());
         let attacker: Vec<_> = std::fs::read_dir(d.join("attacker"))
@@ -447,10 +456,10 @@ mod tests {
         // with O_NOFOLLOW), never the attacker's directory.
         let refused = |e: Option<i32>| matches!(e, Some(libc::ENOTDIR | libc::ELOOP));
         assert!(refused(errno(top.sub("blobs"))));
-        assert!(refused(errno(top.ensure_sub("blobs"))));
+        assert!(refused(errno(top.ensure_sub("blobs", &StoreIo::real()))));
         assert!(refused(errno(Dir::open_path(&d.join("store/blobs")))));
         // Replaced whole, never written through.
-        top.replace("LOCK", b"1\n").unwrap();
+        top.replace("LOCK", b"1\n", &StoreIo::real()).unwrap();
         assert_eq!(std::fs::read(d.join("attacker/secret")).unwrap(), b"theirs");
         assert!(
             !std::fs::symlink_metadata(d.join("store/LOCK"))

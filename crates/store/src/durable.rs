@@ -1,11 +1,20 @@
-//! `StoreIo`: the one door through which the store makes anything durable
-//! (journal, packs, loose blobs and the directories naming them).
+//! `StoreIo`: the one door through which skillfs makes anything durable,
+//! and [`Durability`], the order a durable publish takes through it.
 //!
 //! Invariants:
-//! - every `fsync`, `fdatasync`, `syncfs` and written-out-and-waited range of
-//!   a store file goes through here, so a test can stand in for the disk
-//!   (see `tests/power_loss.rs`: a live and a durable image, power lost at
-//!   every sync point);
+//! - every `fsync`, `fdatasync`, `syncfs` and written-out-and-waited range
+//!   that a durability promise rests on goes through a `StoreIo` *passed
+//!   in*: the journal (appends, the torn tail set aside, `repair`), loose
+//!   blobs and packs and the directories naming them, `Dir::sync` and
+//!   `Dir::replace` (so the checkpoint, `RULES` and `ROOT`), the store's
+//!   directories made at open (`StoreFds::open`), and in the core every
+//!   fsync of the live tree for a durable publish, the commit marker and the
+//!   unmount's `syncfs`. Nothing below the application makes one of its
+//!   own: the daemon and the command-line commands that open a store
+//!   unmounted build the one real instance ([`StoreIo::real`]); a test
+//!   builds another ([`StoreIo::with_backend`]) and stands in for the disk
+//!   (`tests/power_loss.rs`, `tests/power_loss_core.rs`: a live and a
+//!   durable image, power lost at every sync point);
 //! - after one of them fails the store is *poisoned*: Linux may have marked
 //!   the pages that failed to write as clean, so a retry could "succeed"
 //!   without the data on disk (PostgreSQL's fsyncgate). From then on every
@@ -13,8 +22,11 @@
 //!   work that promises no durability goes on. One error line is logged
 //!   when it happens.
 //! - the real backend and its poison flag are shared by the whole process
-//!   (one daemon serves one store), so the journal and the blob store
-//!   poison each other.
+//!   (one daemon serves one store), so the journal, the blob store and the
+//!   live tree poison each other;
+//! - the [`Durability`] of a mount is chosen once, by the application
+//!   (`SKILLFS_PORTABLE_FSYNC` is read there and nowhere else), and passed
+//!   to the core.
 //!
 //! Locks: none; the poison flag is an atomic, and the backend is called
 //! with whatever lock its caller holds (see `ledger::GroupCommit`).
@@ -88,6 +100,45 @@ impl SyncBackend for Disk {
     }
 }
 
+/// How a durable publish reaches the disk, chosen once at mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// One `fsync` commits every metadata change made before it (ext4
+    /// with its journal, XFS: `sys::has_ordered_commit`): the data of blob,
+    /// journal and staging file is written out in that order and a single
+    /// fsync, of a file in the running transaction, commits it all (one
+    /// device flush). Swapped-out inodes are emptied for reuse.
+    OneCommit,
+    /// Each step fsynced before the next (blob, its directory, journal,
+    /// staging file, the live directory): right on any filesystem.
+    StepByStep,
+}
+
+impl Durability {
+    /// What the filesystem of `fd` allows: [`Durability::OneCommit`] where
+    /// it orders its commits, unless `portable` asks for the steps.
+    pub fn of_filesystem(fd: &impl std::os::fd::AsRawFd, portable: bool) -> Durability {
+        if !portable && sys::has_ordered_commit(fd) {
+            Durability::OneCommit
+        } else {
+            Durability::StepByStep
+        }
+    }
+
+    /// Whether one fsync commits everything before it.
+    pub fn one_commit(self) -> bool {
+        self == Durability::OneCommit
+    }
+
+    /// For the log.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Durability::OneCommit => "one commit per durability point (journaled filesystem)",
+            Durability::StepByStep => "each step fsynced in order",
+        }
+    }
+}
+
 /// A backend and the poison flag of the store using it.
 #[derive(Clone)]
 pub struct StoreIo {
@@ -96,7 +147,9 @@ pub struct StoreIo {
 }
 
 impl StoreIo {
-    /// The real disk, shared by the whole process.
+    /// The real disk, shared by the whole process: built by the
+    /// application only (the daemon, the commands that open a store
+    /// unmounted), and passed down from there.
     pub fn real() -> StoreIo {
         static REAL: OnceLock<StoreIo> = OnceLock::new();
         REAL.get_or_init(|| StoreIo::with_backend(Arc::new(Disk)))
@@ -162,6 +215,15 @@ impl StoreIo {
 
     pub fn syncfs(&self, file: &File, path: &Path) -> io::Result<()> {
         self.guarded("syncfs the filesystem of", path, |b| b.syncfs(file))
+    }
+
+    /// `syncfs` even when poisoned (the unmount's: it acknowledges
+    /// nothing, and what can still be written should be); a failure
+    /// poisons as any other.
+    pub fn syncfs_anyway(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.backend
+            .syncfs(file)
+            .inspect_err(|e| self.poison("syncfs the filesystem of", path, e))
     }
 
     pub fn write_out(&self, file: &File, path: &Path) -> io::Result<()> {

@@ -31,6 +31,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use super::durable::StoreIo;
 use super::error::{ErrorKind, StoreError, StoreResult};
 use skillfs_base::sys;
 
@@ -51,11 +52,12 @@ pub fn options() -> OpenOptions {
 }
 
 /// `mkdir` with [`DIR_MODE`]; `Ok(false)` when it exists already. A new
-/// directory's parent is synced, so the directory survives a power cut.
-pub fn create_dir(path: &Path) -> io::Result<bool> {
+/// directory's parent is synced through `io`, so the directory survives a
+/// power cut.
+pub fn create_dir(path: &Path, io: &StoreIo) -> io::Result<bool> {
     let made = make_dir(path)?;
     if made && let Some(parent) = path.parent() {
-        sync_dir(parent)?;
+        sync_dir(parent, io)?;
     }
     Ok(made)
 }
@@ -70,25 +72,26 @@ fn make_dir(path: &Path) -> io::Result<bool> {
 }
 
 /// [`create_dir`] of `path` and of every missing ancestor (each 0700).
-pub fn create_dir_all(path: &Path) -> io::Result<()> {
+pub fn create_dir_all(path: &Path, io: &StoreIo) -> io::Result<()> {
     if path.is_dir() {
         return Ok(());
     }
     if let Some(parent) = path.parent() {
-        create_dir_all(parent)?;
+        create_dir_all(parent, io)?;
     }
-    create_dir(path).map(|_| ())
+    create_dir(path, io).map(|_| ())
 }
 
-/// fsync of a directory by path (set-up before the store is held open).
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
+/// fsync of a directory by path, through `io` (set-up before the store is
+/// held open).
+pub fn sync_dir(dir: &Path, io: &StoreIo) -> io::Result<()> {
     let f = sys::openat(
         libc::AT_FDCWD,
         dir.as_os_str().as_bytes(),
         libc::O_RDONLY | libc::O_DIRECTORY,
         0,
     )?;
-    sys::fsync(&f)
+    io.sync_all(&f, dir)
 }
 
 /// How much a buffered copy moves at a time.
@@ -172,14 +175,14 @@ pub(super) fn read_capped(file: File, cap: u64) -> io::Result<Vec<u8>> {
 
 /// Replaces the store file `path` with `data` (see `Dir::replace`: a new
 /// file renamed over it, never written through), its directory opened
-/// first, never through a symlink.
-pub fn replace_file(path: &Path, data: &[u8]) -> io::Result<()> {
+/// first, never through a symlink; made durable through `io`.
+pub fn replace_file(path: &Path, data: &[u8], io: &StoreIo) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default();
     let name = name
         .to_str()
         .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-    super::dir::Dir::open_path(dir)?.replace(name, data)
+    super::dir::Dir::open_path(dir)?.replace(name, data, io)
 }
 
 /// One mode to put right at mount.
@@ -475,14 +478,14 @@ mod tests {
     fn modes_are_explicit_whatever_the_umask() {
         let d = scratch("modes");
         let old = sys::umask(0);
-        create_dir_all(&d.join("a/b")).unwrap();
+        create_dir_all(&d.join("a/b"), &StoreIo::real()).unwrap();
         let f = options()
             .write(true)
             .create(true)
             .open(d.join("a/f"))
             .unwrap();
         drop(f);
-        replace_file(&d.join("a/r"), b"x").unwrap();
+        replace_file(&d.join("a/r"), b"x", &StoreIo::real()).unwrap();
         sys::umask(old);
         for (p, want) in [("a", 0o700), ("a/b", 0o700), ("a/f", 0o600), ("a/r", 0o600)] {
             let m = fs::metadata(d.join(p)).unwrap().permissions().mode() & 0o7777;
@@ -501,7 +504,7 @@ mod tests {
         assert!(held.open_append("RULES").is_err());
         assert!(held.read_small("RULES", 100).is_err());
         assert!(read_small(&d.join("RULES"), 100).is_err());
-        replace_file(&d.join("RULES"), b"rules").unwrap();
+        replace_file(&d.join("RULES"), b"rules", &StoreIo::real()).unwrap();
         assert_eq!(fs::read(d.join("outside")).unwrap(), b"outside");
         assert!(!fs::symlink_metadata(d.join("RULES")).unwrap().is_symlink());
         std::os::unix::fs::symlink(d.join("outside"), d.join("LOCK")).unwrap();

@@ -63,6 +63,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 pub use dir::{Dir, Named, StoreFds};
+use durable::StoreIo;
 pub use error::{ErrorKind, StoreError, StoreResult};
 use skillfs_base::sys;
 
@@ -134,11 +135,11 @@ impl Layout {
     /// the missing ancestors of the store too (the default `.skillfs/`);
     /// returns them held open (the directories of the store made and
     /// opened from the store's fd, see [`StoreFds::open`]).
-    pub fn create(&self) -> StoreResult<StoreFds> {
-        fsutil::create_dir_all(&self.dir).map_err(|e| {
+    pub fn create(&self, io: StoreIo) -> StoreResult<StoreFds> {
+        fsutil::create_dir_all(&self.dir, &io).map_err(|e| {
             StoreError::io(ErrorKind::Store, "create store directory", &self.dir, e)
         })?;
-        StoreFds::open(self)
+        StoreFds::open(self, io)
     }
 }
 
@@ -198,8 +199,11 @@ impl StoreLock {
 
     /// A clean end: `LOCK` emptied (and synced), then the lock let go. Call
     /// it only once everything the holder wrote is durable.
-    pub fn finish(self) {
-        let emptied = self.file.set_len(0).and_then(|()| sys::fsync(&self.file));
+    pub fn finish(self, io: &durable::StoreIo, layout: &Layout) {
+        let emptied = self
+            .file
+            .set_len(0)
+            .and_then(|()| io.sync_all(&self.file, &layout.lock()));
         if let Err(e) = emptied {
             tracing::warn!("could not empty LOCK at a clean end: {e}");
         }
@@ -492,10 +496,11 @@ impl RootId {
         RootId::decode(&data)
     }
 
-    /// Writes `ROOT` into the store held open as `top`.
-    pub fn write(&self, top: &Dir) -> StoreResult<()> {
+    /// Writes `ROOT` into the store held open as `top`, durably through
+    /// `io`.
+    pub fn write(&self, top: &Dir, io: &StoreIo) -> StoreResult<()> {
         let path = top.join(ROOT_ID);
-        top.replace(ROOT_ID, &self.encode())
+        top.replace(ROOT_ID, &self.encode(), io)
             .map_err(|e| StoreError::io(ErrorKind::Store, "write", &path, e))
     }
 }
@@ -542,7 +547,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!("skillfs-lockproof-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         let layout = Layout::new(d.clone());
-        let fds = layout.create().unwrap();
+        let fds = layout.create(StoreIo::real()).unwrap();
         assert_eq!(StoreLock::daemon(&layout), None, "no LOCK");
         let lock = StoreLock::acquire(&fds.top, &layout).unwrap();
         // This test process holds the flock and its comm starts with

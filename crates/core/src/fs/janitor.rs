@@ -48,7 +48,7 @@ impl SkillFs {
     pub(super) fn recycle(&self, old: Arc<File>, path: Named) {
         match self.janitor.lock().as_ref() {
             Some((tx, _)) => {
-                let _ = tx.send(Chore::Recycle(old, path, self.ordered_commit));
+                let _ = tx.send(Chore::Recycle(old, path, self.durability.one_commit()));
             }
             None => {
                 drop(old);

@@ -196,7 +196,7 @@ impl SkillFs {
         };
         self.sync_records()?;
         if let Some((dir, loc)) = dir {
-            live_fsync(&dir, &loc)?;
+            self.live_fsync(&dir, &loc)?;
         }
         Ok(())
     }

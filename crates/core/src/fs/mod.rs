@@ -130,7 +130,7 @@ use skillfs_base::relpath::{ByteString, RelPath};
 use skillfs_model::history;
 use skillfs_model::ledger::{GroupCommit, Ledger};
 use skillfs_store::blobs::{BlobStore, Opened, copy_range};
-use skillfs_store::durable::StoreIo;
+use skillfs_store::durable::Durability;
 use skillfs_store::journal::{Actor, Change, EntryState, Kind, Op};
 use skillfs_store::spares::Spares;
 use skillfs_store::{Named, StoreFds};
@@ -151,7 +151,6 @@ use notify::KernelNotices;
 use pages::{Claim, PageStore};
 pub use pages::{Kernel as PageKernel, PageOp};
 use parks::Parks;
-use publish::live_fsync;
 pub use reply::{DirEntry, Entry, Invalidation, OpenReply, SetAttr, Ttl};
 use tree::Tree;
 pub use tree::{Ino, Location, ROOT_INO};
@@ -237,10 +236,11 @@ pub struct SkillFs {
     /// What the core tells the kernel (invalidations, pages) and knows it
     /// takes (passthrough); see `notify`.
     notices: KernelNotices,
-    /// One `fsync` commits all earlier metadata here (ext4, XFS).
-    ordered_commit: bool,
+    /// How a durable publish reaches the disk (chosen at mount; every sync
+    /// goes through `dirs.io`).
+    durability: Durability,
     /// A store file touched and fsynced to commit everything before it
-    /// where `ordered_commit` holds and no file of the change is sure to be
+    /// with `Durability::OneCommit` and no file of the change is sure to be
     /// in the running transaction (see `commit_all`).
     marker: File,
     /// Empty files in `staging/` for new staging and blob files: the
@@ -334,6 +334,7 @@ impl SkillFs {
         rules: HideRules,
         blobs: BlobStore,
         ledger: Ledger,
+        durability: Durability,
     ) -> FsResult<SkillFs> {
         let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
         let home_key = match &home {
@@ -355,21 +356,12 @@ impl SkillFs {
             let _ = low.lock().send(Chore::TopUp);
         }));
         let _ = janitor.0.send(Chore::TopUp);
-        let ordered_commit = std::env::var_os("SKILLFS_PORTABLE_FSYNC").is_none()
-            && sys::has_ordered_commit(&*dirs.parked);
         let marker = dirs.tmp.open(
             COMMIT_MARKER,
             libc::O_RDWR | libc::O_CREAT,
             skillfs_store::fsutil::FILE_MODE,
         )?;
-        tracing::info!(
-            "fsync: {}",
-            if ordered_commit {
-                "one commit per durability point (journaled filesystem)"
-            } else {
-                "each step fsynced in order"
-            }
-        );
+        tracing::info!("fsync: {}", durability.describe());
         Ok(SkillFs {
             root_fd,
             home,
@@ -386,7 +378,7 @@ impl SkillFs {
             chown_new: sys::geteuid() == 0,
             listings: Mutex::new(HashMap::new()),
             notices: KernelNotices::default(),
-            ordered_commit,
+            durability,
             marker,
             janitor: Mutex::new(Some(janitor)),
             swaps: AtomicU64::new(0),
@@ -570,8 +562,12 @@ impl SkillFs {
             let _ = handle.join();
         }
         self.spares.clear();
-        // Live files replaced by plain closes become durable too.
-        if let Err(e) = sys::syncfs(&self.root_fd) {
+        // Live files replaced by plain closes become durable too (tried
+        // even after a failed sync: it promises nothing).
+        let root = self.root_fd.try_clone().map(File::from);
+        if let Err(e) =
+            root.and_then(|f| self.dirs.io.syncfs_anyway(&f, std::path::Path::new("ROOT")))
+        {
             tracing::error!("syncfs at unmount: {e}");
         }
     }

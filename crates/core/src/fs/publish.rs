@@ -9,8 +9,10 @@
 //! Invariants: a record made durable never names a blob that is not; a
 //! version never becomes live without its record; a record of a version
 //! that never became live is followed by one of the live content. Where
-//! one fsync commits all earlier metadata (`ordered_commit`), the fsync is
-//! of a file in the running transaction (`commit_all`).
+//! one fsync commits all earlier metadata (`Durability::OneCommit`), the
+//! fsync is of a file in the running transaction (`commit_all`). Every
+//! fsync and write-out of the live tree and the marker goes through the
+//! store's door (`dirs.io`, see `store::durable`).
 //! Locks: `namespace` shared → an `OpenFile` → `ledger` briefly; the group
 //! commit is entered holding neither `ledger` nor, for a durable publish,
 //! `namespace`.
@@ -143,7 +145,7 @@ impl SkillFs {
                 // A plain file of the home: its own fsync, as any
                 // filesystem's (nothing of the store is ordered with it).
                 drop(ns);
-                live_fsync(&live, &loc)?;
+                self.live_fsync(&live, &loc)?;
                 return Ok(true);
             }
             // Already published: make it durable in the same order.
@@ -168,7 +170,7 @@ impl SkillFs {
             if let Some(want) = want {
                 self.versions.sync_through(&self.blobs, want)?;
             }
-            live_fsync(&stg_file, &loc)?;
+            self.live_fsync(&stg_file, &loc)?;
             return Ok(true);
         }
         let edits = stg.edits;
@@ -184,17 +186,17 @@ impl SkillFs {
 
         let swapped = std::cell::Cell::new(false);
         let steps = || -> std::io::Result<()> {
-            if self.ordered_commit {
+            if self.durability.one_commit() {
                 // One fsync (of the staging file, swapped in or not)
                 // commits the blob, the journal and the swap together.
                 let commit = || {
-                    live_write_out(&stg_file, &loc)?;
+                    self.live_write_out(&stg_file, &loc)?;
                     let done = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, false)?;
                     swapped.set(done.is_some());
                     match done {
                         // The rename put the staging file's inode in the
                         // running transaction.
-                        Some(_) => live_fsync(&stg_file, &loc),
+                        Some(_) => self.live_fsync(&stg_file, &loc),
                         None => self.commit_all(),
                     }
                 };
@@ -206,11 +208,11 @@ impl SkillFs {
                 if let Some(want) = want {
                     self.versions.sync_through(&self.blobs, want)?;
                 }
-                live_fsync(&stg_file, &loc)?;
+                self.live_fsync(&stg_file, &loc)?;
                 let dir = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, true)?;
                 swapped.set(dir.is_some());
                 match dir.flatten() {
-                    Some(dir) => live_fsync(&dir, &loc),
+                    Some(dir) => self.live_fsync(&dir, &loc),
                     None => Ok(()),
                 }
             }
@@ -286,13 +288,13 @@ impl SkillFs {
     /// fsync commits its entry (opened under the namespace lock, flushed
     /// after it).
     pub(super) fn parent_to_sync(&self, loc: &Location) -> FsResult<Option<File>> {
-        if self.ordered_commit {
+        if self.durability.one_commit() {
             return Ok(None);
         }
         Ok(Some(open_parent_of(loc)?))
     }
 
-    /// Where `ordered_commit` holds, commits every change made so far (data
+    /// With `Durability::OneCommit`, commits every change made so far (data
     /// written out beforehand included): an `fsync` commits the journal
     /// transaction its inode was last changed in, and everything before it,
     /// but nothing after; the fsync of a file last changed a while ago
@@ -300,7 +302,9 @@ impl SkillFs {
     /// Touching the marker puts it in the running transaction.
     pub(super) fn commit_all(&self) -> std::io::Result<()> {
         sys::futimens(&self.marker, Time::Now, Time::Now)?;
-        StoreIo::real().sync_all(&self.marker, &self.dirs.tmp.join(COMMIT_MARKER))
+        self.dirs
+            .io
+            .sync_all(&self.marker, &self.dirs.tmp.join(COMMIT_MARKER))
     }
 
     /// Makes the published file `live` durable with everything recorded
@@ -311,16 +315,16 @@ impl SkillFs {
         parent: Option<File>,
         loc: &Location,
     ) -> FsResult<()> {
-        if self.ordered_commit {
+        if self.durability.one_commit() {
             self.versions.write_out_then(&self.blobs, || {
-                live_write_out(live, loc)?;
+                self.live_write_out(live, loc)?;
                 self.commit_all()
             })?;
         } else {
             self.sync_records()?;
-            live_fsync(live, loc)?;
+            self.live_fsync(live, loc)?;
             if let Some(dir) = parent {
-                live_fsync(&dir, loc)?;
+                self.live_fsync(&dir, loc)?;
             }
         }
         Ok(())
@@ -348,12 +352,12 @@ impl SkillFs {
         if stg.in_place {
             return self.publish_in_place(s, loc, op, durable, caller);
         }
-        let fast = durable && self.ordered_commit;
+        let fast = durable && self.durability.one_commit();
         let stg_file = Arc::clone(&stg.file);
         let one_commit = |s: &mut OpenState| -> std::io::Result<()> {
-            live_write_out(&stg_file, loc)?;
+            self.live_write_out(&stg_file, loc)?;
             self.swap_in(s, loc)?;
-            live_fsync(&stg_file, loc)
+            self.live_fsync(&stg_file, loc)
         };
         // The path whose record this publish appended, until the swap makes
         // it true.
@@ -379,9 +383,9 @@ impl SkillFs {
                 if fast {
                     one_commit(s)?;
                 } else if durable {
-                    live_fsync(&stg_file, loc)?;
+                    self.live_fsync(&stg_file, loc)?;
                     self.swap_in(s, loc)?;
-                    sync_parent_of(loc)?;
+                    self.sync_parent_of(loc)?;
                 } else {
                     // What a rename over a file would have done on ext4
                     // (auto_da_alloc): start writing the new content now, so a
@@ -483,7 +487,7 @@ impl SkillFs {
         }
         s.staging = None;
         if durable {
-            live_fsync(&file, loc)?;
+            self.live_fsync(&file, loc)?;
         }
         Ok(())
     }
@@ -516,27 +520,32 @@ impl SkillFs {
     }
 }
 
-/// A write-out (see `sys::write_out`) of a file of the live tree, under
-/// the store's poison rule like `live_fsync`: `sync_file_range` reports a
-/// failed write-back once, and a later fsync could then succeed over the
-/// lost pages.
-pub(super) fn live_write_out(f: &File, loc: &Location) -> std::io::Result<()> {
-    let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(loc.logical.as_bytes()));
-    StoreIo::real().write_out(f, &path)
+impl SkillFs {
+    /// A write-out (see `sys::write_out`) of a file of the live tree, under
+    /// the store's poison rule like `live_fsync`: `sync_file_range` reports
+    /// a failed write-back once, and a later fsync could then succeed over
+    /// the lost pages.
+    pub(super) fn live_write_out(&self, f: &File, loc: &Location) -> std::io::Result<()> {
+        self.dirs.io.write_out(f, &logical_path(loc))
+    }
+
+    /// An fsync of the live tree (a file or directory at `loc`), under the
+    /// store's poison rule: after a failed one (the kernel may have dropped
+    /// the pages that failed to write and marked them clean), no later fsync
+    /// is acknowledged until remount.
+    pub(super) fn live_fsync(&self, f: &File, loc: &Location) -> std::io::Result<()> {
+        self.dirs.io.sync_all(f, &logical_path(loc))
+    }
+
+    pub(super) fn sync_parent_of(&self, loc: &Location) -> FsResult<()> {
+        self.live_fsync(&open_parent_of(loc)?, loc)?;
+        Ok(())
+    }
 }
 
-/// An fsync of the live tree (a file or directory at `loc`), under the
-/// store's poison rule: after a failed one (the kernel may have dropped the
-/// pages that failed to write and marked them clean), no later fsync is
-/// acknowledged until remount.
-pub(super) fn live_fsync(f: &File, loc: &Location) -> std::io::Result<()> {
-    let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(loc.logical.as_bytes()));
-    StoreIo::real().sync_all(f, &path)
-}
-
-pub(super) fn sync_parent_of(loc: &Location) -> FsResult<()> {
-    live_fsync(&open_parent_of(loc)?, loc)?;
-    Ok(())
+/// The path of `loc` in ROOT, for messages and test images.
+fn logical_path(loc: &Location) -> std::path::PathBuf {
+    std::path::PathBuf::from(std::ffi::OsStr::from_bytes(loc.logical.as_bytes()))
 }
 
 /// The directory holding the entry at `loc`.

@@ -113,8 +113,9 @@ pub fn hash_bytes(data: &[u8]) -> BlobId {
 }
 
 impl BlobStore {
-    /// The blob store of the held directories `blobs/` and `tmp/`.
-    pub fn new(dir: Arc<Dir>, tmp: Arc<Dir>) -> BlobStore {
+    /// The blob store of the held directories `blobs/` and `tmp/`, made
+    /// durable through `io`.
+    pub fn new(dir: Arc<Dir>, tmp: Arc<Dir>, io: StoreIo) -> BlobStore {
         BlobStore {
             tmp,
             counter: AtomicU64::new(0),
@@ -123,9 +124,9 @@ impl BlobStore {
             fans: Mutex::new([false; 256]),
             known: Mutex::new(HashMap::new()),
             spares: None,
-            packs: Packs::new(Arc::clone(&dir)),
+            packs: Packs::new(Arc::clone(&dir), io.clone()),
             dir,
-            io: StoreIo::real(),
+            io,
             gate: RwLock::new(()),
             pins: Mutex::new(None),
         }
@@ -133,18 +134,12 @@ impl BlobStore {
 
     /// [`BlobStore::new`] of the directories at these paths, each opened
     /// never through a symlink (the command line, tests).
-    pub fn open_paths(dir: &Path, tmp: &Path) -> io::Result<BlobStore> {
+    pub fn open_paths(dir: &Path, tmp: &Path, io: StoreIo) -> io::Result<BlobStore> {
         Ok(BlobStore::new(
             Arc::new(Dir::open_path(dir)?),
             Arc::new(Dir::open_path(tmp)?),
+            io,
         ))
-    }
-
-    /// Makes blobs and packs durable through `io` (tests).
-    pub fn with_io(mut self, io: StoreIo) -> BlobStore {
-        self.packs.set_io(io.clone());
-        self.io = io;
-        self
     }
 
     /// New blobs start as files taken from `spares`.
@@ -491,7 +486,7 @@ mod tests {
     #[test]
     fn dedups_and_names_by_sha256() {
         let d = tempdir("dedup");
-        let bs = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
+        let bs = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
         let a = bs.put_bytes(b"hello", false).unwrap();
         assert_eq!(
             a,
@@ -522,7 +517,8 @@ mod tests {
         assert_eq!(small, a);
 
         // A new store reads both kinds back.
-        let fresh = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
+        let fresh =
+            BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
         assert_eq!(fresh.read(&a).unwrap(), b"hello");
         assert_eq!(fresh.read(&id).unwrap(), big);
         let mut buf = [0u8; 3];
@@ -539,13 +535,13 @@ mod tests {
         let big: Vec<u8> = (0..PACK_MAX as usize + 5000)
             .map(|i| (i % 251) as u8)
             .collect();
-        let id = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"))
+        let id = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real())
             .unwrap()
             .put_bytes(&big, false)
             .unwrap();
         // Right size, wrong bytes: what a power loss can leave of a blob
         // renamed into place but never synced.
-        let path = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"))
+        let path = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real())
             .unwrap()
             .path(&id);
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
@@ -554,7 +550,8 @@ mod tests {
         bad[1000] ^= 1;
         fs::write(&path, &bad).unwrap();
 
-        let fresh = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
+        let fresh =
+            BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
         for e in [
             match fresh.read(&id) {
                 Ok(_) => panic!("read a damaged blob"),
@@ -577,7 +574,8 @@ mod tests {
         fs::write(&src, &big).unwrap();
         let (again, _) = fresh.put_file(&File::open(&src).unwrap(), true).unwrap();
         assert_eq!(again, id);
-        let third = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
+        let third =
+            BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
         assert_eq!(third.read(&id).unwrap(), big);
         assert!(third.has_intact(&id, big.len() as u64));
         // Synced, it is marked, so a later mount trusts its size without
@@ -594,7 +592,7 @@ mod tests {
         let big: Vec<u8> = (0..PACK_MAX as usize + 5000)
             .map(|i| (i % 253) as u8)
             .collect();
-        let bs = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
+        let bs = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
         let id = bs.put_bytes(&big, true).unwrap();
         let path = bs.path(&id);
         // One bit rots; the durable mark (its mtime) stays.
@@ -607,7 +605,8 @@ mod tests {
 
         // A mount's scan finds it on its size, as designed; serving it
         // hashes it all the same, and it is trusted no more after.
-        let fresh = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp")).unwrap();
+        let fresh =
+            BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
         assert!(fresh.has_intact(&id, big.len() as u64));
         let e = fresh.open(&id).err().expect("served a rotted blob");
         assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");

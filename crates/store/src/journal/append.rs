@@ -106,14 +106,9 @@ const RESERVE_LOW: u64 = 64 << 10;
 const RESERVE_FLOOR: u64 = 16 << 10;
 
 impl Journal {
-    /// Opens for appending after [`read_dir`]; sets a torn tail aside and
-    /// cuts it off.
-    pub fn open(contents: &Contents) -> StoreResult<Journal> {
-        Journal::open_with(contents, StoreIo::real())
-    }
-
-    /// [`Journal::open`] making things durable through `io`, the journal's
-    /// directory opened by path (never through a symlink).
+    /// Opens for appending after [`read_dir`], making things durable
+    /// through `io`; sets a torn tail aside and cuts it off. The journal's
+    /// directory is opened by path (never through a symlink).
     pub fn open_with(contents: &Contents, io: StoreIo) -> StoreResult<Journal> {
         let dir = contents.segment.parent().unwrap_or(Path::new("."));
         let held = Dir::open_path(dir)
@@ -312,7 +307,7 @@ mod tests {
         let c = read_dir(&d).unwrap();
         assert_eq!(c.records.len(), 3);
         assert_eq!(c.valid_len as usize, good_len);
-        let mut j = Journal::open(&c).unwrap();
+        let mut j = Journal::open_with(&c, StoreIo::real()).unwrap();
         assert_eq!(fs::metadata(&seg).unwrap().len() as usize, good_len);
         let r4 = j
             .append(
@@ -348,7 +343,7 @@ mod tests {
         fs::write(&seg, &data).unwrap();
         let c = read_dir(&d).unwrap();
         assert_eq!((c.records.len(), c.torn_lines), (4, 2));
-        let mut j = Journal::open(&c).unwrap();
+        let mut j = Journal::open_with(&c, StoreIo::real()).unwrap();
         assert_eq!(fs::read(&seg).unwrap(), &good[..lines[4].0]);
         let aside: Vec<_> = fs::read_dir(&d)
             .unwrap()

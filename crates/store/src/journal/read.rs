@@ -401,7 +401,7 @@ mod tests {
         let d = dir("current");
         let empty = read_dir(&d).unwrap();
         assert!(empty.is_current());
-        let mut j = Journal::open(&empty).unwrap();
+        let mut j = Journal::open_with(&empty, crate::durable::StoreIo::real()).unwrap();
         // The segment was made: what was read of the empty journal is not
         // the journal any more.
         assert!(!empty.is_current());

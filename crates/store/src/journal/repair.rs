@@ -24,6 +24,7 @@ use super::encoding::encode;
 use super::read::{list_segments, read_segment, split_lines};
 use super::record::{Actor, Op, Record};
 use crate::dir::Dir;
+use crate::durable::StoreIo;
 use skillfs_base::relpath::RelPath;
 
 /// What a repair did.
@@ -38,8 +39,9 @@ pub struct Repaired {
     pub kept: usize,
 }
 
-/// Repairs the journal held open as `dir` (see the module doc).
-pub fn repair(dir: &Dir) -> io::Result<Repaired> {
+/// Repairs the journal held open as `dir` (see the module doc), making
+/// each step durable through `io`.
+pub fn repair(dir: &Dir, io: &StoreIo) -> io::Result<Repaired> {
     let mut done = Repaired::default();
     let segs = list_segments(dir)?;
     let mut expect = 1u64;
@@ -93,13 +95,13 @@ pub fn repair(dir: &Dir) -> io::Result<Repaired> {
         let aside = format!("damaged-{name}-{ns}");
         let mut copy = dir.create_new(&aside, 0o600)?;
         copy.write_all(&data)?;
-        copy.sync_all()?;
+        io.sync_all(&copy, &dir.join(&aside))?;
         let tmp = format!(".repair-{name}-{ns}");
         let mut new = dir.create_new(&tmp, 0o600)?;
         new.write_all(&out)?;
-        new.sync_all()?;
+        io.sync_all(&new, &dir.join(&tmp))?;
         dir.rename(&tmp, dir, name, 0)?;
-        dir.sync()?;
+        dir.sync(io)?;
         done.set_aside.push(aside);
     }
     Ok(done)

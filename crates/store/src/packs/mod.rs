@@ -118,21 +118,17 @@ pub fn pack_name(n: u32) -> String {
 }
 
 impl Packs {
-    /// The packs in `blobs/packs/`, reached from the held fd of `blobs`.
-    pub fn new(blobs: Arc<Dir>) -> Packs {
+    /// The packs in `blobs/packs/`, reached from the held fd of `blobs`,
+    /// made durable through `io`.
+    pub fn new(blobs: Arc<Dir>, io: StoreIo) -> Packs {
         Packs {
             dir: blobs.join(PACKS),
             blobs,
             opened: Mutex::new(None),
             index: Mutex::new(None),
             writer: Mutex::new(None),
-            io: StoreIo::real(),
+            io,
         }
-    }
-
-    /// Makes packs durable through `io` (tests).
-    pub fn set_io(&mut self, io: StoreIo) {
-        self.io = io;
     }
 
     /// Where pack `n` is (for messages).
@@ -476,7 +472,7 @@ mod tests {
     /// The packs of a `blobs/` directory at `dir` (made if missing).
     fn packs_in(dir: &Path) -> Packs {
         fs::create_dir_all(dir).unwrap();
-        Packs::new(Arc::new(Dir::open_path(dir).unwrap()))
+        Packs::new(Arc::new(Dir::open_path(dir).unwrap()), StoreIo::real())
     }
 
     fn id_of(data: &[u8]) -> RawId {
