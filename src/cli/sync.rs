@@ -4,8 +4,6 @@
 //! Locks: `sync/lock` in the store while the remotes change or a sync
 //! runs.
 
-use std::process::{Command, Stdio};
-
 use super::locate::{Target, Where};
 use crate::error::{Exit, Failure};
 use crate::sync::{Remote, Remotes, check_name};
@@ -84,16 +82,8 @@ pub fn remote(cmd: RemoteCmd) -> Result<(), Failure> {
                 ));
             }
             if !no_check {
-                let out = Command::new("git")
-                    .env("GIT_TERMINAL_PROMPT", "0")
-                    .args([
-                        "-c",
-                        "protocol.ext.allow=never",
-                        "ls-remote",
-                        "--heads",
-                        &url,
-                    ])
-                    .stdin(Stdio::null())
+                let out = crate::sync::git(None)
+                    .args(["ls-remote", "--heads", &url])
                     .output()
                     .map_err(|e| {
                         Failure::new(
@@ -114,6 +104,7 @@ pub fn remote(cmd: RemoteCmd) -> Result<(), Failure> {
                 }
             }
             let dir = remotes_dir(&t, true)?.expect("made");
+            let _lock = crate::sync::lock(&dir, &t.layout)?;
             let mut all = Remotes::load(Some(&dir))?;
             if let Some(r) = all.get(&name) {
                 return Err(Failure::new(
@@ -144,7 +135,13 @@ pub fn remote(cmd: RemoteCmd) -> Result<(), Failure> {
             }
             let now = crate::time::now_ns();
             for r in &all.remotes {
-                println!("{}\t{}\t{}", r.name, r.url, describe(r, now));
+                let field = |t: &str| crate::error::one_line(t.to_string());
+                println!(
+                    "{}\t{}\t{}",
+                    field(&r.name),
+                    field(&r.url),
+                    field(&describe(r, now))
+                );
             }
             Ok(())
         }
@@ -156,6 +153,7 @@ pub fn remote(cmd: RemoteCmd) -> Result<(), Failure> {
                     format!("no remote named '{name}'"),
                 ));
             };
+            let _lock = crate::sync::lock(&dir, &t.layout)?;
             let mut all = Remotes::load(Some(&dir))?;
             let before = all.remotes.len();
             all.remotes.retain(|r| r.name != name);

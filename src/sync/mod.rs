@@ -39,7 +39,7 @@ mod run;
 
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;
-pub use run::{SyncReport, sync};
+pub use run::{SyncReport, git, lock, sync};
 
 /// The branch a replica pushes.
 pub fn branch_of(replica: &str) -> String {

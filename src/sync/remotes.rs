@@ -43,9 +43,13 @@ pub struct Remotes {
 
 /// A remote's name: what a git ref and a shell word can both hold.
 pub fn check_name(name: &str) -> Result<(), Failure> {
+    // And what git takes in a ref name (git check-ref-format).
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with(['.', '-'])
+        && !name.ends_with('.')
+        && !name.ends_with(".lock")
+        && !name.contains("..")
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));

@@ -25,14 +25,17 @@ pub struct SyncReport {
     pub error: Option<(Exit, String)>,
 }
 
-/// `git` for the store's sync repository: no terminal prompt (a sync may
-/// run unattended), no `ext::` transport (a URL must never run a command),
-/// ssh in batch mode unless the user set their own, and the umask 077, so
-/// that what it writes outside its shared-permission files (`FETCH_HEAD`,
+/// `git` for the store's sync repository (or none, `repo` `None`): no
+/// terminal prompt (a sync may run unattended), no `ext::` transport (a
+/// URL must never run a command), no hooks of the user's (`core.hooksPath`
+/// emptied), a connection that stalls given up (ssh keepalives, and
+/// http's low-speed limit) rather than a sync that hangs for good, ssh in
+/// batch mode unless the user set their own, and the umask 077, so that
+/// what it writes outside its shared-permission files (`FETCH_HEAD`,
 /// packs) is as private as the rest of the store.
-fn git(repo: &Path) -> Command {
+pub fn git(repo: Option<&Path>) -> Command {
     use std::os::unix::process::CommandExt;
-    let mut c = crate::export::git::git(Some(repo));
+    let mut c = crate::export::git::git(repo);
     // SAFETY: umask(2) is async-signal-safe and touches nothing of the
     // parent: it runs in the forked child before exec.
     unsafe {
@@ -43,9 +46,30 @@ fn git(repo: &Path) -> Command {
     }
     c.env("GIT_TERMINAL_PROMPT", "0")
         .args(["-c", "protocol.ext.allow=never"])
+        .args(["-c", "core.hooksPath=/dev/null"])
+        .args([
+            "-c",
+            "http.lowSpeedLimit=1000",
+            "-c",
+            "http.lowSpeedTime=60",
+        ])
         .stdin(Stdio::null());
-    if std::env::var_os("GIT_SSH_COMMAND").is_none() {
-        c.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes");
+    // The user's own ssh (a key, a proxy) wins; only a default is made
+    // to fail fast.
+    let own_ssh = ["GIT_SSH_COMMAND", "GIT_SSH"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+        || crate::export::git::git(None)
+            .args(["config", "--get", "core.sshCommand"])
+            .stdin(Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !own_ssh {
+        c.env(
+            "GIT_SSH_COMMAND",
+            "ssh -o BatchMode=yes -o ConnectTimeout=30 -o ServerAliveInterval=15 \
+             -o ServerAliveCountMax=4",
+        );
     }
     c
 }
@@ -87,6 +111,27 @@ pub fn agent_sync_on(home: &Path) -> bool {
     false
 }
 
+/// Takes `sync/lock` (one sync, or one change of the remotes, at a time):
+/// held while the returned file is open.
+pub fn lock(dir: &crate::store::Dir, layout: &Layout) -> Result<std::fs::File, Failure> {
+    let lock = dir
+        .open(
+            "lock",
+            libc::O_RDWR | libc::O_CREAT,
+            crate::store::fsutil::FILE_MODE,
+        )
+        .map_err(|e| Failure::io(Exit::BadStore, "open", &dir.join("lock"), &e))?;
+    if !crate::sys::try_lock_exclusive(&lock)
+        .map_err(|e| Failure::io(Exit::BadStore, "lock", &dir.join("lock"), &e))?
+    {
+        return Err(Failure::new(
+            Exit::Busy,
+            format!("a sync of '{}' is running", layout.dir.display()),
+        ));
+    }
+    Ok(lock)
+}
+
 /// Syncs the store at `layout` (whose root is `root`) with every remote,
 /// or with `only`.
 pub fn sync(layout: &Layout, root: &Path, only: Option<&str>) -> Result<Vec<SyncReport>, Failure> {
@@ -106,21 +151,7 @@ pub fn sync(layout: &Layout, root: &Path, only: Option<&str>) -> Result<Vec<Sync
         ));
     }
     let dir = sync_dir(layout, true)?.expect("made");
-    let lock = dir
-        .open(
-            "lock",
-            libc::O_RDWR | libc::O_CREAT,
-            crate::store::fsutil::FILE_MODE,
-        )
-        .map_err(|e| Failure::io(Exit::BadStore, "open", &dir.join("lock"), &e))?;
-    if !crate::sys::try_lock_exclusive(&lock)
-        .map_err(|e| Failure::io(Exit::BadStore, "lock", &dir.join("lock"), &e))?
-    {
-        return Err(Failure::new(
-            Exit::Busy,
-            format!("another sync of '{}' is running", layout.dir.display()),
-        ));
-    }
+    let _lock = lock(&dir, layout)?;
     let mut remotes = Remotes::load(Some(&dir))?;
     let chosen: Vec<String> = match only {
         Some(n) if remotes.get(n).is_none() => {
@@ -167,7 +198,11 @@ pub fn sync(layout: &Layout, root: &Path, only: Option<&str>) -> Result<Vec<Sync
         let report = with_remote(&repo, &replica, &branch, &r.name, &r.url, r.pushed, tip);
         let entry = remotes.get_mut(&name).expect("chosen");
         entry.last_sync = Some(crate::time::now_ns());
-        entry.error = report.error.as_ref().map(|(_, m)| m.clone());
+        // What a remote said, as one line no terminal acts on.
+        entry.error = report
+            .error
+            .as_ref()
+            .map(|(_, m)| crate::error::one_line(m.clone()));
         if let Some((_, now)) = report.pushed {
             entry.pushed = Some(now);
         }
@@ -182,7 +217,7 @@ pub fn sync(layout: &Layout, root: &Path, only: Option<&str>) -> Result<Vec<Sync
 
 /// The change id the newest commit of `branch` holds (its trailer).
 fn tip_id(repo: &Path, branch: &str) -> Option<u64> {
-    let out = git(repo)
+    let out = git(Some(repo))
         .args(["log", "-1", "--format=%(trailers:key=skillfs-id,valueonly)"])
         .arg(branch)
         .output()
@@ -209,7 +244,7 @@ fn with_remote(
     if tip.is_some() {
         // Never forced: not a fast-forward of what the remote holds is
         // refused by git, and the remote compares and swaps the ref.
-        match git(repo)
+        match git(Some(repo))
             .args(["push", "--porcelain", "--no-verify", url])
             .arg(format!("{branch}:{branch}"))
             .output()
@@ -247,7 +282,7 @@ fn with_remote(
         }
     }
     // The other replicas' branches, as the remote has them now.
-    let fetched = git(repo)
+    let fetched = git(Some(repo))
         .args(["fetch", "--no-tags", "--prune", "--quiet", url])
         .arg(format!("+refs/heads/skillfs/*:refs/remotes/{name}/*"))
         .output();
@@ -269,7 +304,7 @@ fn with_remote(
         }
     }
     let prefix = format!("refs/remotes/{name}/");
-    if let Ok(out) = git(repo)
+    if let Ok(out) = git(Some(repo))
         .args(["for-each-ref", "--format=%(refname)"])
         .arg(&prefix)
         .output()
@@ -279,7 +314,7 @@ fn with_remote(
             if id == replica {
                 continue;
             }
-            let n = git(repo)
+            let n = git(Some(repo))
                 .args(["rev-list", "--count", r])
                 .output()
                 .ok()
