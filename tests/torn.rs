@@ -90,6 +90,10 @@ fn after_a_clean_unmount_an_emptied_file_is_the_users_edit() {
     fs::write(m.path("f.md"), b"words").unwrap();
     m.umount();
     fs::write(m.path("f.md"), b"").unwrap();
+    // A command that takes the store's lock unmounted is no crash.
+    let root = m.root().display().to_string();
+    let out = skillfs(&["forget", "--keep-last", "100", "--root", &root]);
+    assert!(out.status.success(), "{}", common::describe(&out));
     m.remount();
     assert_eq!(fs::read(m.path("f.md")).unwrap(), b"");
     assert!(

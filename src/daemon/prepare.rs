@@ -79,12 +79,16 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// The clean end of a core: what writers left published and synced
-    /// (`SkillFs::shutdown`), then the store's `LOCK` emptied, so the next
-    /// mount knows this one finished.
+    /// (`SkillFs::shutdown`), then, unless a sync failed meanwhile (the
+    /// door poisoned), the store marked clean (`store::clean`), so the
+    /// next mount knows this one finished.
     pub(crate) fn finish(&mut self) {
         self.fs.shutdown();
-        if let Some(lock) = self.lock.take() {
-            lock.finish(&self.io, &self.layout);
+        if self.lock.take().is_some()
+            && !self.io.is_poisoned()
+            && let Err(e) = store::clean::mark_clean(&self.top, &self.io)
+        {
+            tracing::warn!("could not mark the store cleanly unmounted: {e}");
         }
     }
 }
@@ -368,9 +372,10 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
         blobs,
         retention,
     } = o;
-    // The last daemon did not finish (its pid still in LOCK): a power cut
-    // may have left live files empty or zero-filled (see `scan::torn`).
-    let unclean = lock.last_unclean();
+    // The last daemon did not finish (its DIRTY mark is still there): a
+    // power cut may have left live files empty or zero-filled (see
+    // `scan::torn`).
+    let unclean = store::clean::last_unclean(&fds.top);
     let journal = Journal::open_in(&fds.journal, &contents, fds.io.clone())?;
     // Folded and let go: a year's records are hundreds of MB the daemon
     // need not keep.
@@ -447,6 +452,15 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
         .map_err(|e| Failure::io(Exit::BadStore, "write", &layout.rules(), &e))?;
     let top = Arc::clone(&fds.top);
     let io = fds.io.clone();
+    // From here on the core may serve: a power cut must be seen.
+    store::clean::mark_serving(&fds.top, &io).map_err(|e| {
+        Failure::io(
+            Exit::BadStore,
+            "mark as served",
+            &layout.dir.join(store::clean::DIRTY),
+            &e,
+        )
+    })?;
     let fs = SkillFs::new(root_fd, home, fds, rules, blobs, ledger, durability)
         .map_err(|e| Failure::new(Exit::BadRoot, format!("could not stat ROOT: {e:?}")))?;
     Ok(Prepared {

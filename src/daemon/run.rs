@@ -128,6 +128,8 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
                     fuse_device_hint(&e.to_string())
                 ),
             );
+            // Nothing was served: a clean end, not a crash.
+            prepared.finish();
             report_ready(
                 &mut ready,
                 &format!("err {} {}\n", f.exit as i32, f.message),

@@ -3,8 +3,10 @@
 //! On-disk layout (the one place it is written down):
 //!
 //! ```text
-//! LOCK              flock held by the mounted daemon; holds its pid,
-//!                   emptied at a clean unmount (see `StoreLock`)
+//! LOCK              flock held by the mounted daemon; holds its pid
+//! DIRTY             made (and synced) by a daemon before it serves, removed
+//!                   at its clean end: found at mount, the last one did not
+//!                   finish (killed, crashed, the power went; see `clean`)
 //! journal/*.jsonl   append-only change records, one JSON object per line
 //! blobs/ab/<sha256> immutable file contents, content-addressed (larger ones)
 //! blobs/packs/<n>.pack  small contents, appended (see `packs`)
@@ -156,14 +158,49 @@ pub enum LockState {
 
 /// The exclusive lock of a mounted store; released when dropped (or when the
 /// daemon dies, which is why it is an flock and not a pid file).
-///
-/// `LOCK` holds the holder's pid while it runs, and is emptied by
-/// [`StoreLock::finish`] once a clean unmount made everything durable: a
-/// pid found in it by the next holder means the last one did not finish
-/// (SIGKILL, a crash, a power cut), which the mount-time scan acts on.
 pub struct StoreLock {
-    file: File,
-    unclean: bool,
+    _file: File,
+}
+
+/// Whether the last daemon ended cleanly: `DIRTY` is made (and synced)
+/// by a daemon once it is about to serve, and removed at its clean end,
+/// once everything it wrote is durable. Only the daemon (and the core
+/// opened without a kernel) makes or removes it: the commands that take
+/// the store's lock unmounted (`forget`, `import`, `repair`) leave it
+/// alone, so they never make a mount think the last one crashed.
+pub mod clean {
+    use super::{Dir, durable::StoreIo, fsutil};
+    use std::io::{self, Write};
+
+    pub const DIRTY: &str = "DIRTY";
+
+    /// Whether the last daemon of the store held by `top` did not finish.
+    pub fn last_unclean(top: &Dir) -> bool {
+        top.lstat(DIRTY).is_ok()
+    }
+
+    /// Marks the store served: made durable before anything is served, so
+    /// that a power cut at any later moment is seen at the next mount.
+    pub fn mark_serving(top: &Dir, io: &StoreIo) -> io::Result<()> {
+        let mut f = top.open(
+            DIRTY,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            fsutil::FILE_MODE,
+        )?;
+        writeln!(f, "{}", std::process::id())?;
+        io.sync_all(&f, &top.join(DIRTY))?;
+        io.sync_dir(top)
+    }
+
+    /// The clean end: call it only once everything the daemon wrote is
+    /// durable (never after a failed sync).
+    pub fn mark_clean(top: &Dir, io: &StoreIo) -> io::Result<()> {
+        match top.unlink(DIRTY) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        io.sync_dir(top)
+    }
 }
 
 impl StoreLock {
@@ -179,34 +216,10 @@ impl StoreLock {
         if !got {
             return Err(Self::in_use(layout));
         }
-        let mut left = String::new();
-        let _ = std::io::Read::read_to_string(&mut file, &mut left);
         file.set_len(0)
-            .and_then(|()| std::io::Seek::rewind(&mut file))
             .and_then(|()| writeln!(file, "{}", std::process::id()))
             .map_err(|e| StoreError::io(ErrorKind::Store, "write", &path, e))?;
-        Ok(StoreLock {
-            file,
-            unclean: !left.trim().is_empty(),
-        })
-    }
-
-    /// Whether the last holder left without [`StoreLock::finish`] (its pid
-    /// was still in `LOCK`): it was killed, crashed, or the power went.
-    pub fn last_unclean(&self) -> bool {
-        self.unclean
-    }
-
-    /// A clean end: `LOCK` emptied (and synced), then the lock let go. Call
-    /// it only once everything the holder wrote is durable.
-    pub fn finish(self, io: &durable::StoreIo, layout: &Layout) {
-        let emptied = self
-            .file
-            .set_len(0)
-            .and_then(|()| io.sync_all(&self.file, &layout.lock()));
-        if let Err(e) = emptied {
-            tracing::warn!("could not empty LOCK at a clean end: {e}");
-        }
+        Ok(StoreLock { _file: file })
     }
 
     /// The pid written by the daemon holding the lock, if one holds it

@@ -451,13 +451,17 @@ impl<'a> Settler<'a> {
                 self.seen.insert(path.clone());
                 if let Some(state) = self.changed_state(&path, &st, kind)? {
                     let torn = match op {
-                        Op::Scan => self.torn_version(&path, &state)?,
+                        Op::Scan => self.torn_version(&path, &state).unwrap_or_else(|e| {
+                            tracing::warn!("{path}: could not judge it after a power cut: {e}");
+                            None
+                        }),
                         _ => None,
                     };
-                    // The found bytes first, as the version they are.
-                    self.record(Change::new(op, path.clone(), Some(state)))?;
-                    if let Some((old, bytes)) = torn {
-                        self.put_back(&path, old, &bytes)?;
+                    match torn {
+                        Some((old, bytes, seen)) => {
+                            self.put_back(&path, state, &seen, old, &bytes)?;
+                        }
+                        None => self.record(Change::new(op, path.clone(), Some(state)))?,
                     }
                 }
                 if kind == Kind::Dir {

@@ -11,18 +11,25 @@
 //! recorded version and are **empty, all zeros, or the recorded version
 //! with whole 4 KiB blocks zeroed** is put back as the newest recorded
 //! version, when that version's content is intact:
-//! - the found bytes are recorded first, as the version they are (the scan
-//!   record), so nothing is lost and `undo` takes the repair back;
-//! - the recorded version is written beside the file, given its mode,
-//!   owner and mtime, synced, and renamed over it (the directory synced);
-//! - the repair is a record of its own, by the actor `skillfs-repair`, and
-//!   a line in [`Settler::repairs`] (the mount prints it, the log keeps it).
+//! - the recorded version is written beside the file under a name the
+//!   hide rules hide (`.NAME.skillfs-repair.tmp`: a leftover is parked at
+//!   the next mount, never versioned), given its mode, owner and mtime,
+//!   synced, and renamed over the file, if the file is still the one read
+//!   (same inode, size, mtime and ctime); the directory is synced;
+//! - then the found bytes are recorded, as the version they are, and the
+//!   repair after them, by the actor `skillfs-repair`, so `undo` takes it
+//!   back. (Recorded after the rename: a crash in between leaves the file
+//!   whole and loses only the found bytes, which are zeros or a part of
+//!   the version put back.) A line in [`Settler::repairs`] says it (the
+//!   mount prints it, the log keeps it);
+//! - a put-back that fails is said in the log and the found bytes are
+//!   recorded as they are: the mount goes on.
 //!
-//! Only after an unclean shutdown ([`Settler::repair_torn`]: the journal has
-//! records the checkpoint of a clean unmount does not cover): an edit made
-//! while cleanly unmounted, even one that empties a file, is the user's.
-//! A recorded version whose own content is not intact, or larger than
-//! [`MAX_REPAIR`], is not put back (a warning says so).
+//! Only after an unclean shutdown ([`Settler::repair_torn`], from the
+//! store's `DIRTY` mark, see `skillfs_store::clean`): an edit made while
+//! cleanly unmounted, even one that empties a file, is the user's. A
+//! recorded version whose own content is not intact, or a file or version
+//! larger than [`MAX_REPAIR`], is not put back.
 //!
 //! Locks: the caller's (the mount-time scan runs before any request).
 
@@ -65,13 +72,14 @@ fn is_torn(found: &[u8], old: &[u8]) -> bool {
 
 impl Settler<'_> {
     /// The recorded version `now` (a file just found changed at `path`)
-    /// is a torn copy of, with its content, if the scan should put it back.
+    /// is a torn copy of, with its content and the stat of the file read,
+    /// if the scan should put it back.
     pub(super) fn torn_version(
         &self,
         path: &RelPath,
         now: &EntryState,
-    ) -> io::Result<Option<(EntryState, Vec<u8>)>> {
-        if !self.repair_torn || now.kind != Kind::File {
+    ) -> io::Result<Option<(EntryState, Vec<u8>, libc::stat)>> {
+        if !self.repair_torn || now.kind != Kind::File || now.size > MAX_REPAIR {
             return Ok(None);
         }
         let Some(old) = self.ledger.catalog().get(path).cloned() else {
@@ -85,35 +93,77 @@ impl Settler<'_> {
             return Ok(None);
         };
         if old.size > MAX_REPAIR || !self.blobs.has_intact(&blob, old.size) {
-            tracing::warn!(
-                "{path} looks torn by a power cut, but its recorded version (blob {blob}) is \
-                 not intact or too large to put back: kept as found"
-            );
             return Ok(None);
         }
-        // Larger than the version: torn only if all zeros, which the read
-        // of the first bytes past it cannot rule out; read it whole.
+        let f =
+            open_content(self.areas.root_fd, path.as_bytes()).map_err(|e| ctx("open", path, e))?;
+        let st = sys::fstat(&f).map_err(|e| ctx("stat", path, e))?;
         let mut found = Vec::new();
-        open_content(self.areas.root_fd, path.as_bytes())
-            .map_err(|e| ctx("open", path, e))?
-            .take(MAX_REPAIR + 1)
+        f.take(MAX_REPAIR + 1)
             .read_to_end(&mut found)
             .map_err(|e| ctx("read", path, e))?;
+        if found.len() as u64 > MAX_REPAIR {
+            return Ok(None);
+        }
         let was = self
             .blobs
             .read(&blob)
             .map_err(|e| ctx("read the version of", path, e))?;
-        Ok(is_torn(&found, &was).then_some((old, was)))
+        Ok(is_torn(&found, &was).then_some((old, was, st)))
     }
 
-    /// Writes `bytes` (the recorded version `old`) over the live `path`,
-    /// as `cp -a` would restore it, and records the repair.
+    /// Puts `bytes` (the recorded version `old`) back over the live
+    /// `path`, found torn as `found` (its state) with the stat `seen`, as
+    /// `cp -a` would restore it; then records the found bytes and the
+    /// repair. A failure is said and leaves the file as found (recorded).
     pub(super) fn put_back(
         &mut self,
         path: &RelPath,
+        found: EntryState,
+        seen: &libc::stat,
         old: EntryState,
         bytes: &[u8],
     ) -> io::Result<()> {
+        match self.write_back(path, seen, &old, bytes) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(
+                    "{path} changed while it was put back after a power cut: kept as it is now"
+                );
+                return Ok(());
+            }
+            Err(e) => {
+                tracing::warn!("{path} looks torn by a power cut, but could not be put back: {e}");
+                return self.record(Change::new(Op::Scan, path.clone(), Some(found)));
+            }
+        }
+        self.record(Change::new(Op::Scan, path.clone(), Some(found)))?;
+        self.repairs.push(format!(
+            "{path} was found torn (empty or zero-filled) after an unclean shutdown: put back \
+             its newest recorded version ({} bytes); the found bytes are kept as a version \
+             before it (skillfs undo takes the repair back)",
+            old.size
+        ));
+        let actor = Actor {
+            comm: "skillfs-repair".to_string(),
+            ..self.actor.clone()
+        };
+        self.ledger
+            .record(Change::new(Op::Scan, path.clone(), Some(old)), actor)?;
+        self.report.recorded += 1;
+        self.report.repaired += 1;
+        Ok(())
+    }
+
+    /// The version written beside `path` and renamed over it, if the file
+    /// is still the one stat'ed as `seen`: whether it was.
+    fn write_back(
+        &self,
+        path: &RelPath,
+        seen: &libc::stat,
+        old: &EntryState,
+        bytes: &[u8],
+    ) -> io::Result<bool> {
         let root = self.areas.root_fd;
         let parent = path.parent().unwrap_or_else(RelPath::root);
         let dir = if parent.is_root() {
@@ -125,17 +175,16 @@ impl Settler<'_> {
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                 0,
             )
-        }
-        .map_err(|e| ctx("open", &parent, e))?;
-        let tmp = format!(
-            ".skillfs-repair.{}.{}",
-            std::process::id(),
-            skillfs_base::time::now_ns()
-        );
+        }?;
+        let name = path.file_name();
+        let mut tmp = b".".to_vec();
+        tmp.extend_from_slice(name);
+        tmp.extend_from_slice(b".skillfs-repair.tmp");
+        let _ = sys::unlinkat(dir.as_raw_fd(), &tmp, false);
         let written = (|| {
             let mut f = sys::openat(
                 dir.as_raw_fd(),
-                tmp.as_bytes(),
+                &tmp,
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
                 0o600,
             )?;
@@ -155,34 +204,33 @@ impl Settler<'_> {
                 ),
             )?;
             sys::fsync(&f)?;
-            sys::renameat2(
-                dir.as_raw_fd(),
-                tmp.as_bytes(),
-                dir.as_raw_fd(),
-                path.file_name(),
-                0,
-            )?;
-            sys::fsync(&dir)
+            // Still the file read: a writer meanwhile keeps its bytes.
+            let now = sys::lstatat(dir.as_raw_fd(), name)?;
+            let same = (
+                now.st_dev,
+                now.st_ino,
+                now.st_size,
+                now.st_mtime,
+                now.st_mtime_nsec,
+            ) == (
+                seen.st_dev,
+                seen.st_ino,
+                seen.st_size,
+                seen.st_mtime,
+                seen.st_mtime_nsec,
+            ) && (now.st_ctime, now.st_ctime_nsec)
+                == (seen.st_ctime, seen.st_ctime_nsec);
+            if !same {
+                return Ok(false);
+            }
+            sys::renameat2(dir.as_raw_fd(), &tmp, dir.as_raw_fd(), name, 0)?;
+            sys::fsync(&dir)?;
+            Ok(true)
         })();
-        if let Err(e) = written {
-            let _ = sys::unlinkat(dir.as_raw_fd(), tmp.as_bytes(), false);
-            return Err(ctx("put back", path, e));
+        if !matches!(written, Ok(true)) {
+            let _ = sys::unlinkat(dir.as_raw_fd(), &tmp, false);
         }
-        self.repairs.push(format!(
-            "{path} was found torn (empty or zero-filled) after an unclean shutdown: put back \
-             its newest recorded version ({} bytes); the found bytes are kept as a version \
-             before it (skillfs undo takes the repair back)",
-            old.size
-        ));
-        let actor = Actor {
-            comm: "skillfs-repair".to_string(),
-            ..self.actor.clone()
-        };
-        self.ledger
-            .record(Change::new(Op::Scan, path.clone(), Some(old)), actor)?;
-        self.report.recorded += 1;
-        self.report.repaired += 1;
-        Ok(())
+        written
     }
 }
 
