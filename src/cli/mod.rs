@@ -13,6 +13,7 @@
 //! - `export`: `skillfs export` (a tarball, a curator snapshot, git);
 //! - `import`: `skillfs import`, the agent's own history into a new store;
 //! - `sync`: `skillfs remote` and `skillfs sync`, skills across machines;
+//! - `man`: `skillfs man`, the pages made from the clap definition;
 //! - `output`: paging and colour on a terminal.
 //!
 //! Locks: none (it parses, then calls `commands` or `daemon`).
@@ -22,6 +23,7 @@ mod forget;
 mod import;
 mod locate;
 mod log;
+mod man;
 mod missing;
 mod output;
 mod status;
@@ -594,63 +596,8 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             );
             Ok(())
         }
-        Cmd::Man { command, dir } => man(command.as_deref(), dir.as_deref()),
+        Cmd::Man { command, dir } => man::man(Cli::command(), command.as_deref(), dir.as_deref()),
     }
-}
-
-/// `skillfs man`: the top page, one command's page, or every page written
-/// into `dir`, all from the one clap definition, so that each page the top
-/// page cites (`skillfs-restore(1)`) exists.
-fn man(command: Option<&str>, dir: Option<&std::path::Path>) -> Result<(), Failure> {
-    // Without `help`: it is no command of its own, and has no page.
-    let mut cmd = Cli::command().disable_help_subcommand(true);
-    cmd.build();
-    // Every page names the package and its version (a command has none
-    // of its own).
-    let page = |c: clap::Command| {
-        clap_mangen::Man::new(c).source(format!("skillfs {}", env!("CARGO_PKG_VERSION")))
-    };
-    if let Some(dir) = dir {
-        let mut pages = Vec::new();
-        let pages_of = std::iter::once(cmd.clone()).chain(cmd.get_subcommands().cloned());
-        std::fs::create_dir_all(dir)
-            .and_then(|()| {
-                for c in pages_of.filter(|c| !c.is_hide_set()) {
-                    let written = page(c).generate_to(dir)?;
-                    pages.push(
-                        written
-                            .file_name()
-                            .unwrap_or_default()
-                            .display()
-                            .to_string(),
-                    );
-                }
-                Ok(())
-            })
-            .map_err(|e| Failure::io(Exit::Internal, "write the man pages into", dir, &e))?;
-        println!(
-            "wrote {} man pages to {}: {}",
-            pages.len(),
-            dir.display(),
-            pages.join(" ")
-        );
-        return Ok(());
-    }
-    let chosen = match command {
-        None => cmd,
-        Some(name) => cmd.find_subcommand(name).cloned().ok_or_else(|| {
-            Failure::new(
-                Exit::Usage,
-                format!(
-                    "'{name}' is not a skillfs command (`skillfs --help` lists them); \
-                     `skillfs man` alone prints the page of skillfs"
-                ),
-            )
-        })?,
-    };
-    page(chosen)
-        .render(&mut std::io::stdout())
-        .map_err(|e| Failure::new(Exit::Internal, format!("could not write the man page: {e}")))
 }
 
 /// `show`'s one argument as ID and PATH: `ID:PATH`, or an ID alone,
