@@ -263,22 +263,67 @@ fn a_directory_made_behind_is_recorded_whole_before_a_name_is_made_in_it() {
     drop(behind);
 }
 
+/// Asserts that some record of `name` has `content`.
+fn kept(m: &Mount, name: &str, content: &[u8]) {
+    assert!(in_history(m, name, content), "{name}");
+}
+
+/// `name` written through the mount by a writer, closed first or left
+/// open (returned), then another file put in its place behind the daemon
+/// (a new inode).
+fn replaced_behind_its_writer(
+    m: &Mount,
+    behind: &BindMount,
+    name: &str,
+    open: bool,
+) -> Option<fs::File> {
+    use std::io::Write;
+    let mut w = fs::File::create(m.path(name)).unwrap();
+    w.write_all(b"v1 through the mount\n").unwrap();
+    let w = open.then_some(w);
+    fs::write(behind.path("cat/.tmp"), b"replaced behind the daemon\n").unwrap();
+    fs::rename(behind.path("cat/.tmp"), behind.path(name)).unwrap();
+    w
+}
+
 #[test]
 fn a_file_replaced_behind_the_daemon_is_kept_before_its_chmod() {
     let (m, behind) = mounted("replaced");
-    fs::write(m.path("cat/known.md"), b"v1 through the mount\n").unwrap();
-    // Another file put in its place behind the daemon (a new inode).
-    fs::write(behind.path("cat/.tmp"), b"replaced behind the daemon\n").unwrap();
-    fs::rename(behind.path("cat/.tmp"), behind.path("cat/known.md")).unwrap();
-    fs::set_permissions(m.path("cat/known.md"), fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(latest(&m, "cat/known.md"), b"replaced behind the daemon\n");
-    fs::write(m.path("cat/known.md"), b"v3\n").unwrap();
-    assert!(in_history(&m, "cat/known.md", b"v1 through the mount\n"));
-    assert!(in_history(
-        &m,
-        "cat/known.md",
-        b"replaced behind the daemon\n"
-    ));
+    // Its writer closed, then still open: the writer holds its own file,
+    // not whatever now has its name (and a closed writer's RELEASE, which
+    // the kernel sends after close returns, may still be on its way).
+    for (name, open) in [("cat/known.md", false), ("cat/open.md", true)] {
+        let w = replaced_behind_its_writer(&m, &behind, name, open);
+        fs::set_permissions(m.path(name), fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(latest(&m, name), b"replaced behind the daemon\n", "{name}");
+        drop(w);
+        fs::write(m.path(name), b"v3\n").unwrap();
+        kept(&m, name, b"v1 through the mount\n");
+        kept(&m, name, b"replaced behind the daemon\n");
+    }
+    history_is_whole(&m);
+    drop(behind);
+}
+
+/// A writer's close publishes its bytes over whatever has the name: a
+/// file put there behind the daemon while it wrote is kept first (the swap
+/// recycled it unrecorded). The kernel's FLUSH of any descriptor of the
+/// writer (a child's exec closes its copies) publishes the same way.
+#[test]
+fn a_file_replaced_behind_an_open_writer_is_kept_before_its_close() {
+    use std::io::Write;
+    let (m, behind) = mounted("replaced-close");
+    // By a close, then by an fsync (the durable publish) and a close.
+    for (name, fsync) in [("cat/closed.md", false), ("cat/synced.md", true)] {
+        let mut w = replaced_behind_its_writer(&m, &behind, name, true).unwrap();
+        if fsync {
+            w.sync_all().unwrap();
+        }
+        w.write_all(b"v2\n").unwrap();
+        drop(w);
+        assert_eq!(latest(&m, name), b"v1 through the mount\nv2\n");
+        kept(&m, name, b"replaced behind the daemon\n");
+    }
     history_is_whole(&m);
     drop(behind);
 }

@@ -60,13 +60,45 @@ impl SkillFs {
         if self.rules.is_untracked(path, kind) {
             return Ok(());
         }
-        if self.is_known(path, &state_from_stat(&st, kind)) || self.held_for_writing(path) {
+        if self.is_known(path, &state_from_stat(&st, kind)) || self.held_for_writing(path, &st) {
             return Ok(());
         }
+        self.record_found(path, &st, kind)
+    }
+
+    /// Before a writer's staged bytes are swapped in at `loc`: the file
+    /// there is recorded first if it is not the writers' own (`s.live`),
+    /// put in its place behind the daemon while they wrote; the swap would
+    /// otherwise recycle it unrecorded. Called with the file's `OpenState`
+    /// held (so `held_for_writing` is not asked).
+    pub(super) fn meet_under_writer(&self, s: &OpenState, loc: &Location) -> FsResult<()> {
+        let Some(path) = &loc.visible else {
+            return Ok(());
+        };
+        let st = match loc.lstat() {
+            Ok(st) => st,
+            Err(e) if enoent(&e) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        if kind_of(&st) != Some(Kind::File) || same_file(&s.live, &st) {
+            return Ok(());
+        }
+        if self.rules.is_untracked(path, Kind::File)
+            || self.is_known(path, &state_from_stat(&st, Kind::File))
+        {
+            return Ok(());
+        }
+        self.record_found(path, &st, Kind::File)
+    }
+
+    /// Records `path` (`st`, its `lstat`, of kind `kind`) as the daemon
+    /// found it, its ancestors first.
+    fn record_found(&self, path: &RelPath, st: &libc::stat, kind: Kind) -> FsResult<()> {
+        let root = self.root_raw();
         if let Some(parent) = path.parent() {
             self.meet_path(&parent)?;
             // Met with a directory the journal never had: recorded there.
-            if self.is_known(path, &state_from_stat(&st, kind)) {
+            if self.is_known(path, &state_from_stat(st, kind)) {
                 return Ok(());
             }
         }
@@ -125,19 +157,32 @@ impl SkillFs {
         })
     }
 
-    /// Whether the file at `path` is open for writing through the mount: it
-    /// was met when its first writer opened it, and what it holds since is
-    /// the writers' own (versions they publish, or, written directly, that
-    /// `keep_direct` keeps). The journal may be ahead of it meanwhile: a
-    /// durable publish records its version before it swaps it in, with no
-    /// lock held between.
-    fn held_for_writing(&self, path: &RelPath) -> bool {
+    /// Whether the file at `path` (`st`, its `lstat`) is open for writing
+    /// through the mount: it was met when its first writer opened it, and
+    /// what it holds since is the writers' own (versions they publish, or,
+    /// written directly, that `keep_direct` keeps). The journal may be
+    /// ahead of it meanwhile: a durable publish records its version before
+    /// it swaps it in, with no lock held between. Only the writers' own
+    /// file is held: another put in its place behind the daemon while a
+    /// writer is open (or while the kernel's asynchronous RELEASE of a
+    /// closed one is on its way) is met like any other.
+    fn held_for_writing(&self, path: &RelPath, st: &libc::stat) -> bool {
         let Some(ino) = self.tree.lock().find(path) else {
             return false;
         };
+        let same =
+            |f: &File| sys::fstat(f).is_ok_and(|o| (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino));
         self.open_file(ino).is_some_and(|of| {
             let s = of.lock();
-            s.writers > 0 || s.direct_writers > 0 || s.staging.is_some()
+            (s.writers > 0 || s.direct_writers > 0 || s.staging.is_some())
+                && (same(&s.live)
+                    || s.staging.as_ref().is_some_and(|stg| same(&stg.file))
+                    || s.backing.as_ref().is_some_and(|b| same(b)))
         })
     }
+}
+
+/// Whether `f` is the file `st` (an `lstat`) describes.
+fn same_file(f: &File, st: &libc::stat) -> bool {
+    sys::fstat(f).is_ok_and(|o| (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino))
 }

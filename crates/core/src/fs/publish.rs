@@ -174,6 +174,9 @@ impl SkillFs {
             return Ok(true);
         }
         let edits = stg.edits;
+        if path.is_some() {
+            self.meet_under_writer(&s, &loc)?;
+        }
         let want = match &path {
             Some(p) => {
                 let (made, want) = self.store_and_record(&stg_file, p, Op::Write, true, caller)?;
@@ -365,6 +368,7 @@ impl SkillFs {
         let steps = |s: &mut OpenState, recorded: &mut Option<RelPath>| -> FsResult<()> {
             let mut replaced = false;
             if let Some(path) = &self.versioned(loc, Kind::File) {
+                self.meet_under_writer(s, loc)?;
                 // Without its record the version must not become live.
                 let (made, want) = self.store_and_record(&stg_file, path, op, durable, caller)?;
                 if made {
