@@ -314,3 +314,138 @@ fn bad_remotes_and_a_running_agent_sync_are_refused() {
     assert_refused(&out, 2, &["Skill Sync is on"]);
     assert_eq!(git(&remote, &["for-each-ref"]).trim(), "", "nothing pushed");
 }
+
+/// What a hostile review of `skillfs sync` found, held: no hook of the
+/// user's runs in the store's repository, names git refuses in refs are
+/// refused, the remotes do not change under a running sync, and what git
+/// or a remote says is printed on one line with its control characters
+/// escaped.
+#[test]
+fn a_sync_runs_no_hook_of_the_user_and_prints_no_control_character() {
+    use std::os::unix::io::AsRawFd;
+    let m = Mount::new("synchard");
+    let r = root_arg(&m);
+    let remote = bare(&m.scratch);
+    let url = remote.to_str().unwrap();
+    for bad in ["a..b", "x.lock", "a."] {
+        assert_refused(
+            &skillfs(&["remote", "add", bad, url, "--root", &r]),
+            2,
+            &["not a remote name"],
+        );
+    }
+    let out = skillfs(&["remote", "add", "origin", url, "--root", &r]);
+    assert!(out.status.success(), "{}", describe(&out));
+
+    // The user's global git config names a hooks directory whose hooks
+    // would run at a push and at every ref update.
+    let dir = m.scratch.root().parent().unwrap().join("userhooks");
+    fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("ran");
+    for hook in ["pre-push", "reference-transaction", "post-update"] {
+        let h = dir.join(hook);
+        fs::write(
+            &h,
+            format!("#!/bin/sh\necho {hook} $(pwd) >> '{}'\n", marker.display()),
+        )
+        .unwrap();
+        fs::set_permissions(&h, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let gconf = dir.join("gitconfig");
+    fs::write(&gconf, format!("[core]\n\thooksPath = {}\n", dir.display())).unwrap();
+    fs::write(m.path("f.md"), "x").unwrap();
+    let out = Command::new(common::BIN)
+        .args(["sync", "--root", &r])
+        .env("GIT_CONFIG_GLOBAL", &gconf)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    // (Only the receiving repository's, a path remote's here: its hooks
+    // are the remote's, as in any push.)
+    let ran = fs::read_to_string(&marker).unwrap_or_default();
+    let remote_s = remote.display().to_string();
+    assert!(
+        ran.lines().all(|l| l.ends_with(&format!(" {remote_s}"))),
+        "a hook of the user's ran in a sync outside the remote: {ran}"
+    );
+    let _ = fs::remove_file(&marker);
+    // (The hooks are live: git itself, without skillfs's settings, runs
+    // them in the same repository.)
+    let repo = m.store().join("sync/repo.git");
+    let ran = Command::new("git")
+        .arg("--git-dir")
+        .arg(&repo)
+        .args(["update-ref", "refs/heads/probe", "HEAD"])
+        .env("GIT_CONFIG_GLOBAL", &gconf)
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{}", describe(&ran));
+    assert!(
+        marker.exists(),
+        "the probe's hook did not run: the check above proves nothing"
+    );
+
+    // A sync (here: this test) holds sync/lock: the remotes do not change.
+    let lock = fs::File::open(m.store().join("sync/lock")).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    assert_refused(
+        &skillfs(&["remote", "add", "two", url, "--root", &r]),
+        9,
+        &["a sync of"],
+    );
+    assert_refused(
+        &skillfs(&["remote", "remove", "origin", "--root", &r]),
+        9,
+        &["a sync of"],
+    );
+    drop(lock);
+
+    // A remote whose answer carries a terminal escape (its own hook
+    // refuses the push): listed on one line, the escape written out, not
+    // sent to the terminal.
+    let evil = m.scratch.root().parent().unwrap().join("evil.git");
+    let made = Command::new("git")
+        .args(["init", "--bare", "--quiet"])
+        .arg(&evil)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", describe(&made));
+    let hook = evil.join("hooks/pre-receive");
+    fs::write(
+        &hook,
+        "#!/bin/sh
+printf 'no\x1b[2Jway\\n' >&2\nexit 1
+",
+    )
+    .unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = skillfs(&[
+        "remote",
+        "add",
+        "evil",
+        evil.to_str().unwrap(),
+        "--root",
+        &r,
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_refused(&skillfs(&["sync", "evil", "--root", &r]), 10, &["evil"]);
+    for args in [
+        &["remote", "list", "--root", &r][..],
+        &["status", "--root", &r][..],
+    ] {
+        let out = skillfs(args);
+        assert!(out.status.success(), "{args:?}: {}", describe(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !text.contains('\x1b'),
+            "{args:?} printed an escape: {text:?}"
+        );
+        let line = text
+            .lines()
+            .find(|l| l.contains("evil"))
+            .unwrap_or_default();
+        assert!(line.contains("\\u{1b}"), "{args:?}: {text:?}");
+        assert!(line.contains("failed"), "{args:?}: {text:?}");
+    }
+}

@@ -46,7 +46,6 @@ pub fn git(repo: Option<&Path>) -> Command {
     }
     c.env("GIT_TERMINAL_PROMPT", "0")
         .args(["-c", "protocol.ext.allow=never"])
-        .args(["-c", "core.hooksPath=/dev/null"])
         .args([
             "-c",
             "http.lowSpeedLimit=1000",

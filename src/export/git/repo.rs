@@ -28,6 +28,9 @@ pub fn git(git_dir: Option<&Path>) -> Command {
     if let Some(d) = git_dir {
         c.arg("--git-dir").arg(d);
     }
+    // No hook of the user's (a global `core.hooksPath`, say a
+    // `reference-transaction` hook) runs on the refs skillfs writes.
+    c.args(["-c", "core.hooksPath=/dev/null"]);
     c
 }
 
