@@ -37,6 +37,12 @@ fn bare(s: &Scratch) -> std::path::PathBuf {
     remote
 }
 
+/// `skillfs remote add NAME URL --root ROOT`, which must succeed.
+fn add_remote(root: &str, name: &str, url: &str) {
+    let out = skillfs(&["remote", "add", name, url, "--root", root]);
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
 fn root_arg(m: &Mount) -> String {
     m.root().display().to_string()
 }
@@ -298,8 +304,7 @@ fn bad_remotes_and_a_running_agent_sync_are_refused() {
     assert!(out.status.success(), "{}", describe(&out));
     assert_refused(&skillfs(&["sync", "--root", &r]), 2, &["no remote"]);
     // The agent's own Skill Sync on: refused, nothing pushed.
-    let out = skillfs(&["remote", "add", "origin", url, "--root", &r]);
-    assert!(out.status.success(), "{}", describe(&out));
+    add_remote(&r, "origin", url);
     let home = m.root().parent().unwrap().to_path_buf();
     fs::write(
         home.join("config.yaml"),
@@ -334,8 +339,7 @@ fn a_sync_runs_no_hook_of_the_user_and_prints_no_control_character() {
             &["not a remote name"],
         );
     }
-    let out = skillfs(&["remote", "add", "origin", url, "--root", &r]);
-    assert!(out.status.success(), "{}", describe(&out));
+    add_remote(&r, "origin", url);
 
     // The user's global git config names a hooks directory whose hooks
     // would run at a push and at every ref update.
@@ -420,15 +424,7 @@ printf 'no\x1b[2Jway\\n' >&2\nexit 1
     )
     .unwrap();
     fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
-    let out = skillfs(&[
-        "remote",
-        "add",
-        "evil",
-        evil.to_str().unwrap(),
-        "--root",
-        &r,
-    ]);
-    assert!(out.status.success(), "{}", describe(&out));
+    add_remote(&r, "evil", evil.to_str().unwrap());
     assert_refused(&skillfs(&["sync", "evil", "--root", &r]), 10, &["evil"]);
     for args in [
         &["remote", "list", "--root", &r][..],
@@ -448,4 +444,50 @@ printf 'no\x1b[2Jway\\n' >&2\nexit 1
         assert!(line.contains("\\u{1b}"), "{args:?}: {text:?}");
         assert!(line.contains("failed"), "{args:?}: {text:?}");
     }
+}
+
+/// `"sync": {"every": …}` in `config.json`: the mounted daemon syncs on
+/// its own, and a schedule that is not one refuses the mount.
+#[test]
+fn the_daemon_syncs_on_the_configured_schedule() {
+    let s = Scratch::new("syncsched");
+    fs::create_dir_all(s.store()).unwrap();
+    for (bad, why) in [("soon", "not an age"), ("0s", "shorter than")] {
+        fs::write(
+            s.store().join("config.json"),
+            format!(r#"{{"sync": {{"every": "{bad}"}}}}"#),
+        )
+        .unwrap();
+        let out = skillfs(&["mount", s.root().to_str().unwrap()]);
+        assert_refused(&out, 7, &["config.json", "sync: every", why]);
+    }
+    fs::write(
+        s.store().join("config.json"),
+        r#"{"sync": {"every": "1s"}}"#,
+    )
+    .unwrap();
+    let remote = bare(&s);
+    let m = Mount::over(s, Vec::new());
+    let r = root_arg(&m);
+    add_remote(&r, "origin", remote.to_str().unwrap());
+    fs::write(m.path("greet.md"), "Say hi.\n").unwrap();
+    let want = last_id(&m);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let branch = loop {
+        let refs = git(&remote, &["for-each-ref", "--format=%(refname)"]);
+        if let Some(b) = refs.lines().next()
+            && ids(&remote, b).first() == Some(&want)
+        {
+            break b.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon pushed nothing in 30 s: {refs}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(branch, format!("refs/heads/skillfs/{}", replica(&m)));
+    let out = skillfs(&["status", "--root", &r]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("origin") && text.contains("synced"), "{text}");
 }

@@ -202,22 +202,7 @@ pub fn sync(name: Option<&str>, at: &Where) -> Result<(), Failure> {
     for r in reports {
         match r.error {
             Some((exit, m)) => failed.push(Failure::new(exit, m)),
-            None => {
-                let pushed = match r.pushed {
-                    Some((Some(a), b)) if a == b => "up to date".to_string(),
-                    Some((Some(a), b)) => format!("pushed changes {} to {b}", a + 1),
-                    Some((None, b)) => format!("pushed changes 1 to {b}"),
-                    None => "nothing to push".to_string(),
-                };
-                let commits: u64 = r.replicas.iter().map(|(_, n)| n).sum();
-                println!(
-                    "{}: {pushed}; fetched {} other replica{} ({commits} commits; merging them \
-                     into this tree is not built yet)",
-                    r.remote,
-                    r.replicas.len(),
-                    if r.replicas.len() == 1 { "" } else { "s" }
-                );
-            }
+            None => println!("{}: {}", r.remote, r.summary()),
         }
     }
     // Each failure is one line; the last one is the command's, with its

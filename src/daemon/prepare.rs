@@ -75,6 +75,8 @@ pub(crate) struct Prepared {
     pub(crate) fs: Arc<SkillFs>,
     /// The retention policy of `config.json`, applied on its schedule.
     pub(super) retention: Option<crate::retention::Policy>,
+    /// The interval of `config.json`'s sync schedule.
+    pub(super) sync_every: Option<std::time::Duration>,
 }
 
 impl Prepared {
@@ -111,6 +113,7 @@ pub(crate) struct Opened {
     notes: Vec<String>,
     blobs: BlobStore,
     retention: Option<crate::retention::Policy>,
+    sync_every: Option<std::time::Duration>,
 }
 
 /// How a mount reaches the disk: the door every durable sync of the store,
@@ -278,6 +281,18 @@ pub(crate) fn open_store(args: &MountArgs, io: &StoreIo) -> Result<Opened, Failu
             )
         })?;
     }
+    let sync_every = match &config.sync {
+        Some(schedule) => Some(schedule.interval().map_err(|why| {
+            Failure::new(
+                Exit::BadRules,
+                format!(
+                    "config file '{}': sync: {why}",
+                    layout.dir.join(crate::config::CONFIG_FILE).display()
+                ),
+            )
+        })?),
+        None => None,
+    };
     // The journal is read once, here: a damaged one refuses the mount
     // before anything exists, and what was read is what the ledger starts
     // from (a new store's, made below, is read there).
@@ -336,6 +351,7 @@ pub(crate) fn open_store(args: &MountArgs, io: &StoreIo) -> Result<Opened, Failu
         notes,
         blobs,
         retention: config.retention,
+        sync_every,
     })
 }
 
@@ -371,6 +387,7 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
         notes,
         blobs,
         retention,
+        sync_every,
     } = o;
     // The last daemon did not finish (its DIRTY mark is still there): a
     // power cut may have left live files empty or zero-filled (see
@@ -474,6 +491,7 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
         io,
         fs: Arc::new(fs),
         retention,
+        sync_every,
     })
 }
 

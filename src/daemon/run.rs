@@ -160,6 +160,9 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     if let Some(policy) = prepared.retention.clone() {
         start_retention(Arc::clone(&prepared.fs), policy);
     }
+    if let Some(every) = prepared.sync_every {
+        start_sync(prepared.layout.clone(), prepared.root.clone(), every);
+    }
     // Without it the store's commands that need the daemon say so; the
     // mount itself serves either way.
     if let Err(e) = super::control::serve(&prepared.top, Arc::clone(&prepared.fs), transport) {
@@ -292,6 +295,38 @@ fn start_retention(fs: Arc<SkillFs>, policy: crate::retention::Policy) {
         });
     if let Err(e) = spawned {
         tracing::error!("could not start the retention thread: {e}");
+    }
+}
+
+/// Runs `skillfs sync` with every remote every `every` while mounted (the
+/// first time one interval after the mount), logging what each did. A sync
+/// already running (a user's `skillfs sync`) is left to finish: this one
+/// is skipped. The daemon's own process runs it, reading the store as the
+/// command does; the agent keeps writing meanwhile.
+fn start_sync(layout: crate::store::Layout, root: std::path::PathBuf, every: std::time::Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("sync".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                match crate::sync::sync(&layout, &root, None) {
+                    Ok(reports) => {
+                        for r in reports {
+                            match r.error {
+                                Some((_, why)) => tracing::warn!("sync: {why}"),
+                                None => tracing::info!("sync: {}: {}", r.remote, r.summary()),
+                            }
+                        }
+                    }
+                    Err(f) if f.exit == Exit::Busy => {
+                        tracing::info!("sync: skipped, another is running")
+                    }
+                    Err(f) => tracing::warn!("sync: {f}"),
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("could not start the sync thread: {e}");
     }
 }
 

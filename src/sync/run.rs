@@ -25,6 +25,25 @@ pub struct SyncReport {
     pub error: Option<(Exit, String)>,
 }
 
+impl SyncReport {
+    /// What a sync that did not fail did, in a few words.
+    pub fn summary(&self) -> String {
+        let pushed = match self.pushed {
+            Some((Some(a), b)) if a == b => "up to date".to_string(),
+            Some((Some(a), b)) => format!("pushed changes {} to {b}", a + 1),
+            Some((None, b)) => format!("pushed changes 1 to {b}"),
+            None => "nothing to push".to_string(),
+        };
+        let commits: u64 = self.replicas.iter().map(|(_, n)| n).sum();
+        format!(
+            "{pushed}; fetched {} other replica{} ({commits} commits; merging them into this \
+             tree is not built yet)",
+            self.replicas.len(),
+            if self.replicas.len() == 1 { "" } else { "s" }
+        )
+    }
+}
+
 /// `git` for the store's sync repository (or none, `repo` `None`): no
 /// terminal prompt (a sync may run unattended), no `ext::` transport (a
 /// URL must never run a command), no hooks of the user's (`core.hooksPath`
@@ -52,7 +71,10 @@ pub fn git(repo: Option<&Path>) -> Command {
             "-c",
             "http.lowSpeedTime=60",
         ])
-        .stdin(Stdio::null());
+        .stdin(Stdio::null())
+        // Never a path under a mount the caller (the daemon, for a
+        // scheduled sync) may serve: every path given is absolute.
+        .current_dir("/");
     // The user's own ssh (a key, a proxy) wins; only a default is made
     // to fail fast.
     let own_ssh = ["GIT_SSH_COMMAND", "GIT_SSH"]

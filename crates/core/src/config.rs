@@ -42,6 +42,38 @@ pub struct Config {
     /// `every` (as `skillfs forget` with the same rules).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<skillfs_model::retention::Policy>,
+    /// A sync with every remote the mounted daemon runs on its own (as
+    /// `skillfs sync`), every `every`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncSchedule>,
+}
+
+/// `"sync": {"every": "30s"}`.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct SyncSchedule {
+    /// An age (`30s`, `10m`, `1h`); at least [`SYNC_MIN_EVERY_SECS`].
+    pub every: String,
+}
+
+/// The shortest interval between two scheduled syncs: a sync is a git
+/// push and fetch per remote.
+pub const SYNC_MIN_EVERY_SECS: u64 = 1;
+
+impl SyncSchedule {
+    /// The interval, or why `every` is not one.
+    pub fn interval(&self) -> Result<std::time::Duration, String> {
+        let ns = skillfs_base::time::parse_age(&self.every)
+            .ok_or_else(|| format!("every: '{}' is not an age (30s, 10m, 1h)", self.every))?;
+        let d = std::time::Duration::from_nanos(ns.max(0) as u64);
+        if d.as_secs() < SYNC_MIN_EVERY_SECS {
+            return Err(format!(
+                "every: '{}' is shorter than {SYNC_MIN_EVERY_SECS}s",
+                self.every
+            ));
+        }
+        Ok(d)
+    }
 }
 
 /// Why `config.json` could not be used.
