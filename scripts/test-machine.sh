@@ -4,8 +4,11 @@
 #   - installs what the suite runs when it is missing: fuse3 (fusermount3)
 #     for the unprivileged-mount tests, what the C pjdfstest suite is built
 #     and run with (autoconf, automake, make, gcc, perl, openssl),
-#     e2fsprogs (the journaled ext4 image), git (export and sync) and
-#     python3-venv (the agent's venv);
+#     e2fsprogs (the journaled ext4 image), git (export and sync),
+#     openssh-server and -client (the sync tests run an sshd of their own
+#     on 127.0.0.1; the package's service is not started where there is no
+#     init system, and is left as it was elsewhere) and python3-venv (the
+#     agent's venv);
 #   - makes /dev/fuse mode 0666, as every distribution's udev rules do
 #     (some containers leave it 0600), so a user's mount can open it;
 #   - switches the fuse module's enable_uring on, so the suite runs on both
@@ -45,6 +48,11 @@ need prove perl
 need openssl openssl
 need mkfs.ext4 e2fsprogs
 need git git
+# The sync tests' own sshd on 127.0.0.1 and its client (never started as
+# a service here: the tests run one of their own and stop it).
+need ssh openssh-client
+need ssh-keygen openssh-client
+[ -x /usr/sbin/sshd ] || packages+=(openssh-server)
 # Debian's python3 makes no venv without python3-venv (the agent's venv).
 python3 -c 'import ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
 if [ ${#packages[@]} -gt 0 ]; then
@@ -52,6 +60,12 @@ if [ ${#packages[@]} -gt 0 ]; then
     apt-get install -y -qq "${packages[@]}" >/dev/null 2>&1 || {
         apt-get update -qq >/dev/null && apt-get install -y -qq "${packages[@]}" >/dev/null
     }
+fi
+# sshd, run as root, wants its privilege separation directory, which its
+# service makes at boot (not running here).
+if [ ! -d /run/sshd ]; then
+    mkdir -p /run/sshd && chmod 0755 /run/sshd
+    echo "test-machine: made /run/sshd (sshd's privilege separation directory); remove with: rmdir /run/sshd" >&2
 fi
 mode=$(stat -c %a /dev/fuse)
 if [ "$mode" != 666 ]; then
