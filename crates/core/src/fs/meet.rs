@@ -60,7 +60,12 @@ impl SkillFs {
         if self.rules.is_untracked(path, kind) {
             return Ok(());
         }
-        if self.is_known(path, &state_from_stat(&st, kind)) || self.held_for_writing(path, &st) {
+        // (Only a file can be held for writing: asked for a file alone, an
+        // ancestor's meet under a writer's `OpenState` takes no lock of the
+        // open-file table, which is taken before an `OpenState`.)
+        if self.is_known(path, &state_from_stat(&st, kind))
+            || (kind == Kind::File && self.held_for_writing(path, &st))
+        {
             return Ok(());
         }
         self.record_found(path, &st, kind)
