@@ -17,9 +17,11 @@
 # copy_file_range in the steps it skips and panics on the empty file.)
 #
 # usage: scripts/fsx.sh [--ops N] [--seeds "1 2 3"] [--transport classic|uring|both]
-#                       [--chunk N] [--bin BIN]
+#                       [--chunk N] [--bin BIN] [--no-msync]
 #   defaults: --ops 20000 --seeds 1 --transport both --chunk 50000, BIN the
 #   debug build (built when older than the source, as cargo decides).
+# --no-msync leaves mapped writes to be written back at close or by the
+# kernel (fsx's nomsyncafterwrite) instead of msync'ed each time.
 # --transport both runs io_uring where the kernel has it; uring alone needs
 # it (as root the fuse module's enable_uring is switched on for the run and
 # put back). The long run named in docs/testing.md:
@@ -27,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ops=20000 seeds=1 transport=both chunk=50000 bin=
+ops=20000 seeds=1 transport=both chunk=50000 bin= nomsync=false
 while [ $# -gt 0 ]; do
     case $1 in
         --ops) ops=$2; shift 2 ;;
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
         --transport) transport=$2; shift 2 ;;
         --chunk) chunk=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
+        --no-msync) nomsync=true; shift ;;
         *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
     esac
 done
@@ -88,8 +91,9 @@ trap cleanup EXIT
 
 # The operations and their weights: every kind the Rust fsx has but hole
 # punching (skillfs has no fallocate; docs/limits.md).
-cat >"$work/fsx.toml" <<'EOF'
+cat >"$work/fsx.toml" <<EOF
 flen = 262144
+nomsyncafterwrite = $nomsync
 [opsize]
 max = 65536
 [weights]
@@ -162,7 +166,7 @@ for seed in $seeds; do
                 fail "$what: the live file is not what the same run left in a plain directory"
             (cd "$run/skills" && "$BIN" log --json --all fsx.data) >"$run/journal.jsonl"
             python3 "$CHECK" --orig "$run/orig/f" --log "$run/fsx.log" --journal "$run/journal.jsonl" \
-                --live "$run/skills/fsx.data" >"$run/check.out" 2>&1 ||
+                --live "$run/skills/fsx.data" $([ $nomsync = true ] && echo --no-msync) >"$run/check.out" 2>&1 ||
                 fail "$what: $(cat "$run/check.out")"
             timeout 60 "$BIN" umount "$run/skills" >/dev/null
             mounted= daemon=
