@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fsx (the Rust port on crates.io, 0.3.2) on one file of a skillfs mount,
+# fsx (the Rust port on crates.io, 0.3.2) on files of a skillfs mount,
 # with mapped reads and writes, per seed and per transport, and on a plain
 # directory beside it for the time. After each run it checks what fsx can
 # tell: every version skillfs recorded is a content the file had at that
@@ -17,9 +17,11 @@
 # copy_file_range in the steps it skips and panics on the empty file.)
 #
 # usage: scripts/fsx.sh [--ops N] [--seeds "1 2 3"] [--transport classic|uring|both]
-#                       [--chunk N] [--bin BIN] [--no-msync]
+#                       [--chunk N] [--bin BIN] [--no-msync] [--parallel P]
 #   defaults: --ops 20000 --seeds 1 --transport both --chunk 50000, BIN the
 #   debug build (built when older than the source, as cargo decides).
+# --parallel P runs P fsx at once on P files of the one mount (and of the
+# plain directory), seeds S, S+1000000, ...; each is checked as above.
 # --no-msync leaves mapped writes to be written back at close or by the
 # kernel (fsx's nomsyncafterwrite) instead of msync'ed each time.
 # --transport both runs io_uring where the kernel has it; uring alone needs
@@ -29,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ops=20000 seeds=1 transport=both chunk=50000 bin= nomsync=false
+ops=20000 seeds=1 transport=both chunk=50000 bin= nomsync=false parallel=1
 while [ $# -gt 0 ]; do
     case $1 in
         --ops) ops=$2; shift 2 ;;
@@ -38,6 +40,7 @@ while [ $# -gt 0 ]; do
         --chunk) chunk=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
         --no-msync) nomsync=true; shift ;;
+        --parallel) parallel=$2; shift 2 ;;
         *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
     esac
 done
@@ -132,10 +135,21 @@ now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 status=0
 fail() { echo "fsx: FAILED: $*" >&2; status=1; keep=1; }
-# fsx on FILE ($fseed, $n_ops operations), its log in LOG; returns its status.
-run_fsx() { # FILE LOG
+# fsx on FILE (seed SEED, $n_ops operations), its log in LOG; returns its status.
+run_fsx() { # SEED FILE LOG
     timeout --kill-after=10 $((120 + n_ops / 20)) \
-        "$FSX" -v -f "$work/fsx.toml" -S "$fseed" -N "$n_ops" -P "$(dirname "$2")" "$1" 2>"$2" >/dev/null
+        "$FSX" -v -f "$work/fsx.toml" -S "$1" -N "$n_ops" -P "$(dirname "$3")" "$2" 2>"$3" >/dev/null
+}
+# run_fsx on files 0..P-1 of DIR at once (logs NAME-J.log); fails for each that failed.
+run_all() { # DIR NAME
+    local j pids=()
+    for j in $(seq 0 $((parallel - 1))); do
+        run_fsx $((fseed + j * 1000000)) "$1/fsx.$j" "$run/$2-$j.log" &
+        pids+=($!)
+    done
+    for j in $(seq 0 $((parallel - 1))); do
+        wait "${pids[$j]}" || fail "$what, file $j (seed $((fseed + j * 1000000))) on $2: fsx failed: $(grep -v '^\[INFO' "$run/$2-$j.log" | tail -5)"
+    done
 }
 
 for seed in $seeds; do
@@ -147,41 +161,45 @@ for seed in $seeds; do
             fseed=$seed
             [ "$k" -gt 0 ] && fseed=$((seed * 1000 + k))
             run="$work/$t-$fseed"
-            what="fsx seed $fseed ($n_ops ops), $t"
+            what="fsx seed $fseed ($n_ops ops, $parallel at once), $t"
             mkdir -p "$run/plain" "$run/skills" "$run/orig"
-            "$FSX" -f "$work/orig.toml" -S "$fseed" -N 1 "$run/orig/f" >/dev/null 2>&1
+            for j in $(seq 0 $((parallel - 1))); do
+                "$FSX" -f "$work/orig.toml" -S $((fseed + j * 1000000)) -N 1 "$run/orig/$j" >/dev/null 2>&1
+            done
             # The plain directory, for the time and the final bytes.
             t0=$(now)
-            run_fsx "$run/plain/fsx.data" "$run/plain.log" || fail "$what, on a plain directory: $(grep -v '^\[INFO' "$run/plain.log" | tail -5)"
+            run_all "$run/plain" plain
             native_s=$(secs "$t0" "$(now)" | awk -v s="$native_s" '{ print s + $1 }')
             timeout 60 "$BIN" mount --transport "$t" "$run/skills" >/dev/null
             mounted=$run/skills
             daemon=$("$BIN" status --root "$run/skills" | awk '/daemon pid/ { sub(/\)/, "", $NF); print $NF }')
             t0=$(now)
-            run_fsx "$run/skills/fsx.data" "$run/fsx.log" || fail "$what: fsx failed: $(grep -v '^\[INFO' "$run/fsx.log" | tail -5)"
+            run_all "$run/skills" skillfs
             total_s=$(secs "$t0" "$(now)" | awk -v s="$total_s" '{ print s + $1 }')
-            cmp -s "$run/skills/fsx.data" "$run/skills/.history/latest/fsx.data" ||
-                fail "$what: the live file is not .history/latest/fsx.data"
-            cmp -s "$run/skills/fsx.data" "$run/plain/fsx.data" ||
-                fail "$what: the live file is not what the same run left in a plain directory"
-            (cd "$run/skills" && "$BIN" log --json --all fsx.data) >"$run/journal.jsonl"
-            python3 "$CHECK" --orig "$run/orig/f" --log "$run/fsx.log" --journal "$run/journal.jsonl" \
-                --live "$run/skills/fsx.data" $([ $nomsync = true ] && echo --no-msync) >"$run/check.out" 2>&1 ||
-                fail "$what: $(cat "$run/check.out")"
+            for j in $(seq 0 $((parallel - 1))); do
+                cmp -s "$run/skills/fsx.$j" "$run/skills/.history/latest/fsx.$j" ||
+                    fail "$what: the live file fsx.$j is not .history/latest/fsx.$j"
+                cmp -s "$run/skills/fsx.$j" "$run/plain/fsx.$j" ||
+                    fail "$what: the live file fsx.$j is not what the same run left in a plain directory"
+                (cd "$run/skills" && "$BIN" log --json --all "fsx.$j") >"$run/journal-$j.jsonl"
+                python3 "$CHECK" --orig "$run/orig/$j" --log "$run/skillfs-$j.log" --journal "$run/journal-$j.jsonl" \
+                    --live "$run/skills/fsx.$j" $([ $nomsync = true ] && echo --no-msync) >"$run/check-$j.out" 2>&1 ||
+                    fail "$what, file $j: $(cat "$run/check-$j.out")"
+                n=$(wc -l <"$run/journal-$j.jsonl")
+                [ "$n" -gt 0 ] || fail "$what: no version of fsx.$j recorded"
+                versions=$((versions + n))
+            done
             timeout 60 "$BIN" umount "$run/skills" >/dev/null
             mounted= daemon=
             "$BIN" verify --full --root "$run/skills" >"$run/verify.out" 2>&1 ||
                 fail "$what: skillfs verify --full: $(cat "$run/verify.out")"
-            n=$(wc -l <"$run/journal.jsonl")
-            [ "$n" -gt 0 ] || fail "$what: no version recorded"
-            versions=$((versions + n))
             store=$((store + $(du -sb "$run/.skillfs/skills" | cut -f1)))
             [ "$status" = 0 ] && rm -rf "$run"
             done_ops=$((done_ops + n_ops))
             k=$((k + 1))
         done
-        printf 'fsx: seed %s, %s: %d ops in %s s (plain directory %s s, %.1fx); %d versions, %s MiB of store; %s\n' \
-            "$seed" "$t" "$ops" "$total_s" "$native_s" "$(awk -v a="$total_s" -v b="$native_s" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
+        printf 'fsx: seed %s, %s: %d ops x %d at once in %s s (plain directory %s s, %.1fx); %d versions, %s MiB of store; %s\n' \
+            "$seed" "$t" "$ops" "$parallel" "$total_s" "$native_s" "$(awk -v a="$total_s" -v b="$native_s" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
             "$versions" "$((store / 1048576))" "$([ "$status" = 0 ] && echo "every check passed" || echo FAILED)"
     done
 done
