@@ -65,6 +65,14 @@ for transport in $transports; do
     SKILLFS_TRANSPORT=$transport cargo test --locked
 done
 
+# fsx with mapped reads and writes, a short run on each transport, two at
+# once on one mount, every version checked against fsx's log (the long run,
+# millions of operations, is `scripts/fsx.sh --ops 1000000 --seeds "1 2 3"`;
+# docs/testing.md). fsx 0.3.2 is installed from crates.io into target/fsx.
+fsx_transport=both
+[ "$transports" = classic ] && fsx_transport=classic
+./scripts/fsx.sh --ops 10000 --seeds 1 --parallel 2 --transport $fsx_transport --bin target/debug/skillfs
+
 # pjdfstest on a plain directory and on a --allow-other mount, as root (it
 # acts as other users): skillfs may fail only its documented limits. Both
 # suites: the C one pinned at 85a8aea (vendored; issue 11 names it), and the

@@ -64,16 +64,36 @@ pub struct Disk;
 /// lock is held across one (`tests/concurrency.rs`). Release builds read no
 /// such variable.
 fn slow_device() {
+    test_delay("SKILLFS_TEST_SYNC_DELAY_MS");
+}
+
+/// A variable of [`test_delay`] and what it was read as.
+type TestDelay = (&'static str, Option<std::time::Duration>);
+
+/// In a debug build, sleeps the milliseconds the variable `var` names, if
+/// set (read once per variable); release builds read nothing. Besides the
+/// slow device: `SKILLFS_TEST_INSTALL_DELAY_MS` holds a blob stored
+/// without `durable` between its marking as pending and its rename into
+/// place (`BlobStore::install`), for `tests/store_race.rs`.
+pub(crate) fn test_delay(var: &'static str) {
     if cfg!(debug_assertions) {
-        static DELAY: OnceLock<Option<std::time::Duration>> = OnceLock::new();
-        let delay = DELAY.get_or_init(|| {
-            std::env::var("SKILLFS_TEST_SYNC_DELAY_MS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map(std::time::Duration::from_millis)
-        });
+        static DELAYS: OnceLock<parking_lot::Mutex<Vec<TestDelay>>> = OnceLock::new();
+        let delay = {
+            let mut all = DELAYS.get_or_init(Default::default).lock();
+            match all.iter().find(|(v, _)| *v == var) {
+                Some((_, d)) => *d,
+                None => {
+                    let d = std::env::var(var)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .map(std::time::Duration::from_millis);
+                    all.push((var, d));
+                    d
+                }
+            }
+        };
         if let Some(d) = delay {
-            std::thread::sleep(*d);
+            std::thread::sleep(d);
         }
     }
 }

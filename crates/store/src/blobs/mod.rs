@@ -432,6 +432,8 @@ impl BlobStore {
                 pending.push(Pending::Fan(fan_name.to_string()));
             }
             pending.push(Pending::Loose(id.to_string()));
+            drop(pending);
+            crate::durable::test_delay("SKILLFS_TEST_INSTALL_DELAY_MS");
         }
         // Replaces only a damaged copy (callers checked `has_intact`); two
         // writers of the same content write the same bytes.

@@ -74,6 +74,24 @@ impl BlobStore {
         }
     }
 
+    /// Splits `pending` into what is in place and the loose blobs not yet
+    /// renamed into place: a blob is pending before it is visible (see
+    /// `install`), so a sync can meet one whose store is still under way.
+    /// Nothing durable can name such a blob yet (its record is appended
+    /// after the rename, so after the durability point that met it
+    /// began), and it stays pending for the sync that covers that record.
+    /// (Checked under `sync_lock`, before the sync: a `syncfs` then covers
+    /// every blob found here.)
+    fn placed(&self, pending: Vec<Pending>) -> (Vec<Pending>, Vec<Pending>) {
+        pending.into_iter().partition(|p| match p {
+            Pending::Loose(id) => !matches!(
+                self.fan(id).and_then(|f| f.lstat(id)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound
+            ),
+            _ => true,
+        })
+    }
+
     /// Makes every blob stored without `durable` durable (file data, then the
     /// directory entries naming it).
     pub fn sync_pending(&self) -> io::Result<()> {
@@ -85,8 +103,11 @@ impl BlobStore {
         if pending.is_empty() {
             return Ok(());
         }
+        let (pending, not_yet) = self.placed(pending);
         if pending.len() > MANY {
-            return self.sync_all(pending);
+            let r = self.sync_all(pending);
+            self.unsynced.lock().extend(not_yet);
+            return r;
         }
         // The directories whose entries must be made durable: fan-out
         // directories (of loose blobs), and `blobs/` (of a new fan-out
@@ -141,6 +162,7 @@ impl BlobStore {
             }
             Ok(())
         })();
+        self.unsynced.lock().extend(not_yet);
         if result.is_err() {
             // Keep them pending so a later sync retries.
             self.unsynced.lock().extend(pending);
@@ -182,6 +204,8 @@ impl BlobStore {
         let _one = self.sync_lock.lock();
         self.io.check()?;
         let pending = std::mem::take(&mut *self.unsynced.lock());
+        let (pending, not_yet) = self.placed(pending);
+        self.unsynced.lock().extend(not_yet);
         if pending.len() > MANY {
             self.sync_all(pending)?;
             return Ok(Vec::new());
