@@ -287,6 +287,35 @@ fn chmod_chown_utimens() {
     assert_eq!(last["state"]["mode"], 0o600);
 }
 
+/// A write is no access (xfstests generic/003): rewriting a file, by a
+/// truncating open or by an append, moves its mtime and not its atime,
+/// though each is published as a new copy of the file.
+#[test]
+fn a_write_leaves_the_access_time_alone() {
+    let m = Mount::new("atime-write");
+    let p = m.path("f");
+    fs::write(&p, b"x").unwrap();
+    common::set_mtime(&p, 1_000_000_000, 123_456_789);
+    fs::write(&p, b"truncated and rewritten").unwrap();
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec()), (1_000_000_000, 123_456_789));
+    assert!(md.mtime() > 1_000_000_000);
+    common::set_mtime(&p, 1_000_000_000, 123_456_789);
+    OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b" and appended")
+        .unwrap();
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec()), (1_000_000_000, 123_456_789));
+    assert!(md.mtime() > 1_000_000_000);
+    assert_eq!(
+        fs::read(&p).unwrap(),
+        b"truncated and rewritten and appended"
+    );
+}
+
 #[test]
 fn statfs_reports_the_underlying_filesystem() {
     let m = Mount::new("statfs");
