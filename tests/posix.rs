@@ -287,6 +287,69 @@ fn chmod_chown_utimens() {
     assert_eq!(last["state"]["mode"], 0o600);
 }
 
+/// A writer's copy of a sparse file keeps its holes (xfstests generic/130
+/// writes a byte at 10 GB with O_SYNC: each write's copy was dense, and
+/// filled the disk).
+#[test]
+fn a_sparse_file_stays_sparse_when_written() {
+    use std::os::unix::fs::FileExt;
+    const SIZE: u64 = 256 << 20;
+    let m = Mount::new("sparse");
+    let p = m.path("f");
+    let f = File::create(&p).unwrap();
+    f.write_all_at(b"head", 0).unwrap();
+    f.set_len(SIZE).unwrap();
+    drop(f);
+    // Each open for writing copies the file; each close publishes it.
+    for round in 0..3u64 {
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(b"tail", SIZE - 4 - round * 8192).unwrap();
+        f.sync_all().unwrap();
+    }
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!(md.len(), SIZE);
+    assert!(
+        md.blocks() * 512 < 1 << 20,
+        "{} bytes allocated for a file of 3 small writes",
+        md.blocks() * 512
+    );
+    let f = File::open(&p).unwrap();
+    let mut buf = [0u8; 4];
+    for (at, want) in [(0, b"head"), (SIZE - 4, b"tail"), (SIZE / 2, &[0u8; 4])] {
+        f.read_exact_at(&mut buf, at).unwrap();
+        assert_eq!(&buf, want, "at {at}");
+    }
+}
+
+/// A write is no access (xfstests generic/003): rewriting a file, by a
+/// truncating open or by an append, moves its mtime and not its atime,
+/// though each is published as a new copy of the file.
+#[test]
+fn a_write_leaves_the_access_time_alone() {
+    let m = Mount::new("atime-write");
+    let p = m.path("f");
+    fs::write(&p, b"x").unwrap();
+    common::set_mtime(&p, 1_000_000_000, 123_456_789);
+    fs::write(&p, b"truncated and rewritten").unwrap();
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec()), (1_000_000_000, 123_456_789));
+    assert!(md.mtime() > 1_000_000_000);
+    common::set_mtime(&p, 1_000_000_000, 123_456_789);
+    OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b" and appended")
+        .unwrap();
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec()), (1_000_000_000, 123_456_789));
+    assert!(md.mtime() > 1_000_000_000);
+    assert_eq!(
+        fs::read(&p).unwrap(),
+        b"truncated and rewritten and appended"
+    );
+}
+
 #[test]
 fn statfs_reports_the_underlying_filesystem() {
     let m = Mount::new("statfs");

@@ -309,3 +309,128 @@ fn the_mount_script_restarts_a_daemon_of_an_older_binary() {
         .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
 }
+
+/// Runs `cmd`, killed if it outlives `limit` (a hung mount fails the test).
+fn run_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{cmd:?} did not end within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// mount(8)'s helper, as `mount -t fuse.skillfs SOURCE DIR -o OPTS` runs it.
+fn helper(source: &str, dir: &Path, opts: &[&str]) -> Output {
+    run_within(
+        Command::new(format!(
+            "{}/mount-scripts/mount.fuse.skillfs",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .arg(source)
+        .arg(dir)
+        .args(opts)
+        .env("SKILLFS_BIN", common::BIN),
+        std::time::Duration::from_secs(60),
+    )
+}
+
+/// The plain unmount mount(8)'s users make: `umount DIR` as root, else
+/// `fusermount3 -u DIR` (no `skillfs umount`).
+fn plain_umount(dir: &Path) {
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        Command::new("umount")
+    } else {
+        let mut c = Command::new("fusermount3");
+        c.arg("-u");
+        c
+    };
+    let out = run_within(cmd.arg(dir), std::time::Duration::from_secs(30));
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
+#[test]
+fn the_mount_helper_mounts_a_store_and_a_plain_umount_ends_it() {
+    let s = Scratch::new("mount-helper");
+    let dir = s.dir.join("test");
+    let store = s.dir.join("store");
+    std::fs::create_dir(&dir).unwrap();
+    let _guard = Detach(dir.clone());
+    let source = format!("skillfs:{}", store.display());
+    // Over and over as xfstests' cycle mounts do: each mount right after a
+    // plain unmount that returned before the daemon had finished.
+    for round in 0..3 {
+        let out = helper(&source, &dir, &["-o", "rw,nosuid,nodev"]);
+        assert!(out.status.success(), "round {round}: {}", describe(&out));
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            mountinfo
+                .lines()
+                .any(|l| l.contains(&format!(" {} ", dir.display()))
+                    && l.contains(&format!(" {source} "))),
+            "the mount's source is the helper's SOURCE, as findmnt -S needs:\n{mountinfo}"
+        );
+        // Enough bytes that the daemon is still publishing when umount returns.
+        let name = format!("f{round}");
+        std::fs::write(dir.join(&name), vec![round as u8; 24 << 20]).unwrap();
+        plain_umount(&dir);
+        assert!(!is_mounted(&dir));
+    }
+    common::wait_unlocked(&store);
+    for round in 0..3u8 {
+        let name = format!("f{round}");
+        assert_eq!(
+            std::fs::read(dir.join(&name)).unwrap(),
+            vec![round; 24 << 20]
+        );
+    }
+    let log = common::skillfs(&[
+        "log",
+        "--all",
+        "--store",
+        store.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
+    assert!(log.status.success(), "{}", describe(&log));
+    let text = String::from_utf8_lossy(&log.stdout);
+    let ops: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().skip(2).take(2).collect())
+        .collect();
+    let expected: Vec<Vec<String>> = (0..3)
+        .flat_map(|r| {
+            [
+                vec!["create".into(), format!("f{r}")],
+                vec!["write".into(), format!("f{r}")],
+            ]
+        })
+        .collect();
+    assert_eq!(
+        ops, expected,
+        "each file versioned through the mount, none found by a later scan:\n{text}"
+    );
+    // What skillfs cannot honour is refused, and nothing is mounted.
+    for (source, opts) in [
+        (source.as_str(), &["-o", "ro"][..]),
+        (source.as_str(), &["-o", "remount"][..]),
+        ("/dev/sda1", &[][..]),
+        ("skillfs:relative/store", &[][..]),
+    ] {
+        let out = helper(source, &dir, opts);
+        assert_eq!(
+            out.status.code(),
+            Some(32),
+            "{source} {opts:?}: {}",
+            describe(&out)
+        );
+        assert!(!is_mounted(&dir));
+    }
+}

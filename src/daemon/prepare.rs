@@ -262,6 +262,7 @@ pub(crate) fn open_store(args: &MountArgs, io: &StoreIo) -> Result<Opened, Failu
     // A store another user can reach, bad rules, a damaged journal and a
     // store of another root are refused before anything is created,
     // repaired or locked.
+    super::unmount::await_unmounted_daemon(&layout);
     StoreLock::refuse_if_held(&layout)?;
     let uid = crate::sys::geteuid();
     let mut repairs = fsutil::audit_parent(&store_path, &anc, uid)?;

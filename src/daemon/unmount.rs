@@ -237,6 +237,28 @@ pub(super) fn released(layout: &Layout, timeout: Duration) -> bool {
     true
 }
 
+/// How long a mount waits for the daemon of its store to finish after a
+/// plain unmount.
+const UNMOUNTED_FINISH: Duration = Duration::from_secs(10);
+
+/// A daemon whose mount is gone from this namespace while it still holds
+/// the store is finishing a plain unmount (`umount DIR`, `fusermount3 -u`
+/// return before it has published and synced): wait up to
+/// [`UNMOUNTED_FINISH`] for it to let go, so that `umount DIR; mount DIR`
+/// mounts. A daemon still serving elsewhere (a lazily detached mount with
+/// files open, another mount namespace) holds on, and the mount is then
+/// refused as before.
+pub(super) fn await_unmounted_daemon(layout: &Layout) {
+    let source = mount_source(layout);
+    if StoreLock::is_held(layout)
+        && !super::mountinfo::mounts()
+            .iter()
+            .any(|m| m.source == source)
+    {
+        released(layout, UNMOUNTED_FINISH);
+    }
+}
+
 fn mount_source(layout: &Layout) -> PathBuf {
     PathBuf::from(format!(
         "{}{}",

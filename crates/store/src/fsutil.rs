@@ -97,13 +97,56 @@ pub fn sync_dir(dir: &Path, io: &StoreIo) -> io::Result<()> {
 /// How much a buffered copy moves at a time.
 const COPY_CHUNK: usize = 256 * 1024;
 
-/// Copies `len` bytes of `src` from offset 0 into `dst` at offset 0, in the
-/// kernel where it can (`copy_file_range`), else through a buffer.
+/// Copies `len` bytes of `src` from offset 0 into the empty file `dst` at
+/// offset 0, in the kernel where it can (`copy_file_range`), else through
+/// a buffer. Holes stay holes: only the data `SEEK_DATA` finds is copied
+/// (`copy_file_range` of a hole writes zeros), and the copy gets the
+/// source's size.
 pub fn copy_range(src: &File, dst: &File, len: u64) -> io::Result<()> {
-    let mut off_in: i64 = 0;
-    let mut off_out: i64 = 0;
-    while (off_in as u64) < len {
-        let want = (len - off_in as u64).min(1 << 30) as usize;
+    let mut pos = 0;
+    while pos < len {
+        let data = match seek(src, pos, libc::SEEK_DATA) {
+            Ok(d) => d,
+            // Nothing but a hole from `pos` on (or the source shrank).
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,
+            // A filesystem that cannot tell: all of it is data.
+            Err(_) => pos,
+        };
+        if data >= len {
+            break;
+        }
+        let hole = seek(src, data, libc::SEEK_HOLE).map_or(len, |h| h.min(len));
+        if hole <= data || !copy_span(src, dst, data, hole)? {
+            break;
+        }
+        pos = hole;
+    }
+    // The trailing hole; never past what the source still holds.
+    let end = len.min(src.metadata()?.len());
+    if dst.metadata()?.len() < end {
+        dst.set_len(end)?;
+    }
+    Ok(())
+}
+
+fn seek(f: &File, at: u64, whence: libc::c_int) -> io::Result<u64> {
+    // SAFETY: `f` is open for the call; lseek only moves its offset.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), at as libc::off_t, whence) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as u64)
+    }
+}
+
+/// Copies `from..to` of `src` to the same offsets of `dst`; false when the
+/// source ended first (it shrank under us: what was copied is what there
+/// is).
+fn copy_span(src: &File, dst: &File, from: u64, to: u64) -> io::Result<bool> {
+    let mut off_in = from as i64;
+    let mut off_out = from as i64;
+    while (off_in as u64) < to {
+        let want = (to - off_in as u64).min(1 << 30) as usize;
         // SAFETY: both fds stay open for the call (borrowed `File`s), and
         // the offsets are `i64`s of this frame that the kernel updates in
         // place.
@@ -119,33 +162,34 @@ pub fn copy_range(src: &File, dst: &File, len: u64) -> io::Result<()> {
         };
         if n < 0 {
             let e = io::Error::last_os_error();
-            match e.raw_os_error() {
+            return match e.raw_os_error() {
                 Some(libc::EXDEV)
                 | Some(libc::ENOSYS)
                 | Some(libc::EOPNOTSUPP)
-                | Some(libc::EINVAL) => return copy_buffered(src, dst, off_in as u64, len),
-                _ => return Err(e),
-            }
+                | Some(libc::EINVAL) => copy_buffered(src, dst, off_in as u64, to),
+                _ => Err(e),
+            };
         }
         if n == 0 {
-            break; // source shrank under us; what we copied is what there is
+            return Ok(false);
         }
     }
-    Ok(())
+    Ok(true)
 }
 
-fn copy_buffered(src: &File, dst: &File, from: u64, len: u64) -> io::Result<()> {
+fn copy_buffered(src: &File, dst: &File, from: u64, to: u64) -> io::Result<bool> {
     let mut buf = vec![0u8; COPY_CHUNK];
     let mut off = from;
-    while off < len {
-        let n = src.read_at(&mut buf, off)?;
+    while off < to {
+        let want = (to - off).min(COPY_CHUNK as u64) as usize;
+        let n = src.read_at(&mut buf[..want], off)?;
         if n == 0 {
-            break;
+            return Ok(false);
         }
         dst.write_all_at(&buf[..n], off)?;
         off += n as u64;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Reads a store file of at most `cap` bytes, not through a symlink;

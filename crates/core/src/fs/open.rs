@@ -144,8 +144,12 @@ impl SkillFs {
         let (path, file) = self.spares.take()?;
         let result = (|| {
             // Made or emptied a while ago: an O_TRUNC open is a change now.
-            sys::futimens(&file, Time::Now, Time::Now)?;
+            // A write is no access: the access time stays the file's, and
+            // the store's reads of the copy (its hash, its pages) must not
+            // move it either.
             let st = sys::fstat(&*s.live)?;
+            sys::set_noatime(&file);
+            sys::futimens(&file, Time::At(st.st_atime, st.st_atime_nsec), Time::Now)?;
             if !empty {
                 copy_range(&s.live, &file, st.st_size as u64)?;
             }
