@@ -248,12 +248,20 @@ pub fn ask(store: &Path, req: &Request, wait: Duration) -> io::Result<Response> 
 /// bytes): its first line, as JSON.
 pub fn parse_answer(read: &[u8]) -> io::Result<Response> {
     let line = read.split(|&b| b == b'\n').next().unwrap_or_default();
-    serde_json::from_slice(line).map_err(|e| {
+    let not_one = |e: &dyn std::fmt::Display| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("the daemon's answer is not one: {e}"),
         )
-    })
+    };
+    let r = serde_json::from_slice(line).map_err(|e| not_one(&e))?;
+    // What a daemon's forget sends: ascending ranges of ids.
+    match &r {
+        Response::Forgot(report) if !report.selection.well_formed() => {
+            Err(not_one(&"its ranges of ids are not ascending ranges"))
+        }
+        _ => Ok(r),
+    }
 }
 
 /// The time left before `deadline`, or the error of one passed.
