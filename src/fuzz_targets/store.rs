@@ -34,9 +34,10 @@ pub fn journal_line(data: &[u8]) -> bool {
 }
 
 /// A journal directory: `data` cut at form feeds into segments, each
-/// line ending in `}` given its checksum; read as a mount reads it, and
-/// what it reads folded into the catalog and history, a checkpoint of
-/// which decodes to the same history.
+/// line ending in `}` given its checksum; read as a mount reads it, the
+/// forgotten records left out as the commands that read it do, and what
+/// it reads folded into the catalog and history, a checkpoint of which
+/// decodes to the same history.
 pub fn journal(data: &[u8]) -> bool {
     let dir = scratch("journal");
     for (i, seg) in data.split(|&b| b == 0x0c).enumerate().take(8) {
@@ -47,6 +48,8 @@ pub fn journal(data: &[u8]) -> bool {
         return false;
     };
     let taken = !contents.records.is_empty();
+    // What `log`, `export` and the other readers show of it.
+    let _ = crate::retention::unforgotten(&contents.records);
     fold_checked(contents.records);
     taken
 }
