@@ -14,9 +14,9 @@
 # Environment: SKILLFS_FUZZ_SANITIZER (address, the default, or none:
 # no ASan, much quicker to build; CI's bounded run uses none, see
 # scripts/test.sh), SKILLFS_FUZZ_JOBS (libFuzzer -jobs, default 1).
-# Needs cargo-fuzz 0.13.2 (installed into target/cargo-fuzz if missing,
-# from crates.io) and the nightly features of stable Rust it asks for
-# (RUSTC_BOOTSTRAP=1).
+# Needs cargo-fuzz 0.13.2 (installed with `cargo install` if missing,
+# from crates.io) and the unstable flags of stable Rust it asks for
+# (RUSTC_BOOTSTRAP=1: sanitizer and coverage instrumentation).
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
@@ -28,10 +28,11 @@ jobs=${SKILLFS_FUZZ_JOBS:-1}
 version=0.13.2
 
 export RUSTC_BOOTSTRAP=1
-export PATH="$PWD/target/cargo-fuzz/bin:$PATH"
 if ! cargo fuzz --version 2>/dev/null | grep -qF " $version"; then
-    echo "fuzz: installing cargo-fuzz $version into target/cargo-fuzz" >&2
-    cargo install --locked --quiet cargo-fuzz --version "$version" --root target/cargo-fuzz
+    # Into cargo's own bin directory (~/.cargo/bin): built once a machine,
+    # not once a clone.
+    echo "fuzz: installing cargo-fuzz $version (cargo install, from crates.io)" >&2
+    cargo install --locked --quiet cargo-fuzz --version "$version"
 fi
 
 if [ $# -gt 0 ]; then
