@@ -73,6 +73,11 @@ fsx_transport=both
 [ "$transports" = classic ] && fsx_transport=classic
 ./scripts/fsx.sh --ops 10000 --seeds 1 --parallel 2 --transport $fsx_transport --bin target/debug/skillfs
 
+# Every fuzz target for a few seconds (docs/testing.md, "Fuzzing"), built
+# without ASan: its build would add minutes. The crash inputs kept in
+# fuzz/regressions/ are replayed by `cargo test` above (tests/fuzz_replay.rs).
+SKILLFS_FUZZ_SANITIZER=none ./scripts/fuzz.sh 5
+
 # pjdfstest on a plain directory and on a --allow-other mount, as root (it
 # acts as other users): skillfs may fail only its documented limits. Both
 # suites: the C one pinned at 85a8aea (vendored; issue 11 names it), and the

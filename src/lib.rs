@@ -25,6 +25,8 @@ pub mod commands;
 pub mod daemon;
 pub mod error;
 pub mod export;
+#[doc(hidden)]
+pub mod fuzz_targets;
 pub mod import;
 pub mod logging;
 pub mod open;

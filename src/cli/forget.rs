@@ -109,6 +109,14 @@ fn offline(t: &Target, policy: &Policy, dry_run: bool) -> Result<Report, Failure
 }
 
 fn print(r: &Report) {
+    for line in lines(r) {
+        println!("{line}");
+    }
+}
+
+/// What `forget` prints of a report (the daemon's answer, untrusted).
+pub(crate) fn lines(r: &Report) -> Vec<String> {
+    let mut out = Vec::new();
     let ranges: Vec<String> = r
         .selection
         .forget
@@ -130,29 +138,32 @@ fn print(r: &Report) {
     };
     if r.dry_run {
         if n == 0 {
-            println!("would forget nothing: the policy keeps all {kept} ids{before}");
+            out.push(format!(
+                "would forget nothing: the policy keeps all {kept} ids{before}"
+            ));
         } else {
-            println!(
+            out.push(format!(
                 "would forget {n} ids ({}), keep {kept}{before}; about {} of contents only they show",
                 ranges.join(", "),
                 super::status::human(r.dead_bytes)
-            );
+            ));
         }
-        return;
+        return out;
     }
-    match r.record {
-        Some(seq) => println!(
+    out.push(match r.record {
+        Some(seq) => format!(
             "forgot {n} ids ({}) in change {seq}, kept {kept}{before}",
             ranges.join(", ")
         ),
-        None => println!("nothing new to forget: the policy keeps all {kept} ids{before}"),
-    }
+        None => format!("nothing new to forget: the policy keeps all {kept} ids{before}"),
+    });
     let c = &r.reclaimed;
-    println!(
+    out.push(format!(
         "freed {}: {} loose blobs removed, {} packs rewritten ({} entries dropped)",
         super::status::human(c.bytes_freed),
         c.loose_removed,
         c.packs_rewritten,
         c.entries_dropped
-    );
+    ));
+    out
 }

@@ -19,7 +19,7 @@
 //! Locks: none (it parses, then calls `commands` or `daemon`).
 
 mod export;
-mod forget;
+pub(crate) mod forget;
 mod import;
 mod locate;
 mod log;

@@ -116,11 +116,8 @@ fn answer(conn: UnixStream, fs: &SkillFs, transport: &str) -> io::Result<()> {
         }
         line.extend_from_slice(&buf[..n]);
     }
-    if let Some(end) = line.iter().position(|&b| b == b'\n') {
-        line.truncate(end);
-    }
-    let response = match serde_json::from_slice::<Request>(&line) {
-        Err(e) => Response::Refused(format!("not a request: {e}")),
+    let response = match parse_request(&line) {
+        Err(e) => Response::Refused(e),
         Ok(Request::Status) => Response::Status {
             transport: transport.to_string(),
         },
@@ -147,6 +144,13 @@ fn answer(conn: UnixStream, fs: &SkillFs, transport: &str) -> io::Result<()> {
         },
     };
     reply(&conn, &response)
+}
+
+/// A request as read from a peer (untrusted bytes, at most
+/// [`MAX_REQUEST`] of them): its first line, as JSON.
+pub fn parse_request(read: &[u8]) -> Result<Request, String> {
+    let line = read.split(|&b| b == b'\n').next().unwrap_or_default();
+    serde_json::from_slice::<Request>(line).map_err(|e| format!("not a request: {e}"))
 }
 
 fn reply(mut conn: &UnixStream, r: &Response) -> io::Result<()> {
@@ -237,15 +241,27 @@ pub fn ask(store: &Path, req: &Request, wait: Duration) -> io::Result<Response> 
         }
         answer.extend_from_slice(&buf[..n]);
     }
-    if let Some(end) = answer.iter().position(|&b| b == b'\n') {
-        answer.truncate(end);
-    }
-    serde_json::from_slice(&answer).map_err(|e| {
+    parse_answer(&answer)
+}
+
+/// An answer as read from whatever listens on the socket (untrusted
+/// bytes): its first line, as JSON.
+pub fn parse_answer(read: &[u8]) -> io::Result<Response> {
+    let line = read.split(|&b| b == b'\n').next().unwrap_or_default();
+    let not_one = |e: &dyn std::fmt::Display| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("the daemon's answer is not one: {e}"),
         )
-    })
+    };
+    let r = serde_json::from_slice(line).map_err(|e| not_one(&e))?;
+    // What a daemon's forget sends: ascending ranges of ids.
+    match &r {
+        Response::Forgot(report) if !report.selection.well_formed() => {
+            Err(not_one(&"its ranges of ids are not ascending ranges"))
+        }
+        _ => Ok(r),
+    }
 }
 
 /// The time left before `deadline`, or the error of one passed.

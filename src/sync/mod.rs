@@ -40,6 +40,11 @@ mod run;
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;
 pub use run::{SyncReport, git, lock, sync};
+#[doc(hidden)]
+pub use {
+    replica::parse as parse_replica,
+    run::{parse_count, push_rejected, remote_refs},
+};
 
 /// The branch a replica pushes.
 pub fn branch_of(replica: &str) -> String {

@@ -90,7 +90,7 @@ impl Remotes {
         let path = dir.join(FILE);
         match dir.read_small(FILE, MAX_BYTES) {
             Ok(None) => Ok(Remotes::default()),
-            Ok(Some(b)) => serde_json::from_slice(&b).map_err(|e| {
+            Ok(Some(b)) => Remotes::parse(&b).map_err(|e| {
                 Failure::new(
                     Exit::BadStore,
                     format!("'{}' does not parse: {e}", path.display()),
@@ -98,6 +98,11 @@ impl Remotes {
             }),
             Err(e) => Err(Failure::io(Exit::BadStore, "read", &path, &e)),
         }
+    }
+
+    /// The remotes `remotes.json`'s bytes name.
+    pub fn parse(bytes: &[u8]) -> Result<Remotes, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
     }
 
     pub fn save(&self, dir: &Dir) -> Result<(), Failure> {

@@ -20,6 +20,12 @@ fn valid(id: &str) -> bool {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
+/// The replica id a `REPLICA` file's bytes hold, if they hold one.
+pub fn parse(bytes: &[u8]) -> Option<String> {
+    let id = String::from_utf8_lossy(bytes).trim().to_string();
+    valid(&id).then_some(id)
+}
+
 /// The store's replica id, made if it has none yet (`make`).
 pub fn replica_id(layout: &Layout, make: bool) -> Result<Option<String>, Failure> {
     let top = Dir::open_path(&layout.dir)
@@ -29,8 +35,7 @@ pub fn replica_id(layout: &Layout, make: bool) -> Result<Option<String>, Failure
         match top.read_small(REPLICA, 64) {
             Ok(None) => Ok(None),
             Ok(Some(b)) => {
-                let id = String::from_utf8_lossy(&b).trim().to_string();
-                if valid(&id) {
+                if let Some(id) = parse(&b) {
                     Ok(Some(id))
                 } else {
                     Err(Failure::new(

@@ -243,7 +243,33 @@ fn tip_id(repo: &Path, branch: &str) -> Option<u64> {
         .arg(branch)
         .output()
         .ok()?;
-    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    parse_count(&out.stdout)
+}
+
+/// A number git printed alone (a trailer's value, `rev-list --count`).
+pub fn parse_count(out: &[u8]) -> Option<u64> {
+    String::from_utf8_lossy(out).trim().parse().ok()
+}
+
+/// Whether `git push --porcelain`'s output says the push of `branch` was
+/// refused as not a fast-forward.
+pub fn push_rejected(porcelain: &[u8], branch: &str) -> bool {
+    String::from_utf8_lossy(porcelain)
+        .lines()
+        .any(|l| l.starts_with('!') && l.contains(branch) && l.contains("[rejected]"))
+}
+
+/// The other replicas' refs in `git for-each-ref --format=%(refname)
+/// PREFIX`'s output: each one's id (its name past `prefix`) and ref,
+/// `replica`'s own left out.
+pub fn remote_refs(out: &[u8], prefix: &str, replica: &str) -> Vec<(String, String)> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|r| {
+            let id = r.strip_prefix(prefix).unwrap_or(r);
+            (id != replica).then(|| (id.to_string(), r.to_string()))
+        })
+        .collect()
 }
 
 fn with_remote(
@@ -278,11 +304,7 @@ fn with_remote(
                 report.pushed = tip.map(|t| (before, t));
             }
             Ok(out) => {
-                let porcelain = String::from_utf8_lossy(&out.stdout);
-                let rejected = porcelain
-                    .lines()
-                    .any(|l| l.starts_with('!') && l.contains(branch) && l.contains("[rejected]"));
-                report.error = if rejected {
+                report.error = if push_rejected(&out.stdout, branch) {
                     fail(
                         Exit::BadStore,
                         format!(
@@ -330,18 +352,14 @@ fn with_remote(
         .arg(&prefix)
         .output()
     {
-        for r in String::from_utf8_lossy(&out.stdout).lines() {
-            let id = r.strip_prefix(&prefix).unwrap_or(r);
-            if id == replica {
-                continue;
-            }
+        for (id, r) in remote_refs(&out.stdout, &prefix, replica) {
             let n = git(Some(repo))
-                .args(["rev-list", "--count", r])
+                .args(["rev-list", "--count", &r])
                 .output()
                 .ok()
-                .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+                .and_then(|o| parse_count(&o.stdout))
                 .unwrap_or(0);
-            report.replicas.push((id.to_string(), n));
+            report.replicas.push((id, n));
         }
     }
     report

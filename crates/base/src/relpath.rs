@@ -35,6 +35,15 @@ impl RelPath {
         Some(out)
     }
 
+    /// `b` as a path if it already is one as written: no leading or
+    /// trailing `/`, no empty, `.` or `..` component, no NUL byte.
+    pub fn canonical(b: Vec<u8>) -> Option<RelPath> {
+        let sound = b.is_empty()
+            || b.split(|&c| c == b'/')
+                .all(|c| !c.is_empty() && c != b"." && c != b".." && !c.contains(&0));
+        sound.then_some(RelPath(b))
+    }
+
     pub fn from_bytes_unchecked(b: Vec<u8>) -> RelPath {
         RelPath(b)
     }
@@ -160,8 +169,15 @@ impl Serialize for RelPath {
 }
 
 impl<'de> Deserialize<'de> for RelPath {
+    /// Only a path as `Serialize` writes one (the invariants above, and no
+    /// NUL byte): bytes read from a journal are not trusted to keep them.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        bytes_deserialize(d).map(RelPath)
+        let b = bytes_deserialize(d)?;
+        RelPath::canonical(b).ok_or_else(|| {
+            serde::de::Error::custom(
+                "not a path relative to the root (an empty, `.` or `..` component, or a NUL byte)",
+            )
+        })
     }
 }
 
@@ -232,6 +248,32 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    /// A journal record's path is read only as a path (found by the
+    /// `journal` fuzz target: fuzz/regressions/journal/rename-to-trailing-slash).
+    #[test]
+    fn only_a_canonical_path_deserializes() {
+        let de = |j: &str| serde_json::from_str::<RelPath>(j).ok();
+        assert_eq!(de(r#""a/b""#), RelPath::parse(b"a/b"));
+        assert_eq!(de(r#""""#), Some(RelPath::root()));
+        assert_eq!(
+            de(r#"{"hex":"ff2f61"}"#).map(|p| p.0),
+            Some(b"\xff/a".to_vec())
+        );
+        for bad in [
+            r#""a/""#,
+            r#""/a""#,
+            r#""a//b""#,
+            r#""./a""#,
+            r#""a/.""#,
+            r#""..""#,
+            r#""a/../b""#,
+            r#""a\u0000b""#,
+            r#"{"hex":"2e2e2f61"}"#,
+        ] {
+            assert_eq!(de(bad), None, "{bad}");
+        }
+    }
+
     #[test]
     fn display_escapes_what_could_forge_or_confuse_a_line() {
         let p = RelPath::parse(b"cat/a\nb\\c\xff\x7f\xc2\x85d").unwrap();

@@ -240,7 +240,16 @@ impl Fold {
             self.history.note_removal(r.seq);
         }
         if r.op == Op::Forget {
-            self.history.forget(&r.forgot);
+            // Only ids made before it: a record read from a journal may
+            // name any (0, or past the last), and a history holding them
+            // would make a checkpoint that does not decode.
+            let before: Vec<[u64; 2]> = r
+                .forgot
+                .iter()
+                .map(|&[a, b]| [a.max(1), b.min(r.seq.saturating_sub(1))])
+                .filter(|&[a, b]| a <= b)
+                .collect();
+            self.history.forget(&before);
             self.history.note_forget(r.seq);
         }
     }

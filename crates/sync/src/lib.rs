@@ -14,6 +14,8 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod diff3;
+#[doc(hidden)]
+pub mod fuzz_targets;
 pub mod merge;
 pub mod skill;
 pub mod tree;

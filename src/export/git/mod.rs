@@ -29,6 +29,8 @@
 //! Locks: none; git locks its refs itself.
 
 mod repo;
+#[doc(hidden)]
+pub use repo::tip_of_commit;
 mod stream;
 
 pub use repo::git;

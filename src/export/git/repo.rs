@@ -188,18 +188,9 @@ impl Repo {
         let mut c = git(Some(&self.git_dir));
         c.args(["cat-file", "commit", &sha]);
         let text = run(c, &format!("read the branch {} of", self.short()), dir)?;
-        let text = String::from_utf8_lossy(&text);
-        let message = text.split_once("\n\n").map_or("", |(_, m)| m);
-        let trailer = |key: &str| {
-            message
-                .lines()
-                .rev()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().parse::<i64>().ok())
-        };
-        match (trailer(ID_TRAILER), trailer(TIME_TRAILER)) {
-            (Some(id), Some(t)) if id > 0 => Ok(Some((id as u64, t))),
-            _ => Err(Failure::new(
+        match tip_of_commit(&text) {
+            Some(tip) => Ok(Some(tip)),
+            None => Err(Failure::new(
                 Exit::Usage,
                 format!(
                     "'{}': the newest commit of its branch {} ({}) was not made by skillfs \
@@ -211,5 +202,24 @@ impl Repo {
                 ),
             )),
         }
+    }
+}
+
+/// The change id and time a commit's trailers hold, from the raw commit
+/// object (`git cat-file commit`: headers, a blank line, the message);
+/// `None` unless both are there and the id is positive.
+pub fn tip_of_commit(commit: &[u8]) -> Option<(u64, i64)> {
+    let text = String::from_utf8_lossy(commit);
+    let message = text.split_once("\n\n").map_or("", |(_, m)| m);
+    let trailer = |key: &str| {
+        message
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+    };
+    match (trailer(ID_TRAILER), trailer(TIME_TRAILER)) {
+        (Some(id), Some(t)) if id > 0 => Some((id as u64, t)),
+        _ => None,
     }
 }

@@ -183,9 +183,13 @@ impl HistoryIndex {
         &self.forgotten
     }
 
-    /// How many ids are forgotten.
+    /// How many ids are forgotten (at most `u64::MAX`: a `forget` record
+    /// read from a journal may name any range, `[0, u64::MAX]` too).
     pub fn forgotten_count(&self) -> u64 {
-        self.forgotten.iter().map(|r| r.1 - r.0 + 1).sum()
+        self.forgotten
+            .iter()
+            .map(|r| (r.1 - r.0).saturating_add(1))
+            .fold(0, u64::saturating_add)
     }
 
     /// Change `seq` removed visible paths outright (see `removals`).

@@ -168,8 +168,25 @@ pub struct Selection {
 }
 
 impl Selection {
+    /// How many ids `forget` names. A selection read from elsewhere (the
+    /// daemon's answer) may be anything: a reversed range counts none,
+    /// and the count stops at `u64::MAX`.
     pub fn forget_count(&self) -> u64 {
-        self.forget.iter().map(|r| r[1] - r[0] + 1).sum()
+        self.forget
+            .iter()
+            .map(|[a, b]| b.checked_sub(*a).map_or(0, |n| n.saturating_add(1)))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Whether `forget` is what a selection is: ranges `[a, b]` with
+    /// `1 <= a <= b`, ascending, none overlapping the one before.
+    pub fn well_formed(&self) -> bool {
+        let mut after = 0u64;
+        self.forget.iter().all(|&[a, b]| {
+            let ok = a > after && a <= b;
+            after = b;
+            ok
+        })
     }
 }
 
@@ -278,6 +295,27 @@ mod tests {
     use crate::catalog::Fold;
     use skillfs_base::relpath::RelPath;
     use skillfs_store::journal::{EntryState, Kind, Op, Record};
+
+    /// A selection from the daemon's answer (fuzz/regressions/control/):
+    /// a reversed range or a count past u64 panicked in forget_count.
+    #[test]
+    fn a_selection_read_from_elsewhere_counts_without_panic() {
+        let sel = |forget: Vec<[u64; 2]>| Selection {
+            keep: Vec::new(),
+            forget,
+        };
+        assert_eq!(sel(vec![[4, 2], [5, 5]]).forget_count(), 1);
+        assert_eq!(sel(vec![[0, u64::MAX], [1, 1]]).forget_count(), u64::MAX);
+        assert!(sel(vec![[1, 2], [3, 3], [7, 9]]).well_formed());
+        for bad in [
+            vec![[4, 2]],
+            vec![[0, 1]],
+            vec![[1, 3], [3, 4]],
+            vec![[5, 5], [1, 1]],
+        ] {
+            assert!(!sel(bad.clone()).well_formed(), "{bad:?}");
+        }
+    }
 
     const H: i64 = HOUR_NS;
 

@@ -277,6 +277,13 @@ impl Packs {
         }
     }
 
+    /// Every id the packs hold, as their scan indexed them (for the fuzz
+    /// target's checks: each must read back as its hash, or fail).
+    #[doc(hidden)]
+    pub fn ids(&self) -> Vec<RawId> {
+        self.with_index(|ix| ix.entries.keys().copied().collect())
+    }
+
     pub fn contains(&self, id: &RawId) -> bool {
         self.with_index(|ix| ix.entries.contains_key(id))
     }
