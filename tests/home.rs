@@ -190,6 +190,46 @@ fn renames_across_the_boundary_are_parks_and_unparks() {
     assert_eq!(m.ops_for("cat/note.md"), ["unpark", "park"]);
 }
 
+/// A park out of the versioned root names its place as `../<path>` in
+/// the journal: every reader takes that record and the ones after it, the
+/// next mount's too (a reader that refused it took the rest of the journal
+/// for a torn tail).
+#[test]
+fn a_park_into_the_home_is_read_back_by_every_reader() {
+    let mut m = home_mount("park-read", |home| {
+        fs::create_dir_all(home.join("skills/cat/s")).unwrap();
+        fs::write(home.join("skills/cat/s/SKILL.md"), "skill").unwrap();
+    });
+    let home = m.mount_point();
+    fs::rename(m.path("cat/s"), home.join("aside")).unwrap();
+    fs::write(m.path("cat/after.md"), "after").unwrap();
+    let expect = |m: &Mount| {
+        let log = m.log();
+        let park = log
+            .iter()
+            .find(|r| r["op"] == "park")
+            .expect("the park is read");
+        assert_eq!(park["path"], "cat/s");
+        assert_eq!(park["hidden"], "../aside");
+        assert!(
+            log.iter()
+                .any(|r| r["op"] == "write" && r["path"] == "cat/after.md"),
+            "{log:?}"
+        );
+    };
+    expect(&m);
+    m.umount();
+    let root = m.root().display().to_string();
+    let out = skillfs(&["verify", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    m.remount();
+    expect(&m);
+    assert_eq!(
+        fs::read(m.path(".history/latest/cat/after.md")).unwrap(),
+        b"after"
+    );
+}
+
 fn rollback_home(home: &Path) {
     fs::create_dir_all(home.join("skills/research/arxiv")).unwrap();
     fs::create_dir_all(home.join("skills/research/other")).unwrap();

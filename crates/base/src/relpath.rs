@@ -1,7 +1,10 @@
 //! `RelPath`: a path relative to the skills root, as raw bytes.
 //!
 //! Invariants: no leading or trailing `/`, no empty, `.` or `..` component;
-//! the empty path is the root itself. Names that are not UTF-8 round-trip
+//! the empty path is the root itself. One exception, made only by
+//! `from_bytes_unchecked`: in a mount over a home, a name outside the
+//! versioned root is `..` or `../<path>` from it, and a park's or unpark's
+//! hidden name in the journal may be one (read by [`hidden_deserialize`]). Names that are not UTF-8 round-trip
 //! losslessly: in JSON a path is a string when it is valid UTF-8 and
 //! `{"hex": "..."}` otherwise.
 //!
@@ -181,6 +184,26 @@ impl<'de> Deserialize<'de> for RelPath {
     }
 }
 
+/// A park's or unpark's hidden name as the journal holds it: a path as
+/// [`RelPath`]'s `Deserialize` takes one, or, in a mount over a home, one
+/// outside the versioned root: `..` alone or `../` and such a path.
+/// Nothing else (`../..`, `a/..`, a `..` deeper in) is read as one.
+pub fn hidden_deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<RelPath>, D::Error> {
+    let b = bytes_deserialize(d)?;
+    let sound = match b.strip_prefix(b"..") {
+        Some([]) => true,
+        Some([b'/', rest @ ..]) => !rest.is_empty() && RelPath::canonical(rest.to_vec()).is_some(),
+        _ => RelPath::canonical(b.clone()).is_some(),
+    };
+    if sound {
+        Ok(Some(RelPath(b)))
+    } else {
+        Err(serde::de::Error::custom(
+            "not a hidden name (a path from the root, or `../` and one from the home around it)",
+        ))
+    }
+}
+
 /// Serializes bytes as a JSON string when UTF-8, else as `{"hex": ".."}`.
 pub fn bytes_serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
     match std::str::from_utf8(b) {
@@ -248,6 +271,49 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    /// A park's hidden name may lie in the home around the versioned
+    /// root (`../aside`, as skillfs writes it), and nowhere further out.
+    #[test]
+    fn a_hidden_name_may_be_one_step_out_and_no_more() {
+        #[derive(serde::Deserialize)]
+        struct R {
+            #[serde(default, deserialize_with = "hidden_deserialize")]
+            hidden: Option<RelPath>,
+        }
+        let de = |j: &str| {
+            serde_json::from_str::<R>(&format!(r#"{{"hidden":{j}}}"#))
+                .ok()
+                .map(|r| r.hidden.map(|p| p.0))
+        };
+        for good in [
+            "..",
+            "../aside",
+            "../.skill-rollback-asides/x/s",
+            ".git/x",
+            "a",
+            "..x/y",
+        ] {
+            assert_eq!(
+                de(&format!("\"{good}\"")),
+                Some(Some(good.as_bytes().to_vec())),
+                "{good}"
+            );
+        }
+        for bad in [
+            "../..",
+            "../../etc",
+            "a/..",
+            "../a/../b",
+            "../",
+            "..//a",
+            "/a",
+            "a/",
+        ] {
+            assert_eq!(de(&format!("\"{bad}\"")), None, "{bad}");
+        }
+        assert_eq!(serde_json::from_str::<R>("{}").unwrap().hidden, None);
+    }
+
     /// A journal record's path is read only as a path (found by the
     /// `journal` fuzz target: fuzz/regressions/journal/rename-to-trailing-slash).
     #[test]

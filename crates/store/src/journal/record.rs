@@ -189,8 +189,13 @@ pub struct Record {
     pub to: Option<RelPath>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub noreplace: bool,
-    /// The hidden name involved in a park or unpark.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The hidden name involved in a park or unpark; in a mount over a
+    /// home, `../<path>` when it lies outside the versioned root.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "skillfs_base::relpath::hidden_deserialize"
+    )]
     pub hidden: Option<RelPath>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<EntryState>,
