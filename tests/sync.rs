@@ -491,3 +491,47 @@ fn the_daemon_syncs_on_the_configured_schedule() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("origin") && text.contains("synced"), "{text}");
 }
+
+/// Over a home (`--versioned skills`), the daemon's schedule checks the
+/// agent's own Skill Sync in the home's `config.yaml` (read from the
+/// directory under the mount, opened before it) and refuses to sync.
+#[test]
+fn the_schedule_over_a_home_refuses_while_the_agents_sync_is_on() {
+    let s = Scratch::home("synchome");
+    fs::create_dir_all(s.store()).unwrap();
+    fs::write(
+        s.store().join("config.json"),
+        r#"{"sync": {"every": "1s"}}"#,
+    )
+    .unwrap();
+    fs::write(
+        s.mount_point().join("config.yaml"),
+        "model: a\nsync:\n  enabled: true\n",
+    )
+    .unwrap();
+    // Beside the home, not in it: never a path under the mount.
+    let remote = s.mount_point().parent().unwrap().join("remote.git");
+    let out = Command::new("git")
+        .args(["init", "--bare", "--quiet"])
+        .arg(&remote)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let m = Mount::over(s, Vec::new());
+    add_remote(&root_arg(&m), "origin", remote.to_str().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let log = fs::read_to_string(m.store().join("daemon.log")).unwrap();
+        if log.contains("the agent's own Skill Sync is on") {
+            assert!(log.contains("config.yaml"), "{log}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{log}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let refs = git(&remote, &["for-each-ref", "--format=%(refname)"]);
+    assert!(
+        refs.trim().is_empty(),
+        "pushed while the agent's sync is on: {refs}"
+    );
+}

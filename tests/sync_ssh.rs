@@ -247,3 +247,127 @@ fn three_replicas_push_and_fetch_over_a_real_sshd_and_a_path() {
     let out = skillfs_ssh(&sshd, &["verify", "--full", "--root", &a]);
     ok(&out);
 }
+
+/// A mount whose scheduled sync (every second, each git command bounded
+/// by `timeout`) reaches its one remote through an ssh that never answers:
+/// each run of it appends its pid to the returned file, then sleeps.
+fn mount_with_a_hanging_ssh(tag: &str, timeout: &str) -> (Mount, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new(tag);
+    fs::create_dir_all(s.store()).unwrap();
+    fs::write(
+        s.store().join("config.json"),
+        format!(r#"{{"sync": {{"every": "1s", "timeout": "{timeout}"}}}}"#),
+    )
+    .unwrap();
+    let dir = s.root().parent().unwrap().to_path_buf();
+    let pids = dir.join("ssh-pids");
+    let ssh = dir.join("hanging-ssh");
+    fs::write(
+        &ssh,
+        format!(
+            "#!/bin/sh\necho $$ >> '{}'\nexec sleep 600\n",
+            pids.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&ssh, fs::Permissions::from_mode(0o755)).unwrap();
+    let root = s.root().display().to_string();
+    run(Command::new(common::BIN)
+        .args(["mount", &root])
+        .env("GIT_SSH_COMMAND", &ssh)
+        .env_remove("HERMES_HOME"));
+    let m = Mount::adopt(s);
+    run(Command::new(common::BIN).args([
+        "remote",
+        "add",
+        "origin",
+        "ssh://127.0.0.1:9/nowhere.git",
+        "--no-check",
+        "--root",
+        &root,
+    ]));
+    fs::write(m.path("greet.md"), "Say hi.\n").unwrap();
+    (m, pids)
+}
+
+/// The pids the hanging ssh wrote, once it has run at least `n` times.
+fn hanging_pids(pids: &Path, n: usize) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got: Vec<i32> = fs::read_to_string(pids)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the scheduled sync never ran ssh"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie waiting to be reaped).
+fn gone(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+fn until_gone(pid: i32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while !gone(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+/// A scheduled sync whose remote never answers is stopped at its
+/// `timeout`, with everything its git started, said in `daemon.log`; the
+/// next turn runs (the lock was let go), and the store is unharmed.
+#[test]
+fn a_scheduled_sync_that_hangs_is_stopped_at_its_timeout() {
+    let (mut m, pids) = mount_with_a_hanging_ssh("synchang", "2s");
+    let first = hanging_pids(&pids, 1)[0];
+    assert!(
+        until_gone(first, Duration::from_secs(20)),
+        "the hanging ssh {first} outlived the sync's timeout"
+    );
+    // A later turn ran: the first one let go of sync/lock.
+    hanging_pids(&pids, 2);
+    let log = fs::read_to_string(m.store().join("daemon.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("sync: git push with remote 'origin'")
+                && l.contains("did not finish")
+                && l.contains("longer than 2s")),
+        "{log}"
+    );
+    m.umount();
+    let root = m.root().display().to_string();
+    run(Command::new(common::BIN).args(["verify", "--root", &root]));
+}
+
+/// A git of the scheduled sync that is still waiting on its remote when
+/// the mount ends does not outlive the daemon.
+#[test]
+fn a_scheduled_sync_ends_with_its_mount() {
+    let (mut m, pids) = mount_with_a_hanging_ssh("syncend", "10m");
+    let hanging = hanging_pids(&pids, 1)[0];
+    assert!(!gone(hanging));
+    m.umount();
+    assert!(
+        until_gone(hanging, Duration::from_secs(10)),
+        "the scheduled sync's ssh {hanging} outlived the unmount"
+    );
+}

@@ -197,7 +197,7 @@ pub fn describe(r: &Remote, now: i64) -> String {
 pub fn sync(name: Option<&str>, at: &Where) -> Result<(), Failure> {
     let t = super::locate::locate(at, None)?;
     remotes_dir(&t, false)?;
-    let reports = crate::sync::sync(&t.layout, &t.root, name)?;
+    let reports = crate::sync::sync(&t.layout, &t.root, name, &Default::default())?;
     let mut failed: Vec<Failure> = Vec::new();
     for r in reports {
         match r.error {

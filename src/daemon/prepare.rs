@@ -75,8 +75,8 @@ pub(crate) struct Prepared {
     pub(crate) fs: Arc<SkillFs>,
     /// The retention policy of `config.json`, applied on its schedule.
     pub(super) retention: Option<crate::retention::Policy>,
-    /// The interval of `config.json`'s sync schedule.
-    pub(super) sync_every: Option<std::time::Duration>,
+    /// `config.json`'s sync schedule: its interval, and how the sync runs.
+    pub(super) sync: Option<(std::time::Duration, crate::sync::Options)>,
 }
 
 impl Prepared {
@@ -91,6 +91,30 @@ impl Prepared {
             && let Err(e) = store::clean::mark_clean(&self.top, &self.io)
         {
             tracing::warn!("could not mark the store cleanly unmounted: {e}");
+        }
+    }
+}
+
+/// The agent's home (see `sync::agent_home`) opened now, before the
+/// mount: the daemon's scheduled sync reads its `config.yaml` from the
+/// directory under the mount, never through it.
+fn agent_home_under(root: &Path) -> crate::sync::AgentHome {
+    let Some(home) = crate::sync::agent_home(root) else {
+        return crate::sync::AgentHome::Missing;
+    };
+    match crate::sys::openat(
+        libc::AT_FDCWD,
+        home.as_os_str().as_bytes(),
+        libc::O_RDONLY | libc::O_DIRECTORY,
+        0,
+    ) {
+        Ok(f) => crate::sync::AgentHome::At(Arc::new(OwnedFd::from(f)), home),
+        Err(e) => {
+            tracing::info!(
+                "sync: no agent home to check for its own Skill Sync at '{}': {e}",
+                home.display()
+            );
+            crate::sync::AgentHome::Missing
         }
     }
 }
@@ -113,7 +137,7 @@ pub(crate) struct Opened {
     notes: Vec<String>,
     blobs: BlobStore,
     retention: Option<crate::retention::Policy>,
-    sync_every: Option<std::time::Duration>,
+    sync: Option<(std::time::Duration, crate::sync::Options)>,
 }
 
 /// How a mount reaches the disk: the door every durable sync of the store,
@@ -282,16 +306,27 @@ pub(crate) fn open_store(args: &MountArgs, io: &StoreIo) -> Result<Opened, Failu
             )
         })?;
     }
-    let sync_every = match &config.sync {
-        Some(schedule) => Some(schedule.interval().map_err(|why| {
-            Failure::new(
-                Exit::BadRules,
-                format!(
-                    "config file '{}': sync: {why}",
-                    layout.dir.join(crate::config::CONFIG_FILE).display()
-                ),
-            )
-        })?),
+    let sync = match &config.sync {
+        Some(schedule) => {
+            let bad = |why| {
+                Failure::new(
+                    Exit::BadRules,
+                    format!(
+                        "config file '{}': sync: {why}",
+                        layout.dir.join(crate::config::CONFIG_FILE).display()
+                    ),
+                )
+            };
+            let every = schedule.interval().map_err(bad)?;
+            let deadline = Some(schedule.timeout().map_err(bad)?);
+            Some((
+                every,
+                crate::sync::Options {
+                    deadline,
+                    agent_home: agent_home_under(&root),
+                },
+            ))
+        }
         None => None,
     };
     // The journal is read once, here: a damaged one refuses the mount
@@ -352,7 +387,7 @@ pub(crate) fn open_store(args: &MountArgs, io: &StoreIo) -> Result<Opened, Failu
         notes,
         blobs,
         retention: config.retention,
-        sync_every,
+        sync,
     })
 }
 
@@ -388,7 +423,7 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
         notes,
         blobs,
         retention,
-        sync_every,
+        sync,
     } = o;
     // The last daemon did not finish (its DIRTY mark is still there): a
     // power cut may have left live files empty or zero-filled (see
@@ -492,7 +527,7 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
         io,
         fs: Arc::new(fs),
         retention,
-        sync_every,
+        sync,
     })
 }
 

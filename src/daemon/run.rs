@@ -160,8 +160,8 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     if let Some(policy) = prepared.retention.clone() {
         start_retention(Arc::clone(&prepared.fs), policy);
     }
-    if let Some(every) = prepared.sync_every {
-        start_sync(prepared.layout.clone(), prepared.root.clone(), every);
+    if let Some((every, opts)) = prepared.sync.take() {
+        start_sync(prepared.layout.clone(), prepared.root.clone(), every, opts);
     }
     // Without it the store's commands that need the daemon say so; the
     // mount itself serves either way.
@@ -176,6 +176,8 @@ fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     sd_notify(&format!("READY=1\nMAINPID={}\n", std::process::id()));
     let result = session.run();
     sd_notify("STOPPING=1\n");
+    // No git of a scheduled sync outlives the mount.
+    crate::sync::stop();
     // `destroy` has published and synced; make sure of it for the paths
     // where the kernel never sent DESTROY (connection aborted).
     let _ = prepared.top.unlink(super::control::CONTROL);
@@ -303,13 +305,18 @@ fn start_retention(fs: Arc<SkillFs>, policy: crate::retention::Policy) {
 /// already running (a user's `skillfs sync`) is left to finish: this one
 /// is skipped. The daemon's own process runs it, reading the store as the
 /// command does; the agent keeps writing meanwhile.
-fn start_sync(layout: crate::store::Layout, root: std::path::PathBuf, every: std::time::Duration) {
+fn start_sync(
+    layout: crate::store::Layout,
+    root: std::path::PathBuf,
+    every: std::time::Duration,
+    opts: crate::sync::Options,
+) {
     let spawned = std::thread::Builder::new()
         .name("sync".into())
         .spawn(move || {
             loop {
                 std::thread::sleep(every);
-                match crate::sync::sync(&layout, &root, None) {
+                match crate::sync::sync(&layout, &root, None, &opts) {
                     Ok(reports) => {
                         for r in reports {
                             match r.error {

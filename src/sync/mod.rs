@@ -33,13 +33,15 @@
 //!
 //! Locks: `sync/lock`, one sync at a time per store; git locks its refs.
 
+mod child;
 mod remotes;
 mod replica;
 mod run;
 
+pub use child::stop;
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;
-pub use run::{SyncReport, git, lock, sync};
+pub use run::{AgentHome, Options, SyncReport, agent_home, git, lock, sync};
 #[doc(hidden)]
 pub use {
     replica::parse as parse_replica,

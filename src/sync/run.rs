@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::child;
 use super::remotes::{Remotes, sync_dir};
 use super::{branch_of, replica_id};
 use crate::commands::Store;
@@ -83,6 +84,9 @@ pub fn git(repo: Option<&Path>) -> Command {
         || crate::export::git::git(None)
             .args(["config", "--get", "core.sshCommand"])
             .stdin(Stdio::null())
+            // The user's and the system's config, not a repository's
+            // around the caller's working directory (or a mount's).
+            .current_dir("/")
             .output()
             .is_ok_and(|o| o.status.success());
     if !own_ssh {
@@ -105,9 +109,32 @@ fn said(out: &std::process::Output) -> String {
 /// `config.yaml` (a top-level `sync:` whose `enabled:` is true): then the
 /// two would feed each other, and skillfs refuses.
 pub fn agent_sync_on(home: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(home.join("config.yaml")) else {
-        return false;
-    };
+    std::fs::read_to_string(home.join("config.yaml")).is_ok_and(|t| sync_enabled(&t))
+}
+
+/// [`agent_sync_on`] for the home open at `fd` (at `path`, for messages).
+fn agent_sync_on_at(fd: &std::os::fd::OwnedFd, path: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let read =
+        crate::sys::openat(fd.as_raw_fd(), b"config.yaml", libc::O_RDONLY, 0).and_then(|mut f| {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut f, &mut text).map(|_| text)
+        });
+    match read {
+        Ok(text) => sync_enabled(&text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => {
+            tracing::warn!(
+                "sync: could not read '{}': {e}",
+                path.join("config.yaml").display()
+            );
+            false
+        }
+    }
+}
+
+/// Whether a `config.yaml`'s text switches the agent's Skill Sync on.
+fn sync_enabled(text: &str) -> bool {
     let mut in_sync = false;
     for line in text.lines() {
         if !line.starts_with([' ', '\t']) && !line.trim().is_empty() {
@@ -153,15 +180,57 @@ pub fn lock(dir: &crate::store::Dir, layout: &Layout) -> Result<std::fs::File, F
     Ok(lock)
 }
 
+/// How a sync runs: a user's `skillfs sync` takes the defaults; the
+/// daemon's schedule bounds its git and never reads through its own mount.
+#[derive(Default)]
+pub struct Options {
+    /// Each git command that talks to a remote is stopped after this long
+    /// (see `child`); `None`: it runs until it ends or is interrupted.
+    pub deadline: Option<std::time::Duration>,
+    /// Where the agent's `config.yaml` is read, which says whether its
+    /// own Skill Sync is on.
+    pub agent_home: AgentHome,
+}
+
+/// The agent's home a sync checks for the agent's own Skill Sync.
+#[derive(Default)]
+pub enum AgentHome {
+    /// `HERMES_HOME`, else the root's parent, by path (a user's sync).
+    #[default]
+    ByPath,
+    /// The home opened before the mount (so the directory under it, for
+    /// the daemon, which never reads through its own mount), with its
+    /// path for messages.
+    At(std::sync::Arc<std::os::fd::OwnedFd>, PathBuf),
+    /// There was none to open when the mount was made.
+    Missing,
+}
+
+/// The agent's home a sync of `root` checks for its own Skill Sync:
+/// `HERMES_HOME`, else the root's parent.
+pub fn agent_home(root: &Path) -> Option<PathBuf> {
+    std::env::var_os("HERMES_HOME")
+        .map(PathBuf::from)
+        .or_else(|| root.parent().map(Path::to_path_buf))
+}
+
 /// Syncs the store at `layout` (whose root is `root`) with every remote,
 /// or with `only`.
-pub fn sync(layout: &Layout, root: &Path, only: Option<&str>) -> Result<Vec<SyncReport>, Failure> {
-    let home = std::env::var_os("HERMES_HOME")
-        .map(PathBuf::from)
-        .or_else(|| root.parent().map(Path::to_path_buf));
-    if let Some(home) = home
-        && agent_sync_on(&home)
-    {
+pub fn sync(
+    layout: &Layout,
+    root: &Path,
+    only: Option<&str>,
+    opts: &Options,
+) -> Result<Vec<SyncReport>, Failure> {
+    let (on, home) = match &opts.agent_home {
+        AgentHome::At(fd, path) => (agent_sync_on_at(fd, path), Some(path.clone())),
+        AgentHome::ByPath => match agent_home(root) {
+            Some(h) => (agent_sync_on(&h), Some(h)),
+            None => (false, None),
+        },
+        AgentHome::Missing => (false, None),
+    };
+    if on && let Some(home) = home {
         return Err(Failure::new(
             Exit::Usage,
             format!(
@@ -216,7 +285,15 @@ pub fn sync(layout: &Layout, root: &Path, only: Option<&str>) -> Result<Vec<Sync
     let mut reports = Vec::new();
     for name in chosen {
         let r = remotes.get(&name).expect("chosen").clone();
-        let report = with_remote(&repo, &replica, &branch, &r.name, &r.url, r.pushed, tip);
+        let report = with_remote(
+            &repo,
+            &replica,
+            &branch,
+            (&r.name, &r.url),
+            r.pushed,
+            tip,
+            opts.deadline,
+        );
         let entry = remotes.get_mut(&name).expect("chosen");
         entry.last_sync = Some(crate::time::now_ns());
         // What a remote said, as one line no terminal acts on.
@@ -276,11 +353,22 @@ fn with_remote(
     repo: &Path,
     replica: &str,
     branch: &str,
-    name: &str,
-    url: &str,
+    (name, url): (&str, &str),
     before: Option<u64>,
     tip: Option<u64>,
+    deadline: Option<std::time::Duration>,
 ) -> SyncReport {
+    // A command that could not run, or was stopped (see `child`).
+    let failed = |what: &str, e: std::io::Error| {
+        if child::is_stopped(&e) {
+            (
+                Exit::RemoteFailed,
+                format!("git {what} with remote '{name}' ({url}) did not finish: {e}"),
+            )
+        } else {
+            (Exit::Internal, format!("could not run git {what}: {e}"))
+        }
+    };
     let mut report = SyncReport {
         remote: name.to_string(),
         pushed: None,
@@ -291,13 +379,12 @@ fn with_remote(
     if tip.is_some() {
         // Never forced: not a fast-forward of what the remote holds is
         // refused by git, and the remote compares and swaps the ref.
-        match git(Some(repo))
-            .args(["push", "--porcelain", "--no-verify", url])
-            .arg(format!("{branch}:{branch}"))
-            .output()
-        {
+        let mut push = git(Some(repo));
+        push.args(["push", "--porcelain", "--no-verify", url])
+            .arg(format!("{branch}:{branch}"));
+        match child::output(push, deadline) {
             Err(e) => {
-                report.error = fail(Exit::Internal, format!("could not run git push: {e}"));
+                report.error = Some(failed("push", e));
                 return report;
             }
             Ok(out) if out.status.success() => {
@@ -325,10 +412,11 @@ fn with_remote(
         }
     }
     // The other replicas' branches, as the remote has them now.
-    let fetched = git(Some(repo))
+    let mut fetch = git(Some(repo));
+    fetch
         .args(["fetch", "--no-tags", "--prune", "--quiet", url])
-        .arg(format!("+refs/heads/skillfs/*:refs/remotes/{name}/*"))
-        .output();
+        .arg(format!("+refs/heads/skillfs/*:refs/remotes/{name}/*"));
+    let fetched = child::output(fetch, deadline);
     match fetched {
         Ok(out) if out.status.success() => {}
         Ok(out) => {
@@ -342,7 +430,7 @@ fn with_remote(
             return report;
         }
         Err(e) => {
-            report.error = fail(Exit::Internal, format!("could not run git fetch: {e}"));
+            report.error = Some(failed("fetch", e));
             return report;
         }
     }

@@ -48,13 +48,23 @@ pub struct Config {
     pub sync: Option<SyncSchedule>,
 }
 
-/// `"sync": {"every": "30s"}`.
+/// `"sync": {"every": "30s"}`, and optionally `"timeout": "10m"`.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct SyncSchedule {
     /// An age (`30s`, `10m`, `1h`); at least [`SYNC_MIN_EVERY_SECS`].
     pub every: String,
+    /// How long one git command of a scheduled sync (a push, a fetch) may
+    /// run before it is stopped with everything it started; an age, at
+    /// least [`SYNC_MIN_EVERY_SECS`]. Default [`SYNC_DEFAULT_TIMEOUT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
 }
+
+/// How long one git command of a scheduled sync runs at most, unless
+/// `timeout` says otherwise: long enough for a first push of a large tree
+/// over a slow link, short enough that a remote that hangs is given up.
+pub const SYNC_DEFAULT_TIMEOUT: &str = "10m";
 
 /// The shortest interval between two scheduled syncs: a sync is a git
 /// push and fetch per remote.
@@ -63,17 +73,30 @@ pub const SYNC_MIN_EVERY_SECS: u64 = 1;
 impl SyncSchedule {
     /// The interval, or why `every` is not one.
     pub fn interval(&self) -> Result<std::time::Duration, String> {
-        let ns = skillfs_base::time::parse_age(&self.every)
-            .ok_or_else(|| format!("every: '{}' is not an age (30s, 10m, 1h)", self.every))?;
-        let d = std::time::Duration::from_nanos(ns.max(0) as u64);
-        if d.as_secs() < SYNC_MIN_EVERY_SECS {
-            return Err(format!(
-                "every: '{}' is shorter than {SYNC_MIN_EVERY_SECS}s",
-                self.every
-            ));
-        }
-        Ok(d)
+        age("every", &self.every)
     }
+
+    /// The bound on one git command, or why `timeout` is not one.
+    pub fn timeout(&self) -> Result<std::time::Duration, String> {
+        age(
+            "timeout",
+            self.timeout.as_deref().unwrap_or(SYNC_DEFAULT_TIMEOUT),
+        )
+    }
+}
+
+/// `value` of the field `what` as an age of at least
+/// [`SYNC_MIN_EVERY_SECS`].
+fn age(what: &str, value: &str) -> Result<std::time::Duration, String> {
+    let ns = skillfs_base::time::parse_age(value)
+        .ok_or_else(|| format!("{what}: '{value}' is not an age (30s, 10m, 1h)"))?;
+    let d = std::time::Duration::from_nanos(ns.max(0) as u64);
+    if d.as_secs() < SYNC_MIN_EVERY_SECS {
+        return Err(format!(
+            "{what}: '{value}' is shorter than {SYNC_MIN_EVERY_SECS}s"
+        ));
+    }
+    Ok(d)
 }
 
 /// Why `config.json` could not be used.
