@@ -27,7 +27,11 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 fn bare(s: &Scratch) -> std::path::PathBuf {
-    let remote = s.root().parent().unwrap().join("remote.git");
+    bare_at(s.root().parent().unwrap().join("remote.git"))
+}
+
+/// A bare repository made at `remote`.
+fn bare_at(remote: std::path::PathBuf) -> std::path::PathBuf {
     let out = Command::new("git")
         .args(["init", "--bare", "--quiet"])
         .arg(&remote)
@@ -510,13 +514,7 @@ fn the_schedule_over_a_home_refuses_while_the_agents_sync_is_on() {
     )
     .unwrap();
     // Beside the home, not in it: never a path under the mount.
-    let remote = s.mount_point().parent().unwrap().join("remote.git");
-    let out = Command::new("git")
-        .args(["init", "--bare", "--quiet"])
-        .arg(&remote)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
+    let remote = bare_at(s.mount_point().parent().unwrap().join("remote.git"));
     let m = Mount::over(s, Vec::new());
     add_remote(&root_arg(&m), "origin", remote.to_str().unwrap());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
