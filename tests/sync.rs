@@ -237,6 +237,75 @@ fn each_replica_fetches_the_others_refs() {
     assert_eq!(refs.lines().count(), 2, "{refs}");
 }
 
+/// Whether `repo` holds the object `id`.
+fn holds(repo: &Path, id: &str) -> bool {
+    Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["cat-file", "-e", id])
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// A remote whose branch of a replica is rewound, then rewritten, then
+/// deleted by someone else: what this store fetched of it stays (kept
+/// refs, through a gc), and the rewrite is said.
+#[test]
+fn what_was_fetched_of_a_replica_survives_its_remote_being_rewritten() {
+    let (a, b, remote) = two_replicas("synckeep");
+    fs::write(a.path("x.md"), "from a, again").unwrap();
+    for m in [&a, &b] {
+        let out = skillfs(&["sync", "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    let branch = format!("refs/heads/skillfs/{}", replica(&a));
+    let tip = git(&remote, &["rev-parse", &branch]).trim().to_string();
+    let first = git(&remote, &["rev-list", "--max-parents=0", &branch])
+        .trim()
+        .to_string();
+    assert_ne!(tip, first);
+    let repo = b.store().join("sync/repo.git");
+    let kept = format!("refs/skillfs/kept/{}", replica(&a));
+    let sync_b = || {
+        let out = skillfs(&["sync", "--root", &root_arg(&b)]);
+        assert!(out.status.success(), "{}", describe(&out));
+        out
+    };
+    let gc = || {
+        git(&repo, &["reflog", "expire", "--expire=now", "--all"]);
+        git(&repo, &["gc", "--prune=now", "--quiet"]);
+    };
+    // Rewound to its first commit: nothing moves back.
+    git(&remote, &["update-ref", &branch, &first]);
+    sync_b();
+    gc();
+    assert_eq!(git(&repo, &["rev-parse", &kept]).trim(), tip);
+    assert!(holds(&repo, &tip));
+    // Rewritten: another commit on the first one. Both histories kept.
+    let tree = git(&remote, &["rev-parse", &format!("{first}^{{tree}}")]);
+    let other = git(
+        &remote,
+        &["commit-tree", tree.trim(), "-p", &first, "-m", "rewritten"],
+    )
+    .trim()
+    .to_string();
+    git(&remote, &["update-ref", &branch, &other]);
+    let out = sync_b();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("another history of replica"), "{said}");
+    gc();
+    assert_eq!(git(&repo, &["rev-parse", &kept]).trim(), other);
+    assert!(holds(&repo, &tip), "the history fetched before is kept");
+    let aside = format!("refs/skillfs/rewound/{}/1", replica(&a));
+    assert_eq!(git(&repo, &["rev-parse", &aside]).trim(), tip);
+    // Deleted: still kept.
+    git(&remote, &["update-ref", "-d", &branch]);
+    sync_b();
+    gc();
+    assert!(holds(&repo, &tip) && holds(&repo, &other));
+}
+
 #[test]
 fn bad_remotes_and_a_running_agent_sync_are_refused() {
     let m = Mount::new("syncbad");

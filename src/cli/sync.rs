@@ -202,7 +202,12 @@ pub fn sync(name: Option<&str>, at: &Where) -> Result<(), Failure> {
     for r in reports {
         match r.error {
             Some((exit, m)) => failed.push(Failure::new(exit, m)),
-            None => println!("{}: {}", r.remote, r.summary()),
+            None => {
+                println!("{}: {}", r.remote, r.summary());
+                for line in &r.rewritten {
+                    eprintln!("skillfs: {}", crate::error::one_line(line.clone()));
+                }
+            }
         }
     }
     // Each failure is one line; the last one is the command's, with its

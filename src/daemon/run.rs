@@ -321,7 +321,12 @@ fn start_sync(
                         for r in reports {
                             match r.error {
                                 Some((_, why)) => tracing::warn!("sync: {why}"),
-                                None => tracing::info!("sync: {}: {}", r.remote, r.summary()),
+                                None => {
+                                    tracing::info!("sync: {}: {}", r.remote, r.summary());
+                                    for line in &r.rewritten {
+                                        tracing::warn!("sync: {line}");
+                                    }
+                                }
                             }
                         }
                     }

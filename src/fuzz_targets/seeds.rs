@@ -188,7 +188,8 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     add(
         "sync_git",
         "refs",
-        b"refs/remotes/origin/0123\nrefs/remotes/origin/89ab\n".to_vec(),
+        b"refs/remotes/origin/0123\nrefs/remotes/origin/89abcdef0123456789abcdef01234567\n"
+            .to_vec(),
     );
     add(
         "sync_git",

@@ -13,6 +13,10 @@
 //! sync/repo.git/       a bare repository: this replica's branch, made by
 //!                      the same fast-import as `export --git`, and the
 //!                      fetched branches under refs/remotes/<remote>/
+//!                      (as each remote has them now), and every
+//!                      replica's history fetched, kept for good under
+//!                      refs/skillfs/kept/ and refs/skillfs/rewound/
+//!                      (see `kept`)
 //! sync/lock            held (flock) by a running sync
 //! ```
 //!
@@ -34,6 +38,7 @@
 //! Locks: `sync/lock`, one sync at a time per store; git locks its refs.
 
 mod child;
+mod kept;
 mod remotes;
 mod replica;
 mod run;

@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::child;
 use super::remotes::{Remotes, sync_dir};
 use super::{branch_of, replica_id};
+use super::{child, kept};
 use crate::commands::Store;
 use crate::error::{Exit, Failure};
 use crate::store::Layout;
@@ -20,8 +20,11 @@ pub struct SyncReport {
     /// The change ids its copy of this replica's branch now ends at, and
     /// where it ended before (`None`: it had none).
     pub pushed: Option<(Option<u64>, u64)>,
-    /// The other replicas it holds, with their commits.
+    /// The other replicas it holds, with the commits this store keeps of
+    /// each (see `kept`).
     pub replicas: Vec<(String, u64)>,
+    /// What the fetch found rewritten, each a line for the user.
+    pub rewritten: Vec<String>,
     /// Why it failed, if it did.
     pub error: Option<(Exit, String)>,
 }
@@ -338,13 +341,14 @@ pub fn push_rejected(porcelain: &[u8], branch: &str) -> bool {
 
 /// The other replicas' refs in `git for-each-ref --format=%(refname)
 /// PREFIX`'s output: each one's id (its name past `prefix`) and ref,
-/// `replica`'s own left out.
+/// `replica`'s own left out, and any name that is no replica id (what a
+/// remote calls its refs is not trusted to be a ref name of ours).
 pub fn remote_refs(out: &[u8], prefix: &str, replica: &str) -> Vec<(String, String)> {
     String::from_utf8_lossy(out)
         .lines()
         .filter_map(|r| {
-            let id = r.strip_prefix(prefix).unwrap_or(r);
-            (id != replica).then(|| (id.to_string(), r.to_string()))
+            let id = super::replica::parse(r.strip_prefix(prefix)?.as_bytes())?;
+            (id != replica).then(|| (id, r.to_string()))
         })
         .collect()
 }
@@ -373,6 +377,7 @@ fn with_remote(
         remote: name.to_string(),
         pushed: None,
         replicas: Vec::new(),
+        rewritten: Vec::new(),
         error: None,
     };
     let fail = |exit, m: String| Some((exit, m));
@@ -441,13 +446,17 @@ fn with_remote(
         .output()
     {
         for (id, r) in remote_refs(&out.stdout, &prefix, replica) {
-            let n = git(Some(repo))
-                .args(["rev-list", "--count", &r])
-                .output()
-                .ok()
-                .and_then(|o| parse_count(&o.stdout))
-                .unwrap_or(0);
-            report.replicas.push((id, n));
+            match kept::keep(repo, &id, &r) {
+                Ok(kept::Kept::Diverged(aside)) => report.rewritten.push(format!(
+                    "remote '{name}' holds another history of replica {id} than this store \
+                     fetched before (rewritten by someone): the earlier one is kept as {aside}"
+                )),
+                Ok(_) => {}
+                Err(why) => report.rewritten.push(format!(
+                    "could not keep what was fetched of replica {id}: {why}"
+                )),
+            }
+            report.replicas.push((id.clone(), kept::commits(repo, &id)));
         }
     }
     report
