@@ -378,9 +378,21 @@ fn the_mount_helper_mounts_a_store_and_a_plain_umount_ends_it() {
                     && l.contains(&format!(" {source} "))),
             "the mount's source is the helper's SOURCE, as findmnt -S needs:\n{mountinfo}"
         );
-        // Enough bytes that the daemon is still publishing when umount returns.
+        // Enough bytes that the daemon is still publishing when umount
+        // returns. Written by a process of its own: a file this test's
+        // process held open would be closed again (a version of what it
+        // held so far) by the exec of a child another test forks meanwhile.
         let name = format!("f{round}");
-        std::fs::write(dir.join(&name), vec![round as u8; 24 << 20]).unwrap();
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sys; open(sys.argv[1], 'wb').write(bytes([int(sys.argv[2])]) * (24 << 20))",
+            ])
+            .arg(dir.join(&name))
+            .arg(round.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
         plain_umount(&dir);
         assert!(!is_mounted(&dir));
     }
