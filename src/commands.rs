@@ -490,7 +490,11 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
 /// name the default rules hide wherever it is (`.rollback-staging-*`):
 /// what is built or set aside in it is in no listing, and what stays in it
 /// is swept with the parks.
-fn staging_dir(parent_fd: &OwnedFd, target: &Path, what: &str) -> Result<String, Failure> {
+pub(crate) fn staging_dir(
+    parent_fd: &OwnedFd,
+    target: &Path,
+    what: &str,
+) -> Result<String, Failure> {
     let name = format!(
         ".rollback-staging-skillfs-{what}-{}-{}",
         std::process::id(),
@@ -533,7 +537,7 @@ pub fn remove(root: &Path, path: &RelPath) -> Result<(), Failure> {
 /// ROOT, where a restore must not write (and which no history covers).
 /// Where a directory on the way is gone, the last one that exists, and the
 /// outermost missing path (else `path` itself).
-fn open_parent(root: &Path, path: &RelPath) -> Result<(OwnedFd, RelPath), Failure> {
+pub(crate) fn open_parent(root: &Path, path: &RelPath) -> Result<(OwnedFd, RelPath), Failure> {
     let mut fd = sys::openat(
         libc::AT_FDCWD,
         root.as_os_str().as_bytes(),

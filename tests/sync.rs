@@ -32,12 +32,7 @@ fn bare(s: &Scratch) -> std::path::PathBuf {
 
 /// A bare repository made at `remote`.
 fn bare_at(remote: std::path::PathBuf) -> std::path::PathBuf {
-    let out = Command::new("git")
-        .args(["init", "--bare", "--quiet"])
-        .arg(&remote)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
+    common::bare_repo(&remote);
     remote
 }
 

@@ -3,7 +3,7 @@
 //! 127.0.0.1 with keys made for the test, and to a plain path remote;
 //! each fetches the other two; a remote that stops answering fails a sync
 //! with exit 10 and loses nothing: the next sync pushes what was missed.
-//! (The merge of what was fetched is not built yet: see docs/limits.md.)
+//! (The merge of what was fetched is tests/sync_merge.rs's.)
 
 mod common;
 

@@ -308,11 +308,20 @@ Examples:
     #[command(subcommand, after_help = sync::REMOTE_EXAMPLES)]
     Remote(sync::RemoteCmd),
     /// Push this replica's versions to the remotes, as commits on its own
-    /// ref, and fetch the other replicas'.
+    /// ref, fetch the other replicas', and merge them into this tree
+    /// through the mount (per skill, per file, per line; a conflict keeps
+    /// this tree's side live).
     #[command(after_help = sync::SYNC_EXAMPLES)]
     Sync {
         /// Only this remote.
         name: Option<String>,
+        /// List the conflicts of the merges so far, and do nothing else.
+        #[arg(long, conflicts_with = "merge")]
+        conflicts: bool,
+        /// Only merge what earlier syncs fetched (no push, no fetch): what
+        /// the mounted daemon runs after its scheduled sync.
+        #[arg(long)]
+        merge: bool,
         #[command(flatten)]
         at: Where,
     },
@@ -539,7 +548,12 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         Cmd::Restore { id, path, at } => restore(&id, &path, &at),
         Cmd::Export(c) => export::export(c),
         Cmd::Remote(c) => sync::remote(c),
-        Cmd::Sync { name, at } => sync::sync(name.as_deref(), &at),
+        Cmd::Sync {
+            name,
+            conflicts,
+            merge,
+            at,
+        } => sync::sync(name.as_deref(), (conflicts, merge), &at),
         Cmd::Undo { path, dry_run, at } => {
             let t = locate::locate(&at, path.as_deref())?;
             let rel = path.as_deref().map(|p| t.rel(p)).transpose()?;

@@ -23,8 +23,14 @@ Examples:
 Each store is a replica with an id of its own (REPLICA in the store). A
 sync pushes every version as a commit on this replica's one ref,
 refs/heads/skillfs/<replica>, never forced, and fetches the other
-replicas' refs. Merging what it fetched into this tree is not built yet:
-sync says how many commits each other replica holds.";
+replicas' refs, keeping what it fetched in the store for good. Then,
+with ROOT mounted, it merges each other replica's newest version into
+this tree, through the mount: a skill only one side changed is taken
+whole, one both changed is merged file by file and line by line, and
+where the changes collide this tree's side stays live and the other is
+a conflict (`skillfs sync --conflicts`), never a file in the tree. Each
+skill is swapped in whole; one being written is left for the next sync.
+`skillfs undo` takes a merge back.";
 
 #[derive(clap::Subcommand)]
 pub enum RemoteCmd {
@@ -186,7 +192,7 @@ pub fn describe(r: &Remote, now: i64) -> String {
     if !r.replicas.is_empty() {
         let commits: u64 = r.replicas.iter().map(|(_, n)| n).sum();
         s.push_str(&format!(
-            ", {} other replica{} ({commits} commits, not merged: merging is not built yet)",
+            ", {} other replica{} ({commits} commits kept)",
             r.replicas.len(),
             if r.replicas.len() == 1 { "" } else { "s" }
         ));
@@ -194,10 +200,25 @@ pub fn describe(r: &Remote, now: i64) -> String {
     s
 }
 
-pub fn sync(name: Option<&str>, at: &Where) -> Result<(), Failure> {
+pub fn sync(
+    name: Option<&str>,
+    (conflicts, merge): (bool, bool),
+    at: &Where,
+) -> Result<(), Failure> {
     let t = super::locate::locate(at, None)?;
+    if conflicts {
+        for line in crate::sync::conflicts(&t.layout)? {
+            println!("{}", crate::error::one_line(line));
+        }
+        return Ok(());
+    }
+    if merge {
+        t.live_mount_for("a merge writes through the mount so that it is versioned")?;
+        return pull(&t);
+    }
     remotes_dir(&t, false)?;
     let reports = crate::sync::sync(&t.layout, &t.root, name, &Default::default())?;
+    let fetched = reports.iter().any(|r| r.error.is_none());
     let mut failed: Vec<Failure> = Vec::new();
     for r in reports {
         match r.error {
@@ -210,6 +231,14 @@ pub fn sync(name: Option<&str>, at: &Where) -> Result<(), Failure> {
             }
         }
     }
+    // What was fetched (now or before) is merged where the merge can be
+    // versioned: through a live mount.
+    if fetched {
+        match t.live_mount_for("a merge writes through the mount so that it is versioned") {
+            Ok(_) => pull(&t)?,
+            Err(f) => eprintln!("skillfs: not merged: {f}"),
+        }
+    }
     // Each failure is one line; the last one is the command's, with its
     // exit code.
     let last = failed.pop();
@@ -220,4 +249,27 @@ pub fn sync(name: Option<&str>, at: &Where) -> Result<(), Failure> {
         Some(f) => Err(f),
         None => Ok(()),
     }
+}
+
+/// Merges what was fetched into the mounted tree, and says what it did.
+fn pull(t: &Target) -> Result<(), Failure> {
+    for p in crate::sync::pull(&t.layout, &t.root)? {
+        println!("{}", p.summary());
+        for (unit, why) in &p.applied.busy {
+            eprintln!(
+                "skillfs: {}",
+                crate::error::one_line(format!(
+                    "'{}' is merged at the next sync: {why}",
+                    String::from_utf8_lossy(unit)
+                ))
+            );
+        }
+        for s in &p.skipped {
+            eprintln!(
+                "skillfs: left out of the merge: {}",
+                crate::error::one_line(s.clone())
+            );
+        }
+    }
+    Ok(())
 }

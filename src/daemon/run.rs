@@ -318,6 +318,12 @@ fn start_sync(
                 std::thread::sleep(every);
                 match crate::sync::sync(&layout, &root, None, &opts) {
                     Ok(reports) => {
+                        if reports
+                            .iter()
+                            .any(|r| r.error.is_none() && !r.replicas.is_empty())
+                        {
+                            merge_fetched(&root, opts.deadline);
+                        }
                         for r in reports {
                             match r.error {
                                 Some((_, why)) => tracing::warn!("sync: {why}"),
@@ -339,6 +345,30 @@ fn start_sync(
         });
     if let Err(e) = spawned {
         tracing::error!("could not start the sync thread: {e}");
+    }
+}
+
+/// Merges what the scheduled sync fetched into the tree, through the
+/// mount, by a `skillfs sync --merge` of its own: the daemon never touches
+/// its own mount, but serves that process as any other. Bounded and
+/// killed at the unmount as the sync's git is (`sync::child`).
+fn merge_fetched(root: &std::path::Path, deadline: Option<std::time::Duration>) {
+    // The daemon's own binary, even if an upgrade replaced the file.
+    let mut c = std::process::Command::new("/proc/self/exe");
+    c.args(["sync", "--merge", "--root"])
+        .arg(root)
+        .current_dir("/")
+        .stdin(std::process::Stdio::null());
+    match crate::sync::run_bounded(c, deadline) {
+        Ok(out) => {
+            for l in String::from_utf8_lossy(&out.stdout).lines() {
+                tracing::info!("sync: {l}");
+            }
+            for l in String::from_utf8_lossy(&out.stderr).lines() {
+                tracing::warn!("sync: {}", l.strip_prefix("skillfs: ").unwrap_or(l));
+            }
+        }
+        Err(e) => tracing::warn!("sync: the merge did not finish: {e}"),
     }
 }
 

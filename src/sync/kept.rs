@@ -40,7 +40,7 @@ pub fn kept_ref(replica: &str) -> String {
 }
 
 /// The commit `r` names in `repo`, if it names one.
-fn resolve(repo: &Path, r: &str) -> Option<String> {
+pub(super) fn resolve(repo: &Path, r: &str) -> Option<String> {
     let out = git(Some(repo))
         .args(["rev-parse", "--verify", "--quiet"])
         .arg(format!("{r}^{{commit}}"))

@@ -1,10 +1,10 @@
 //! Skills across machines, this store's side (issue 25; the merge itself
-//! is `skillfs_sync`'s). Built so far: each store is a **replica** with a
-//! stable id, it knows its **remotes** (any URL `git` takes), and
-//! `skillfs sync` **pushes** every version as a commit on the one ref it
-//! owns, `refs/heads/skillfs/<replica>`, and **fetches** the other
-//! replicas' refs. Importing what it fetched as versions, the merge and
-//! the apply through the mount come next; `sync` says so.
+//! is `skillfs_sync`'s). Each store is a **replica** with a stable id, it
+//! knows its **remotes** (any URL `git` takes), and `skillfs sync`
+//! **pushes** every version as a commit on the one ref it owns,
+//! `refs/heads/skillfs/<replica>`, **fetches** the other replicas' refs and
+//! keeps what it fetched for good (`kept`), then **merges** each of them
+//! into the live tree through the mount (`pull`, `gittree`, `apply`).
 //!
 //! Layout in the store (private like the rest of it):
 //! ```text
@@ -18,6 +18,9 @@
 //!                      refs/skillfs/kept/ and refs/skillfs/rewound/
 //!                      (see `kept`)
 //! sync/lock            held (flock) by a running sync
+//! sync/merged.json     the base of each replica's next merge (`pull`)
+//! sync/conflicts.jsonl the conflicts of the merges so far (`pull`)
+//! sync/blobmap         git's blob ids to the store's (`gittree`)
 //! ```
 //!
 //! Invariants:
@@ -37,13 +40,17 @@
 //!
 //! Locks: `sync/lock`, one sync at a time per store; git locks its refs.
 
+mod apply;
 mod child;
+mod gittree;
 mod kept;
+mod pull;
 mod remotes;
 mod replica;
 mod run;
 
-pub use child::stop;
+pub use child::{output as run_bounded, stop};
+pub use pull::{Pulled, conflicts, pull};
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;
 pub use run::{AgentHome, Options, SyncReport, agent_home, git, lock, sync};

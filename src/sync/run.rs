@@ -40,8 +40,7 @@ impl SyncReport {
         };
         let commits: u64 = self.replicas.iter().map(|(_, n)| n).sum();
         format!(
-            "{pushed}; fetched {} other replica{} ({commits} commits; merging them into this \
-             tree is not built yet)",
+            "{pushed}; fetched {} other replica{} ({commits} commits kept)",
             self.replicas.len(),
             if self.replicas.len() == 1 { "" } else { "s" }
         )
@@ -283,7 +282,10 @@ pub fn sync(
     let store = Store::open(layout.clone())?;
     let records = crate::commands::read_records(layout)?;
     let repo = dir.join("repo.git");
-    crate::export::git::export_branch(&store, &records, &repo, &branch, true, None)?;
+    // Each commit says what this store had merged of the others by then:
+    // their next merge's base (see `pull`).
+    let trailers = super::pull::merged_trailers(layout)?;
+    crate::export::git::export_branch(&store, &records, &repo, &branch, true, None, &trailers)?;
     let tip = tip_id(&repo, &branch);
     let mut reports = Vec::new();
     for name in chosen {

@@ -788,3 +788,13 @@ pub fn within(args: &[&str], limit: Duration) -> Option<(std::process::Output, D
     }
     Some((child.wait_with_output().unwrap(), t.elapsed()))
 }
+
+/// A bare git repository made at `path` (a remote for the sync tests).
+pub fn bare_repo(path: &Path) {
+    let out = Command::new("git")
+        .args(["init", "--bare", "--quiet"])
+        .arg(path)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "{}", describe(&out));
+}

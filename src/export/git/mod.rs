@@ -71,7 +71,7 @@ pub fn export(
     dir: &Path,
     squash_ns: Option<i64>,
 ) -> Result<Exported, Failure> {
-    export_branch(store, records, dir, BRANCH, false, squash_ns)
+    export_branch(store, records, dir, BRANCH, false, squash_ns, "")
 }
 
 /// [`export`] onto `branch` (`refs/heads/...`); a `private` repository is
@@ -83,9 +83,10 @@ pub fn export_branch(
     branch: &str,
     private: bool,
     squash_ns: Option<i64>,
+    trailers: &str,
 ) -> Result<Exported, Failure> {
     let repo = Repo::open(dir, branch, private)?;
-    let result = export_into(&repo, store, records, dir, squash_ns);
+    let result = export_into(&repo, store, records, dir, squash_ns, trailers);
     if result.is_err() {
         repo.unmake();
     }
@@ -101,6 +102,7 @@ fn export_into(
     records: &[Record],
     dir: &Path,
     squash_ns: Option<i64>,
+    trailers: &str,
 ) -> Result<Exported, Failure> {
     let index = &store.index;
     let last = index.last();
@@ -166,7 +168,7 @@ fn export_into(
     let by_id: HashMap<u64, &Record> = records.iter().map(|r| (r.seq, r)).collect();
     let written = match child.stdin.take() {
         Some(stdin) => {
-            let mut s = Stream::new(BufWriter::new(stdin), store, &repo.branch);
+            let mut s = Stream::new(BufWriter::new(stdin), store, &repo.branch, trailers);
             // A base that is still in history lets the first commit list
             // only what changed; else it lists its whole tree. Closed
             // without `done` after a failure: git changes no ref.

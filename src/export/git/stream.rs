@@ -100,6 +100,9 @@ pub struct Stream<'a, W: Write> {
     left_out: HashSet<PathIdx>,
     /// The branch the commits go on (`refs/heads/...`).
     branch: &'a str,
+    /// Trailer lines every commit of this run ends with (a sync's
+    /// `skillfs-merged:` lines), each ending in a newline.
+    trailers: &'a str,
 }
 
 /// Why the stream stopped: the store could not give a content (its own
@@ -122,13 +125,14 @@ enum Change {
 }
 
 impl<'a, W: Write> Stream<'a, W> {
-    pub fn new(out: W, store: &'a Store, branch: &'a str) -> Stream<'a, W> {
+    pub fn new(out: W, store: &'a Store, branch: &'a str, trailers: &'a str) -> Stream<'a, W> {
         Stream {
             out,
             store,
             marks: HashMap::new(),
             left_out: HashSet::new(),
             branch,
+            trailers,
         }
     }
 
@@ -268,6 +272,7 @@ impl<'a, W: Write> Stream<'a, W> {
             m
         };
         msg.push_str(&format!("\n{ID_TRAILER}{last}\n{TIME_TRAILER}{time}\n"));
+        msg.push_str(self.trailers);
         let (o, branch) = (&mut self.out, self.branch);
         write!(
             o,

@@ -1,0 +1,294 @@
+//! A merged tree written into the live tree through the mount, so that
+//! every change it makes is an ordinary version (its actor is this
+//! `skillfs`, and `undo` takes it back).
+//!
+//! The unit is the merge's: a skill (a directory holding `SKILL.md`, with
+//! everything below it), else one entry. A skill is built whole in a
+//! hidden staging directory beside it and put in place by one rename
+//! (`RENAME_EXCHANGE` over the old one, which stays in the staging
+//! directory, hidden, until the park sweep): the agent's loader sees the
+//! old skill or the new one, never half of each. A file outside every
+//! skill is swapped the same way; a directory outside every skill is made
+//! or, once empty, removed; a unit the merge removed is parked (history
+//! keeps it).
+//!
+//! A unit is left for the next sync (it is *busy*) when anything changed
+//! it after the state the merge started from, or a process holds a file
+//! in it open for writing: the agent's edit always wins the moment.
+//!
+//! Invariants: everything is written inside ROOT, reached one component
+//! at a time without following a symlink (`commands::open_parent`); a
+//! unit whose parent is not there is busy, never made by a path that
+//! could lead elsewhere. Units are applied parents first, removals
+//! children first.
+//!
+//! Locks: none of its own; the writes go through the mount, under the
+//! daemon's locks, and the caller holds `sync/lock`.
+
+use std::collections::BTreeSet;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use skillfs_sync::merge::Contents;
+use skillfs_sync::skill;
+use skillfs_sync::tree::{Entry, Tree, parent, within};
+
+use crate::error::Failure;
+use crate::relpath::RelPath;
+use crate::store::journal::Record;
+use crate::sys;
+
+/// What an apply did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// The units written, removed or made.
+    pub done: Vec<Vec<u8>>,
+    /// The units left for the next sync, with why.
+    pub busy: Vec<(Vec<u8>, String)>,
+}
+
+/// The unit of each changed path: its innermost skill, else itself.
+pub fn changed_units(ours: &Tree, merged: &Tree) -> BTreeSet<Vec<u8>> {
+    let roots: BTreeSet<Vec<u8>> = skill::roots(ours)
+        .into_iter()
+        .chain(skill::roots(merged))
+        .collect();
+    let unit_of = |p: &[u8]| -> Vec<u8> {
+        let mut at = Some(p);
+        while let Some(a) = at {
+            if roots.contains(a) {
+                return a.to_vec();
+            }
+            at = parent(a);
+        }
+        p.to_vec()
+    };
+    let paths: BTreeSet<&[u8]> = ours.iter().chain(merged.iter()).map(|(p, _)| p).collect();
+    paths
+        .into_iter()
+        .filter(|p| ours.get(p) != merged.get(p))
+        .map(unit_of)
+        .collect()
+}
+
+/// Whether `rec` touched `unit` or anything below it.
+fn touches(rec: &Record, unit: &[u8]) -> bool {
+    let at = |p: &RelPath| within(p.as_bytes(), unit) || within(unit, p.as_bytes());
+    at(&rec.path) || rec.to.as_ref().is_some_and(at)
+}
+
+/// Why `unit` must wait, if it must: a change recorded after `since`, or
+/// a file below it open for writing (`writers`: the open files' paths).
+fn busy(
+    unit: &[u8],
+    since: u64,
+    records: &[Record],
+    writers: &[PathBuf],
+    root: &Path,
+) -> Option<String> {
+    if let Some(r) = records.iter().find(|r| r.seq > since && touches(r, unit)) {
+        return Some(format!("changed since the merge began (change {})", r.seq));
+    }
+    let at = root.join(std::ffi::OsStr::from_bytes(unit));
+    writers
+        .iter()
+        .find(|w| w.starts_with(&at))
+        .map(|w| format!("'{}' is open for writing", w.display()))
+}
+
+/// Every file some process holds open for writing, by the path the kernel
+/// gives it (`/proc/*/fd`); processes this user cannot see are not
+/// counted (see docs/limits.md).
+pub fn open_for_writing() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let pid = p.file_name();
+        if !pid.as_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            let info = p.path().join("fdinfo").join(fd.file_name());
+            let writes = std::fs::read_to_string(info).ok().and_then(|t| {
+                let flags = t.lines().find_map(|l| l.strip_prefix("flags:"))?;
+                let flags = u32::from_str_radix(flags.trim(), 8).ok()?;
+                Some(matches!(flags & libc::O_ACCMODE as u32, 1 | 2))
+            });
+            if writes == Some(true) {
+                out.push(target);
+            }
+        }
+    }
+    out
+}
+
+/// Writes the unit `unit` (`sub`: its entry and every one below it) at
+/// `dest`, a path inside a staging directory.
+fn build(
+    dest: &Path,
+    sub: &[(&[u8], &Entry)],
+    unit: &[u8],
+    contents: &dyn Contents,
+) -> Result<(), String> {
+    for (p, e) in sub {
+        let rest = &p[unit.len()..];
+        let at = if rest.is_empty() {
+            dest.to_path_buf()
+        } else {
+            dest.join(std::ffi::OsStr::from_bytes(&rest[1..]))
+        };
+        let fail = |e: std::io::Error| format!("{}: {e}", at.display());
+        match e {
+            Entry::Dir => {
+                std::fs::create_dir(&at).map_err(fail)?;
+            }
+            Entry::File { blob, exec } => {
+                let bytes = contents.read(blob).ok_or_else(|| {
+                    format!("the content {blob} of '{}' is nowhere", at.display())
+                })?;
+                std::fs::write(&at, bytes).map_err(fail)?;
+                // Git keeps the executable bit alone.
+                let mode = if *exec { 0o755 } else { 0o644 };
+                std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                    .map_err(fail)?;
+            }
+            Entry::Symlink { target } => {
+                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(target), &at)
+                    .map_err(fail)?
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Puts the unit `unit` of `merged` in place through the mounted `root`,
+/// or removes it; `ours` says what the live tree holds.
+fn put(
+    root: &Path,
+    unit: &[u8],
+    ours: &Tree,
+    merged: &Tree,
+    contents: &dyn Contents,
+) -> Result<(), String> {
+    let rel = RelPath::from_bytes_unchecked(unit.to_vec());
+    let name = rel.file_name().to_vec();
+    let target = root.join(rel.as_os_str());
+    let Some(want) = merged.get(unit) else {
+        // Removed by the merge: parked (a directory outside every skill
+        // only once empty: what is left in it is someone's).
+        return match ours.get(unit) {
+            Some(Entry::Dir) if !skill::roots(ours).iter().any(|r| r.as_slice() == unit) => {
+                match std::fs::remove_dir(&target) {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(format!("{}: {e}", target.display())),
+                }
+            }
+            _ => crate::commands::remove(root, &rel).map_err(|f| f.to_string()),
+        };
+    };
+    let (parent_fd, top) = crate::commands::open_parent(root, &rel).map_err(|f| f.to_string())?;
+    if top != rel {
+        return Err(format!("'{top}' is not there"));
+    }
+    let dir = parent_fd.as_raw_fd();
+    let is_skill = skill::roots(merged).iter().any(|r| r.as_slice() == unit);
+    if *want == Entry::Dir && !is_skill {
+        // A directory outside every skill: made if missing (its entries
+        // are units of their own).
+        return match ours.get(unit) {
+            Some(Entry::Dir) => Ok(()),
+            Some(_) => Err("a file is where the merge has a directory".into()),
+            None => {
+                sys::mkdirat(dir, &name, 0o755).map_err(|e| format!("{}: {e}", target.display()))
+            }
+        };
+    }
+    let park_name =
+        crate::commands::staging_dir(&parent_fd, &target, "sync").map_err(|f| f.to_string())?;
+    let parent = PathBuf::from(format!("/proc/self/fd/{dir}"));
+    let stage = parent
+        .join(&park_name)
+        .join(std::ffi::OsStr::from_bytes(&name));
+    let sub: Vec<(&[u8], &Entry)> = merged.subtree(unit).into_iter().collect();
+    let undo = || {
+        let _ = std::fs::remove_dir_all(parent.join(&park_name));
+    };
+    if let Err(e) = build(&stage, &sub, unit, contents) {
+        undo();
+        return Err(e);
+    }
+    let mut staged = park_name.as_bytes().to_vec();
+    staged.push(b'/');
+    staged.extend_from_slice(&name);
+    let exists = sys::lstatat(dir, &name).is_ok();
+    let flags = if exists {
+        libc::RENAME_EXCHANGE
+    } else {
+        libc::RENAME_NOREPLACE
+    };
+    if let Err(e) = sys::renameat2(dir, &staged, dir, &name, flags) {
+        undo();
+        return Err(format!("swap into {}: {e}", target.display()));
+    }
+    if !exists {
+        let _ = sys::unlinkat(dir, park_name.as_bytes(), true);
+    }
+    Ok(())
+}
+
+/// Makes the live tree under the mounted `root`, whose newest state is
+/// `ours` as of change `since`, hold `merged`.
+pub fn apply(
+    root: &Path,
+    layout: &crate::store::Layout,
+    (ours, since): (&Tree, u64),
+    merged: &Tree,
+    contents: &dyn Contents,
+) -> Result<Applied, Failure> {
+    let units = changed_units(ours, merged);
+    let mut done = Applied::default();
+    if units.is_empty() {
+        return Ok(done);
+    }
+    // Read once, now that the merge is made: what changed meanwhile.
+    let records = crate::commands::read_records(layout)?;
+    let writers = open_for_writing();
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    let present: Vec<&Vec<u8>> = units.iter().filter(|u| merged.get(u).is_some()).collect();
+    let removed: Vec<&Vec<u8>> = units
+        .iter()
+        .rev()
+        .filter(|u| merged.get(u).is_none())
+        .collect();
+    for unit in present.into_iter().chain(removed) {
+        // Below a unit left for later: later too.
+        let why = held
+            .iter()
+            .find(|h| within(unit, h))
+            .map(|h| format!("'{}' waits", String::from_utf8_lossy(h)))
+            .or_else(|| busy(unit, since, &records, &writers, root));
+        let why = match why {
+            Some(w) => Some(w),
+            None => put(root, unit, ours, merged, contents).err(),
+        };
+        match why {
+            Some(w) => {
+                held.push(unit.clone());
+                done.busy.push((unit.clone(), w));
+            }
+            None => done.done.push(unit.clone()),
+        }
+    }
+    Ok(done)
+}

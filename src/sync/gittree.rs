@@ -1,0 +1,298 @@
+//! A replica's commit as a merge sees it: a `Tree` whose files are named
+//! by the hash the blob store uses (sha256), read from the store's sync
+//! repository; and the contents behind those names, from the blob store
+//! (this replica's versions) or from git (what was fetched).
+//!
+//! Nothing here writes into the blob store (the daemon owns it while
+//! mounted): a fetched file reaches the store when the merge writes it
+//! through the mount, as any other write. Git's ids are mapped to sha256
+//! once and remembered in `sync/blobmap` (one `SHA1 SHA256` line each),
+//! so a file is read from git to be hashed only the first time.
+//!
+//! Invariants: every path taken from git is checked (`tree::valid_path`);
+//! a submodule, or any entry git lists that is no file, link or
+//! directory, is left out and said. Each content read from git is hashed
+//! here, so a name always matches its bytes.
+//!
+//! Locks: `sync/lock`, held by the caller.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use sha2::{Digest, Sha256};
+use skillfs_sync::merge::Contents;
+use skillfs_sync::tree::{Entry, Tree, valid_path};
+
+use super::git;
+use crate::store::blobs::BlobStore;
+
+const BLOBMAP: &str = "blobmap";
+
+/// Git ids mapped to the blob store's, and the contents read this run.
+pub struct GitBlobs {
+    repo: PathBuf,
+    map_path: PathBuf,
+    /// Git's id of a blob to its sha256 (hex).
+    sha256: HashMap<String, String>,
+    /// The other way, to read a fetched file back from git.
+    git_id: HashMap<String, String>,
+    /// Contents read from git this run, by sha256.
+    read: HashMap<String, Vec<u8>>,
+    /// Lines of `sync/blobmap` not written yet.
+    new: Vec<String>,
+}
+
+fn hex_sha256(b: &[u8]) -> String {
+    let d = Sha256::digest(b);
+    d.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl GitBlobs {
+    /// The map kept in `sync_dir`, for the repository `repo`.
+    pub fn open(sync_dir: &Path, repo: &Path) -> GitBlobs {
+        let map_path = sync_dir.join(BLOBMAP);
+        let mut g = GitBlobs {
+            repo: repo.to_path_buf(),
+            map_path,
+            sha256: HashMap::new(),
+            git_id: HashMap::new(),
+            read: HashMap::new(),
+            new: Vec::new(),
+        };
+        if let Ok(text) = std::fs::read_to_string(&g.map_path) {
+            for line in text.lines() {
+                // A torn last line (a sync killed while appending) is
+                // skipped: it is hashed again when needed.
+                if let Some((a, b)) = line.split_once(' ')
+                    && a.len() == 40
+                    && b.len() == 64
+                {
+                    g.sha256.insert(a.to_string(), b.to_string());
+                    g.git_id.insert(b.to_string(), a.to_string());
+                }
+            }
+        }
+        g
+    }
+
+    /// Reads the blobs `ids` from git (one `cat-file --batch`), hashes
+    /// and remembers them.
+    fn load(&mut self, ids: &[String]) -> Result<(), String> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut child = git(Some(&self.repo))
+            .args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("could not run git cat-file: {e}"))?;
+        let mut input = child.stdin.take().expect("piped");
+        let text: String = ids.iter().map(|i| format!("{i}\n")).collect();
+        // Written on a thread: git answers while it reads.
+        let writer = std::thread::spawn(move || input.write_all(text.as_bytes()));
+        let mut out = BufReader::new(child.stdout.take().expect("piped"));
+        for id in ids {
+            let mut header = String::new();
+            out.read_line(&mut header)
+                .map_err(|e| format!("git cat-file: {e}"))?;
+            let mut parts = header.split_whitespace();
+            let (Some(got), Some("blob"), Some(size)) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(format!("git cat-file has no blob {id}: {}", header.trim()));
+            };
+            let size: usize = size
+                .parse()
+                .map_err(|_| format!("git cat-file: a bad header '{}'", header.trim()))?;
+            let mut bytes = vec![0u8; size];
+            out.read_exact(&mut bytes)
+                .and_then(|_| out.read_exact(&mut [0u8; 1]))
+                .map_err(|e| format!("git cat-file: {e}"))?;
+            if got != id {
+                return Err(format!("git cat-file answered {got} for {id}"));
+            }
+            let sha = hex_sha256(&bytes);
+            if !self.sha256.contains_key(id) {
+                self.new.push(format!("{id} {sha}\n"));
+            }
+            self.sha256.insert(id.clone(), sha.clone());
+            self.git_id.insert(sha.clone(), id.clone());
+            self.read.insert(sha, bytes);
+        }
+        let _ = writer.join();
+        let _ = child.wait();
+        Ok(())
+    }
+
+    /// Appends what was learnt to `sync/blobmap`.
+    pub fn save(&mut self) -> Result<(), String> {
+        if self.new.is_empty() {
+            return Ok(());
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.map_path)
+            .map_err(|e| format!("{}: {e}", self.map_path.display()))?;
+        f.write_all(self.new.concat().as_bytes())
+            .map_err(|e| format!("{}: {e}", self.map_path.display()))?;
+        self.new.clear();
+        Ok(())
+    }
+
+    /// The tree of `commit`, its files named by sha256; what was left out
+    /// (a submodule, a name that is no path) is said in `skipped`.
+    pub fn tree(&mut self, commit: &str, skipped: &mut Vec<String>) -> Result<Tree, String> {
+        let out = git(Some(&self.repo))
+            .args(["ls-tree", "-r", "-t", "-z", "--full-tree", commit])
+            .output()
+            .map_err(|e| format!("could not run git ls-tree: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "git ls-tree {commit}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let mut listed: Vec<(Vec<u8>, String, String)> = Vec::new();
+        for item in out.stdout.split(|&b| b == 0).filter(|i| !i.is_empty()) {
+            let Some(tab) = item.iter().position(|&b| b == b'\t') else {
+                return Err("git ls-tree: a line without a tab".into());
+            };
+            let head = String::from_utf8_lossy(&item[..tab]).to_string();
+            let path = item[tab + 1..].to_vec();
+            let mut f = head.split(' ');
+            let (Some(mode), Some(_), Some(id)) = (f.next(), f.next(), f.next()) else {
+                return Err(format!("git ls-tree: a bad line '{head}'"));
+            };
+            if !valid_path(&path) || path == b".history" || path.starts_with(b".history/") {
+                skipped.push(format!("'{}' (not a path)", String::from_utf8_lossy(&path)));
+                continue;
+            }
+            listed.push((path, mode.to_string(), id.to_string()));
+        }
+        let mut missing = std::collections::BTreeSet::new();
+        for (_, mode, id) in &listed {
+            let known = self.sha256.get(id);
+            let need = match mode.as_str() {
+                // A link's target is its content: read it whatever the map knows.
+                "120000" => !known.is_some_and(|s| self.read.contains_key(s)),
+                m if m.starts_with("100") => known.is_none(),
+                _ => false,
+            };
+            if need {
+                missing.insert(id.clone());
+            }
+        }
+        let missing: Vec<String> = missing.into_iter().collect();
+        self.load(&missing)?;
+        let mut tree = Tree::new();
+        for (path, mode, id) in listed {
+            let entry = match mode.as_str() {
+                "040000" => Entry::Dir,
+                m if m.starts_with("100") => Entry::File {
+                    blob: self.sha256[&id].clone(),
+                    exec: mode == "100755",
+                },
+                "120000" => {
+                    let target = self.read[&self.sha256[&id]].clone();
+                    if !link_stays_inside(&path, &target) {
+                        skipped.push(format!(
+                            "'{}' (a link out of the tree, to '{}')",
+                            String::from_utf8_lossy(&path),
+                            String::from_utf8_lossy(&target)
+                        ));
+                        continue;
+                    }
+                    Entry::Symlink { target }
+                }
+                _ => {
+                    skipped.push(format!(
+                        "'{}' (git mode {mode})",
+                        String::from_utf8_lossy(&path)
+                    ));
+                    continue;
+                }
+            };
+            tree.insert(&path, entry);
+        }
+        Ok(tree)
+    }
+
+    /// The contents of a fetched file, by sha256, read from git if this
+    /// run has not read it yet.
+    fn fetched(&self, sha: &str) -> Option<Vec<u8>> {
+        if let Some(b) = self.read.get(sha) {
+            return Some(b.clone());
+        }
+        let id = self.git_id.get(sha)?;
+        let out = git(Some(&self.repo))
+            .args(["cat-file", "blob", id])
+            .output()
+            .ok()?;
+        (out.status.success() && hex_sha256(&out.stdout) == sha).then_some(out.stdout)
+    }
+}
+
+/// Whether a link at `path` to `target` resolves inside the tree, read
+/// as written: relative, and never more `..` than the directories above
+/// it. A synced skill is instructions the agent runs: a link that leads
+/// out of the tree is not taken from another machine.
+pub fn link_stays_inside(path: &[u8], target: &[u8]) -> bool {
+    if target.is_empty() || target.starts_with(b"/") {
+        return false;
+    }
+    let mut depth = path.iter().filter(|&&b| b == b'/').count() as i64;
+    for c in target.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    true
+}
+
+/// Contents for a merge: the blob store's, then git's.
+pub struct Both<'a> {
+    pub store: &'a BlobStore,
+    pub git: &'a GitBlobs,
+    /// Texts the merge made.
+    pub made: HashMap<String, Vec<u8>>,
+}
+
+impl Contents for Both<'_> {
+    fn read(&self, blob: &str) -> Option<Vec<u8>> {
+        if let Some(b) = self.made.get(blob) {
+            return Some(b.clone());
+        }
+        self.store
+            .read(blob)
+            .ok()
+            .or_else(|| self.git.fetched(blob))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_stays_inside;
+
+    #[test]
+    fn a_link_is_taken_only_when_it_stays_in_the_tree() {
+        assert!(link_stays_inside(b"cat/s/l", b"SKILL.md"));
+        assert!(link_stays_inside(b"cat/s/l", b"../t/SKILL.md"));
+        assert!(link_stays_inside(b"cat/s/l", b"../../top.md"));
+        assert!(!link_stays_inside(b"cat/s/l", b"../../../etc/passwd"));
+        assert!(!link_stays_inside(b"l", b".."));
+        assert!(!link_stays_inside(b"cat/l", b"/etc/passwd"));
+        assert!(!link_stays_inside(b"cat/l", b""));
+        assert!(link_stays_inside(b"cat/l", b"./x/../y"));
+    }
+}

@@ -1,0 +1,352 @@
+//! The other replicas' versions merged into this tree: for each replica
+//! this store keeps (`kept`), its kept tip is merged with the newest state
+//! of the live tree against the last of its commits merged here (none
+//! yet: an empty tree), per skill, per file, per line
+//! (`skillfs_sync::merge`), and what changed is written through the mount
+//! (`apply`). Then that commit is the replica's base for the next merge.
+//!
+//! Layout in `sync/`:
+//! ```text
+//! merged.json      {"<replica>": {"commit": C, "id": N}}: the last
+//!                  commit of each replica merged here, and this store's
+//!                  newest change once it was (see "The base" below)
+//! conflicts.jsonl  one line per conflict: the replica and commit, the
+//!                  path, why, and which side's change is not live
+//! blobmap          git ids to sha256 (see `gittree`)
+//! ```
+//!
+//! The base. The replicas' branches are linear (each is one store's
+//! history), so the base of a merge of replica R is found from what the
+//! sides say they merged: this store's `merged.json` names the last
+//! commit `m` of R merged here, which is the base. At the first merge of
+//! R (no `m` yet), R's tip may say which commit `c` of this store R
+//! merged last: every commit a store pushes carries `skillfs-merged:
+//! <replica> <commit>` trailers for what it merged of each replica by
+//! then, as long as none of those merges with that replica left a
+//! conflict (then R's tree would differ from `c` where R kept its own
+//! side, and that difference would be taken for R's change). With
+//! neither (two stores that never met), the base is an empty tree.
+//!
+//! Invariants: a base moves only when every unit of its merge was applied
+//! (a busy one is merged again at the next sync, where the applied units
+//! are no longer a difference); a conflict keeps the local side live and
+//! the other side stays in the kept history, never a file in the tree.
+//!
+//! Locks: `sync/lock` for the whole merge; the writes go through the
+//! mount.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use skillfs_sync::merge::{Conflict, Reason, Side, merge};
+use skillfs_sync::tree::{Entry, Tree};
+
+use super::apply::{Applied, apply};
+use super::gittree::{Both, GitBlobs};
+use super::remotes::sync_dir;
+use super::{git, kept, lock};
+use crate::commands::Store;
+use crate::error::{Exit, Failure};
+use crate::history::ROOT_IDX;
+use crate::store::Layout;
+use crate::store::durable::StoreIo;
+use crate::store::journal::Kind;
+
+const MERGED: &str = "merged.json";
+/// The trailer that says what a replica had merged of another.
+const MERGED_TRAILER: &str = "skillfs-merged";
+
+/// The last commit of a replica merged here.
+#[derive(serde::Serialize, serde::Deserialize, Clone)]
+struct Base {
+    commit: String,
+    /// This store's newest change once the merge was applied.
+    id: u64,
+    /// Whether any merge of this replica so far left a conflict.
+    #[serde(default)]
+    conflicted: bool,
+}
+
+fn load_bases(dir: &crate::store::Dir) -> Result<BTreeMap<String, Base>, Failure> {
+    let path = dir.join(MERGED);
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+            Failure::new(
+                Exit::BadStore,
+                format!("'{}' is damaged: {e}", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(Failure::io(Exit::BadStore, "read", &path, &e)),
+    }
+}
+
+/// The `skillfs-merged:` trailer lines for this store's next commits:
+/// what it has merged of each replica (see "The base").
+pub fn merged_trailers(layout: &Layout) -> Result<String, Failure> {
+    let Some(dir) = sync_dir(layout, false)? else {
+        return Ok(String::new());
+    };
+    Ok(load_bases(&dir)?
+        .into_iter()
+        .filter(|(_, b)| !b.conflicted)
+        .map(|(r, b)| format!("{MERGED_TRAILER}: {r} {}\n", b.commit))
+        .collect())
+}
+
+/// The commit of this store's branch `own_branch` that replica `tip`
+/// says it merged last.
+fn merged_by_them(repo: &Path, tip: &str, own: &str, own_branch: &str) -> Option<String> {
+    let out = git(Some(repo))
+        .args(["log", "-1"])
+        .arg(format!(
+            "--format=%(trailers:key={MERGED_TRAILER},valueonly)"
+        ))
+        .arg(tip)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let c = text.lines().find_map(|l| {
+        let (r, c) = l.trim().split_once(' ')?;
+        (r == own && c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| c.to_string())
+    })?;
+    // Only a commit of this store's own branch: a remote's word is not
+    // taken for anything else.
+    let on_ours = git(Some(repo))
+        .args(["merge-base", "--is-ancestor", &c, own_branch])
+        .status()
+        .is_ok_and(|s| s.success());
+    on_ours.then_some(c)
+}
+const CONFLICTS: &str = "conflicts.jsonl";
+
+/// What merging one replica did.
+pub struct Pulled {
+    pub replica: String,
+    pub commit: String,
+    pub applied: Applied,
+    pub conflicts: Vec<Conflict>,
+    /// Entries of its commit left out (not a path, a submodule).
+    pub skipped: Vec<String>,
+}
+
+impl Pulled {
+    /// What it did, in a line.
+    pub fn summary(&self) -> String {
+        let short = &self.replica[..8.min(self.replica.len())];
+        let mut s = format!(
+            "merged replica {short} at {}: {} unit{} changed",
+            &self.commit[..12.min(self.commit.len())],
+            self.applied.done.len(),
+            if self.applied.done.len() == 1 {
+                ""
+            } else {
+                "s"
+            }
+        );
+        if !self.conflicts.is_empty() {
+            s.push_str(&format!(
+                ", {} conflict{} (this tree's side kept; `skillfs sync --conflicts` lists them)",
+                self.conflicts.len(),
+                if self.conflicts.len() == 1 { "" } else { "s" }
+            ));
+        }
+        if !self.applied.busy.is_empty() {
+            s.push_str(&format!(
+                ", {} left for the next sync (busy)",
+                self.applied.busy.len()
+            ));
+        }
+        s
+    }
+}
+
+/// The live tree's newest state as a merge sees it, and its change id.
+fn ours(store: &Store) -> (Tree, u64) {
+    let id = store.index.last();
+    let mut t = Tree::new();
+    for (p, s) in store.subtree(ROOT_IDX, id) {
+        let e = match s.kind {
+            Kind::Dir => Entry::Dir,
+            Kind::File => Entry::File {
+                blob: s.blob.clone().unwrap_or_default(),
+                exec: s.mode & 0o100 != 0,
+            },
+            Kind::Symlink => Entry::Symlink {
+                target: s.target.as_ref().map(|t| t.0.clone()).unwrap_or_default(),
+            },
+        };
+        t.insert(p.as_bytes(), e);
+    }
+    (t, id)
+}
+
+fn reason(r: &Reason) -> String {
+    match r {
+        Reason::Overlap => "both changed the same lines".into(),
+        Reason::Binary => "both changed it, and it is not text".into(),
+        Reason::Kind => "both made it, as different kinds".into(),
+        Reason::DeleteModify => "one side deleted what the other changed".into(),
+        Reason::Check(why) => why.clone(),
+    }
+}
+
+/// Merges every replica this store keeps into the live tree under the
+/// mounted `root` (the caller made sure it is mounted).
+pub fn pull(layout: &Layout, root: &Path) -> Result<Vec<Pulled>, Failure> {
+    let Some(dir) = sync_dir(layout, false)? else {
+        return Ok(Vec::new());
+    };
+    let _lock = lock(&dir, layout)?;
+    let repo = dir.join("repo.git");
+    let own = super::replica_id(layout, false)?.unwrap_or_default();
+    let listed = git(Some(&repo))
+        .args(["for-each-ref", "--format=%(refname)", "refs/skillfs/kept/"])
+        .output()
+        .map_err(|e| Failure::new(Exit::Internal, format!("could not run git: {e}")))?;
+    let replicas: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|r| super::replica::parse(r.strip_prefix("refs/skillfs/kept/")?.as_bytes()))
+        .filter(|r| *r != own)
+        .collect();
+    let merged_path = dir.join(MERGED);
+    let mut bases = load_bases(&dir)?;
+    let own_branch = super::branch_of(&own);
+    let mut blobs = GitBlobs::open(dir.path(), &repo);
+    let mut out = Vec::new();
+    for replica in replicas {
+        let Some(tip) = kept::resolve(&repo, &kept::kept_ref(&replica)) else {
+            continue;
+        };
+        if bases.get(&replica).is_some_and(|b| b.commit == tip) {
+            continue;
+        }
+        let bad = |why: String| {
+            Failure::new(Exit::Internal, format!("merge of replica {replica}: {why}"))
+        };
+        let mut skipped = Vec::new();
+        let theirs = blobs.tree(&tip, &mut skipped).map_err(bad)?;
+        let base_commit = match bases.get(&replica) {
+            Some(m) => Some(m.commit.clone()),
+            None => merged_by_them(&repo, &tip, &own, &own_branch),
+        };
+        let base = match base_commit {
+            Some(c) => blobs.tree(&c, &mut Vec::new()).map_err(bad)?,
+            None => Tree::new(),
+        };
+        // Read again for each replica: the one before may have changed it.
+        let store = Store::open(layout.clone())?;
+        let (ours, since) = ours(&store);
+        let mut contents = Both {
+            store: &store.blobs,
+            git: &blobs,
+            made: Default::default(),
+        };
+        let m = merge(&base, &ours, &theirs, &contents);
+        contents.made = m.new_blobs.into_iter().collect();
+        let applied = apply(root, layout, (&ours, since), &m.tree, &contents)?;
+        if applied.busy.is_empty() {
+            record_conflicts(&dir, &replica, &tip, &m.conflicts)?;
+            let id = crate::commands::read_records(layout)?
+                .last()
+                .map_or(since, |r| r.seq);
+            let conflicted =
+                !m.conflicts.is_empty() || bases.get(&replica).is_some_and(|b| b.conflicted);
+            bases.insert(
+                replica.clone(),
+                Base {
+                    commit: tip.clone(),
+                    id,
+                    conflicted,
+                },
+            );
+            let text = serde_json::to_vec_pretty(&bases).expect("a map of strings");
+            dir.replace(MERGED, &text, &StoreIo::real())
+                .map_err(|e| Failure::io(Exit::BadStore, "write", &merged_path, &e))?;
+        }
+        out.push(Pulled {
+            replica,
+            commit: tip,
+            applied,
+            conflicts: m.conflicts,
+            skipped,
+        });
+    }
+    blobs.save().map_err(|why| {
+        Failure::new(
+            Exit::BadStore,
+            format!("could not write the blob map: {why}"),
+        )
+    })?;
+    Ok(out)
+}
+
+/// Appends `conflicts` of `replica`'s `commit` to `sync/conflicts.jsonl`.
+fn record_conflicts(
+    dir: &crate::store::Dir,
+    replica: &str,
+    commit: &str,
+    conflicts: &[Conflict],
+) -> Result<(), Failure> {
+    if conflicts.is_empty() {
+        return Ok(());
+    }
+    let mut text = String::new();
+    for c in conflicts {
+        let line = serde_json::json!({
+            "replica": replica,
+            "commit": commit,
+            "path": String::from_utf8_lossy(&c.path),
+            "why": reason(&c.reason),
+            "live": match c.lost { Side::Theirs => "ours", Side::Ours => "theirs" },
+        });
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    let path = dir.join(CONFLICTS);
+    let mut f = dir
+        .open_append(CONFLICTS)
+        .map_err(|e| Failure::io(Exit::BadStore, "open", &path, &e))?;
+    std::io::Write::write_all(&mut f, text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|e| Failure::io(Exit::BadStore, "write", &path, &e))
+}
+
+/// The conflicts recorded so far, one line each for a user.
+pub fn conflicts(layout: &Layout) -> Result<Vec<String>, Failure> {
+    let Some(dir) = sync_dir(layout, false)? else {
+        return Ok(Vec::new());
+    };
+    let text = match std::fs::read_to_string(dir.join(CONFLICTS)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(Failure::io(
+                Exit::BadStore,
+                "read",
+                &dir.join(CONFLICTS),
+                &e,
+            ));
+        }
+    };
+    let repo = dir.join("repo.git");
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| {
+            let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+            format!(
+                "{}: {} (replica {}, commit {}); the {} side is live; the other: git --git-dir '{}' show {}:{}",
+                s("path"),
+                s("why"),
+                s("replica"),
+                &s("commit")[..12.min(s("commit").len())],
+                if s("live") == "ours" { "local" } else { "other" },
+                repo.display(),
+                s("commit"),
+                s("path"),
+            )
+        })
+        .collect())
+}

@@ -1,0 +1,319 @@
+//! Skills across machines, merged: two replicas (two stores, two mounts)
+//! and one bare repository. What one makes, edits or removes reaches the
+//! other's live tree through its mount, as versions of its own; edits to
+//! different lines of one file both land; edits that collide keep each
+//! replica's own side live and list the other as a conflict, never as a
+//! file; a skill being written is left for the next sync; `undo` takes a
+//! merge back; `verify --full` passes on both.
+
+mod common;
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{Mount, describe, skillfs};
+
+struct Pair {
+    a: Mount,
+    b: Mount,
+}
+
+fn root_arg(m: &Mount) -> String {
+    m.root().display().to_string()
+}
+
+fn pair(tag: &str) -> Pair {
+    let a = Mount::new(&format!("{tag}A"));
+    let b = Mount::new(&format!("{tag}B"));
+    hub(&a, &b);
+    Pair { a, b }
+}
+
+/// A bare repository beside `a`'s root, the remote `hub` of both.
+fn hub(a: &Mount, b: &Mount) -> PathBuf {
+    let remote: PathBuf = a.root().parent().unwrap().join("hub.git");
+    common::bare_repo(&remote);
+    for m in [a, b] {
+        let url = remote.to_str().unwrap();
+        let out = skillfs(&["remote", "add", "hub", url, "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    remote
+}
+
+/// `skillfs sync` of `m`, which must succeed: what it printed.
+fn sync(m: &Mount) -> (String, String) {
+    let out = skillfs(&["sync", "--root", &root_arg(m)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn skill(name: &str, body: &str) -> String {
+    format!("---\nname: {name}\ndescription: a test skill\n---\n{body}")
+}
+
+fn read(m: &Mount, p: &str) -> String {
+    fs::read_to_string(m.path(p)).unwrap()
+}
+
+/// Every name in `m`'s live tree, sorted.
+fn listing(m: &Mount) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![m.root()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(m.root()).unwrap().display().to_string());
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn verify_full(m: &Mount) {
+    let out = skillfs(&["verify", "--full", "--root", &root_arg(m)]);
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
+/// A skill made on one replica reaches the other, is edited there and
+/// comes back; a removal travels too; each arrival is a version of the
+/// receiving replica's own, and `undo` takes one back.
+#[test]
+fn a_skill_travels_both_ways_as_versions() {
+    let Pair { a, b } = pair("mergeway");
+    fs::create_dir_all(a.path("cat/s/references")).unwrap();
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "one\n")).unwrap();
+    fs::write(a.path("cat/s/references/r.md"), "ref\n").unwrap();
+    fs::create_dir_all(a.path("cat/t")).unwrap();
+    fs::write(a.path("cat/t/SKILL.md"), skill("t", "tee\n")).unwrap();
+    sync(&a);
+    let (said, _) = sync(&b);
+    assert!(said.contains("merged replica"), "{said}");
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "one\n"));
+    assert_eq!(read(&b, "cat/s/references/r.md"), "ref\n");
+    assert_eq!(read(&b, "cat/t/SKILL.md"), skill("t", "tee\n"));
+    assert!(
+        b.log()
+            .iter()
+            .any(|r| r["path"] == "cat/s" || r["to"] == "cat/s"),
+        "the arrival is in b's history"
+    );
+    // Edited on b, back to a.
+    fs::write(b.path("cat/s/SKILL.md"), skill("s", "one, edited on b\n")).unwrap();
+    sync(&b);
+    sync(&a);
+    assert_eq!(read(&a, "cat/s/SKILL.md"), skill("s", "one, edited on b\n"));
+    // Removed on a, gone on b.
+    fs::remove_dir_all(a.path("cat/t")).unwrap();
+    sync(&a);
+    sync(&b);
+    common::assert_enoent(b.path("cat/t"));
+    // Once more: nothing new, nothing changes.
+    let before = b.log().len();
+    sync(&b);
+    assert_eq!(
+        b.log().len(),
+        before,
+        "a sync with nothing new writes nothing"
+    );
+    // The removal was the newest operation on b: undo brings it back.
+    let out = skillfs(&["undo", "--root", &root_arg(&b)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(read(&b, "cat/t/SKILL.md"), skill("t", "tee\n"));
+    assert_eq!(
+        listing(&a).len() + 2,
+        listing(&b).len(),
+        "{:?}",
+        listing(&b)
+    );
+    verify_full(&a);
+    verify_full(&b);
+}
+
+/// Both replicas edit one file: different lines are merged on both;
+/// the same line keeps each replica's own side and lists the other's as
+/// a conflict on both, with no conflict file in either tree.
+#[test]
+fn edits_on_both_sides_merge_by_line_and_collisions_stay_conflicts() {
+    let Pair { a, b } = pair("mergeline");
+    fs::create_dir_all(a.path("cat/s")).unwrap();
+    let text = |l1: &str, l5: &str| skill("s", &format!("{l1}\n2\n3\n4\n{l5}\n"));
+    fs::write(a.path("cat/s/SKILL.md"), text("1", "5")).unwrap();
+    sync(&a);
+    sync(&b);
+    sync(&a);
+    fs::write(a.path("cat/s/SKILL.md"), text("1 from a", "5")).unwrap();
+    fs::write(b.path("cat/s/SKILL.md"), text("1", "5 from b")).unwrap();
+    sync(&a);
+    sync(&b);
+    sync(&a);
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("1 from a", "5 from b"));
+    assert_eq!(read(&a, "cat/s/SKILL.md"), text("1 from a", "5 from b"));
+    // The same line, both ways.
+    fs::write(a.path("cat/s/SKILL.md"), text("one by a", "5 from b")).unwrap();
+    fs::write(b.path("cat/s/SKILL.md"), text("one by b", "5 from b")).unwrap();
+    sync(&a);
+    let (said, _) = sync(&b);
+    assert!(said.contains("1 conflict"), "{said}");
+    sync(&a);
+    assert_eq!(read(&a, "cat/s/SKILL.md"), text("one by a", "5 from b"));
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by b", "5 from b"));
+    for m in [&a, &b] {
+        let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("cat/s/SKILL.md") && text.contains("same lines"),
+            "{}",
+            describe(&out)
+        );
+        assert_eq!(
+            listing(m),
+            ["cat", "cat/s", "cat/s/SKILL.md"],
+            "no conflict file in the tree"
+        );
+        verify_full(m);
+    }
+}
+
+/// A skill with a file open for writing is not swapped under its writer:
+/// it is merged at the next sync, after the close.
+#[test]
+fn a_skill_being_written_waits_for_the_next_sync() {
+    let Pair { a, b } = pair("mergebusy");
+    fs::create_dir_all(a.path("cat/s")).unwrap();
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "v1\n")).unwrap();
+    sync(&a);
+    sync(&b);
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "v2\n")).unwrap();
+    sync(&a);
+    // Held open for writing by another process, as an editor would.
+    let mut writer = Command::new("sh")
+        .args(["-c", "exec 3>>\"$1\"; read line", "sh"])
+        .arg(b.path("cat/s/notes.md"))
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !b.path("cat/s/notes.md").exists() {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (_, err) = sync(&b);
+    assert!(err.contains("open for writing"), "{err}");
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "v1\n"));
+    drop(writer.stdin.take());
+    writer.wait().unwrap();
+    sync(&b);
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "v2\n"));
+    // b's own file, made while it waited, is kept by the merge.
+    assert!(b.path("cat/s/notes.md").exists());
+}
+
+/// Runs git in `repo` with `input` on stdin: its trimmed output.
+fn git_in(repo: &std::path::Path, args: &[&str], input: &[u8]) -> String {
+    use std::io::Write;
+    let mut c = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(input).unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A replica's branch made by hand on the remote, as a hostile one could
+/// push it: a link out of the tree and a `.history` of its own are left
+/// out of the merge and said; the rest of the skill arrives.
+#[test]
+fn a_link_out_of_the_tree_and_a_history_are_not_taken_from_a_replica() {
+    let Pair { a, b } = pair("mergehostile");
+    let hub = a.root().parent().unwrap().join("hub.git");
+    let skill_md = git_in(
+        &hub,
+        &["hash-object", "-w", "--stdin"],
+        skill("evil", "x\n").as_bytes(),
+    );
+    let link = git_in(
+        &hub,
+        &["hash-object", "-w", "--stdin"],
+        b"../../../../etc/passwd",
+    );
+    let dir = git_in(
+        &hub,
+        &["mktree"],
+        format!("100644 blob {skill_md}\tSKILL.md\n120000 blob {link}\tpw\n").as_bytes(),
+    );
+    let hist = git_in(
+        &hub,
+        &["mktree"],
+        format!("100644 blob {skill_md}\tx\n").as_bytes(),
+    );
+    let root = git_in(
+        &hub,
+        &["mktree"],
+        format!("040000 tree {dir}\tevil\n040000 tree {hist}\t.history\n").as_bytes(),
+    );
+    let commit = git_in(&hub, &["commit-tree", &root, "-m", "hostile"], b"");
+    git_in(
+        &hub,
+        &[
+            "update-ref",
+            "refs/heads/skillfs/0123456789abcdef0123456789abcdef",
+            &commit,
+        ],
+        b"",
+    );
+    let (_, err) = sync(&b);
+    assert!(err.contains("a link out of the tree"), "{err}");
+    assert!(err.contains(".history"), "{err}");
+    assert_eq!(read(&b, "evil/SKILL.md"), skill("evil", "x\n"));
+    common::assert_enoent(b.path("evil/pw"));
+    common::assert_enoent(b.path(".history/x"));
+    verify_full(&b);
+}
+
+/// With a schedule in `config.json`, the mounted daemon fetches and
+/// merges on its own: a skill pushed by the other replica appears in the
+/// live tree without a command.
+#[test]
+fn the_schedule_merges_what_it_fetches() {
+    let s = common::Scratch::new("mergesched");
+    fs::create_dir_all(s.store()).unwrap();
+    fs::write(
+        s.store().join("config.json"),
+        r#"{"sync": {"every": "1s"}}"#,
+    )
+    .unwrap();
+    let b = Mount::over(s, Vec::new());
+    let a = Mount::new("mergeschedA");
+    hub(&a, &b);
+    fs::create_dir_all(a.path("cat/s")).unwrap();
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "scheduled\n")).unwrap();
+    sync(&a);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // The tree first, then the merge's own report in the log.
+    loop {
+        let log = fs::read_to_string(b.store().join("daemon.log")).unwrap();
+        let live = fs::read_to_string(b.path("cat/s/SKILL.md")).ok();
+        if live == Some(skill("s", "scheduled\n")) && log.contains("merged replica") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not merged in 30 s: {live:?}\n{log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
