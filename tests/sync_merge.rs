@@ -105,11 +105,15 @@ fn a_skill_travels_both_ways_as_versions() {
             .any(|r| r["path"] == "cat/s" || r["to"] == "cat/s"),
         "the arrival is in b's history"
     );
-    // Edited on b, back to a.
+    // Edited on b, back to a, where an untracked file in the skill (an
+    // editor's backup: in no version) stays through the swap.
+    fs::write(a.path("cat/s/draft~"), "mine").unwrap();
     fs::write(b.path("cat/s/SKILL.md"), skill("s", "one, edited on b\n")).unwrap();
     sync(&b);
     sync(&a);
     assert_eq!(read(&a, "cat/s/SKILL.md"), skill("s", "one, edited on b\n"));
+    assert_eq!(read(&a, "cat/s/draft~"), "mine");
+    fs::remove_file(a.path("cat/s/draft~")).unwrap();
     // Removed on a, gone on b.
     fs::remove_dir_all(a.path("cat/t")).unwrap();
     sync(&a);

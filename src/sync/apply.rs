@@ -7,7 +7,9 @@
 //! hidden staging directory beside it and put in place by one rename
 //! (`RENAME_EXCHANGE` over the old one, which stays in the staging
 //! directory, hidden, until the park sweep): the agent's loader sees the
-//! old skill or the new one, never half of each. A file outside every
+//! old skill or the new one, never half of each. What the old skill held
+//! that no version has (a file of an untracked name, a hidden entry) is
+//! moved into the new one right after the swap (`carry_over`). A file outside every
 //! skill is swapped the same way; a directory outside every skill is made
 //! or, once empty, removed; a unit the merge removed is parked (history
 //! keeps it).
@@ -243,8 +245,69 @@ fn put(
     }
     if !exists {
         let _ = sys::unlinkat(dir, park_name.as_bytes(), true);
+    } else if matches!(ours.get(unit), Some(Entry::Dir)) {
+        // What the old skill held that no version has (a file of an
+        // untracked name, a hidden one) is not the merge's to drop.
+        carry_over(
+            &stage,
+            &parent.join(std::ffi::OsStr::from_bytes(&name)),
+            unit,
+            (ours, merged),
+        );
     }
     Ok(())
+}
+
+/// Moves every entry under `old` (the unit swapped out) that `ours` does
+/// not version into the same place under `new` (the unit swapped in),
+/// where that place is free and `merged` has its directory (a directory
+/// of the new unit, never a link); the rest stays in the staging
+/// directory, hidden, until the park sweep.
+fn carry_over(old: &Path, new: &Path, unit: &[u8], (ours, merged): (&Tree, &Tree)) {
+    let mut dirs = vec![Vec::<u8>::new()];
+    while let Some(rel) = dirs.pop() {
+        let here = |base: &Path| {
+            if rel.is_empty() {
+                base.to_path_buf()
+            } else {
+                base.join(std::ffi::OsStr::from_bytes(&rel))
+            }
+        };
+        let Ok(entries) = std::fs::read_dir(here(old)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let mut q = rel.clone();
+            if !q.is_empty() {
+                q.push(b'/');
+            }
+            q.extend_from_slice(e.file_name().as_bytes());
+            let mut versioned = unit.to_vec();
+            versioned.push(b'/');
+            versioned.extend_from_slice(&q);
+            match ours.get(&versioned) {
+                Some(Entry::Dir) => dirs.push(q),
+                Some(_) => {}
+                None => {
+                    let to = new.join(std::ffi::OsStr::from_bytes(&q));
+                    let mut above = unit.to_vec();
+                    if !rel.is_empty() {
+                        above.push(b'/');
+                        above.extend_from_slice(&rel);
+                    }
+                    if merged.get(&above) == Some(&Entry::Dir) {
+                        let _ = sys::renameat2(
+                            libc::AT_FDCWD,
+                            e.path().as_os_str().as_bytes(),
+                            libc::AT_FDCWD,
+                            to.as_os_str().as_bytes(),
+                            libc::RENAME_NOREPLACE,
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Makes the live tree under the mounted `root`, whose newest state is
