@@ -170,6 +170,12 @@ fn edits_on_both_sides_merge_by_line_and_collisions_stay_conflicts() {
     assert_eq!(read(&a, "cat/s/SKILL.md"), text("one by a", "5 from b"));
     assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by b", "5 from b"));
     for m in [&a, &b] {
+        let out = skillfs(&["status", "--root", &root_arg(m)]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("conflicts") && text.contains("1 (this tree"),
+            "{text}"
+        );
         let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(

@@ -262,6 +262,13 @@ pub fn status(t: &Target) -> Result<(), Failure> {
                 format!("{} {}{ahead}", r.url, super::sync::describe(r, now)),
             );
         }
+        let conflicts = crate::sync::conflicts(layout).map_or(0, |c| c.len());
+        if conflicts > 0 {
+            row(
+                "conflicts",
+                format!("{conflicts} (this tree's side live; skillfs sync --conflicts lists them)"),
+            );
+        }
     }
     Ok(())
 }
