@@ -204,17 +204,7 @@ fn a_skill_being_written_waits_for_the_next_sync() {
     fs::write(a.path("cat/s/SKILL.md"), skill("s", "v2\n")).unwrap();
     sync(&a);
     // Held open for writing by another process, as an editor would.
-    let mut writer = Command::new("sh")
-        .args(["-c", "exec 3>>\"$1\"; read line", "sh"])
-        .arg(b.path("cat/s/notes.md"))
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !b.path("cat/s/notes.md").exists() {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut writer = hold_open(b.path("cat/s/notes.md"));
     let (_, err) = sync(&b);
     assert!(err.contains("open for writing"), "{err}");
     assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "v1\n"));
@@ -270,10 +260,40 @@ fn a_link_out_of_the_tree_and_a_history_are_not_taken_from_a_replica() {
         &["mktree"],
         format!("100644 blob {skill_md}\tx\n").as_bytes(),
     );
+    // Two links that each climb a little and, chained, reach /etc (found
+    // by review): no link with a `..` is taken. And a `.history` deeper in.
+    let up = git_in(
+        &hub,
+        &["hash-object", "-w", "--stdin"],
+        b"../../../../../..",
+    );
+    let chained = git_in(
+        &hub,
+        &["hash-object", "-w", "--stdin"],
+        b"m/../../../../../../../etc/passwd",
+    );
+    let e = git_in(
+        &hub,
+        &["mktree"],
+        format!("120000 blob {up}\tm\n120000 blob {chained}\tl\n").as_bytes(),
+    );
+    let d = git_in(
+        &hub,
+        &["mktree"],
+        format!("040000 tree {e}\te\n").as_bytes(),
+    );
+    let deep = git_in(
+        &hub,
+        &["mktree"],
+        format!("040000 tree {d}\td\n040000 tree {hist}\t.history\n").as_bytes(),
+    );
     let root = git_in(
         &hub,
         &["mktree"],
-        format!("040000 tree {dir}\tevil\n040000 tree {hist}\t.history\n").as_bytes(),
+        format!(
+            "040000 tree {dir}\tevil\n040000 tree {hist}\t.history\n040000 tree {deep}\tdeep\n"
+        )
+        .as_bytes(),
     );
     let commit = git_in(&hub, &["commit-tree", &root, "-m", "hostile"], b"");
     git_in(
@@ -291,6 +311,13 @@ fn a_link_out_of_the_tree_and_a_history_are_not_taken_from_a_replica() {
     assert_eq!(read(&b, "evil/SKILL.md"), skill("evil", "x\n"));
     common::assert_enoent(b.path("evil/pw"));
     common::assert_enoent(b.path(".history/x"));
+    common::assert_enoent(b.path("deep/d/e/l"));
+    common::assert_enoent(b.path("deep/d/e/m"));
+    common::assert_enoent(b.path("deep/.history/x"));
+    // What was left out does not hold the merge back: the next sync has
+    // nothing to do.
+    let (said, _) = sync(&b);
+    assert!(!said.contains("merged replica"), "{said}");
     verify_full(&b);
 }
 
@@ -326,4 +353,86 @@ fn the_schedule_merges_what_it_fetches() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// A skill whose `SKILL.md` the other replica removed is a plain
+/// directory there: it arrives as that (found by review: it was counted
+/// done and nothing changed). Modes the receiving replica gave its files
+/// stay (a secret made 0600 stays 0600).
+#[test]
+fn a_skill_that_stops_being_one_arrives_and_modes_stay() {
+    use std::os::unix::fs::PermissionsExt;
+    let Pair { a, b } = pair("mergeplain");
+    fs::create_dir_all(a.path("cat/s")).unwrap();
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "v1\n")).unwrap();
+    fs::write(a.path("cat/s/notes.md"), "notes v1\n").unwrap();
+    fs::create_dir_all(a.path("cat/t")).unwrap();
+    fs::write(a.path("cat/t/SKILL.md"), skill("t", "v1\n")).unwrap();
+    fs::write(a.path("cat/t/secret.md"), "key\n").unwrap();
+    sync(&a);
+    sync(&b);
+    fs::set_permissions(b.path("cat/t/secret.md"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::remove_file(a.path("cat/s/SKILL.md")).unwrap();
+    fs::write(a.path("cat/s/notes.md"), "notes v2\n").unwrap();
+    fs::write(a.path("cat/t/SKILL.md"), skill("t", "v2\n")).unwrap();
+    sync(&a);
+    sync(&b);
+    common::assert_enoent(b.path("cat/s/SKILL.md"));
+    assert_eq!(read(&b, "cat/s/notes.md"), "notes v2\n");
+    assert_eq!(read(&b, "cat/t/SKILL.md"), skill("t", "v2\n"));
+    let mode = fs::metadata(b.path("cat/t/secret.md"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    verify_full(&b);
+}
+
+/// Holds `path` open for writing from a process of its own until the
+/// returned child's stdin is closed.
+fn hold_open(path: PathBuf) -> std::process::Child {
+    let child = Command::new("sh")
+        .args(["-c", "exec 3>>\"$1\"; read line", "sh"])
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+}
+
+/// A unit left for later keeps its own base while the rest moves on: a
+/// skill removed here after the rest of a merge landed stays removed
+/// (found by review: the whole base stayed behind, and the next merge
+/// brought the skill back).
+#[test]
+fn a_skill_left_for_later_does_not_hold_the_others_back() {
+    let Pair { a, b } = pair("mergepending");
+    for s in ["s1", "s2"] {
+        fs::create_dir_all(a.path(&format!("k/{s}"))).unwrap();
+        fs::write(a.path(&format!("k/{s}/SKILL.md")), skill(s, "v1\n")).unwrap();
+    }
+    sync(&a);
+    sync(&b);
+    for s in ["s1", "s2"] {
+        fs::write(a.path(&format!("k/{s}/SKILL.md")), skill(s, "v2\n")).unwrap();
+    }
+    sync(&a);
+    let mut writer = hold_open(b.path("k/s2/f.md"));
+    let (_, err) = sync(&b);
+    assert!(err.contains("open for writing"), "{err}");
+    assert_eq!(read(&b, "k/s1/SKILL.md"), skill("s1", "v2\n"));
+    fs::remove_dir_all(b.path("k/s1")).unwrap();
+    sync(&b);
+    common::assert_enoent(b.path("k/s1"));
+    drop(writer.stdin.take());
+    writer.wait().unwrap();
+    sync(&b);
+    assert_eq!(read(&b, "k/s2/SKILL.md"), skill("s2", "v2\n"));
+    common::assert_enoent(b.path("k/s1"));
+    verify_full(&b);
 }

@@ -3,7 +3,7 @@
 //! 127.0.0.1 with keys made for the test, and to a plain path remote;
 //! each fetches the other two; a remote that stops answering fails a sync
 //! with exit 10 and loses nothing: the next sync pushes what was missed.
-//! (The merge of what was fetched is tests/sync_merge.rs's.)
+//! (The merge itself is tests/sync_merge.rs's.)
 
 mod common;
 
@@ -188,6 +188,9 @@ fn three_replicas_push_and_fetch_over_a_real_sshd_and_a_path() {
     let on_path = bare(&base.join("path.git"));
     let url = sshd.url(&over_ssh);
     let mounts: Vec<Mount> = ["ssh-a", "ssh-b", "ssh-c"].map(Mount::new).into();
+    // The newest change of each replica when it pushed (its merge of the
+    // others comes after the push, and goes with its next one).
+    let mut pushed = Vec::new();
     for (i, m) in mounts.iter().enumerate() {
         let r = m.root().display().to_string();
         ok(&skillfs_ssh(
@@ -212,15 +215,25 @@ fn three_replicas_push_and_fetch_over_a_real_sshd_and_a_path() {
         )
         .unwrap();
         fs::write(m.path(&format!("own{i}.md")), "mine\n").unwrap();
+        pushed.push(newest_id(m));
         ok(&skillfs_ssh(&sshd, &["sync", "--root", &r]));
     }
-    // Each replica's ref on both remotes ends at its newest change.
-    for m in &mounts {
+    // Each replica's ref on both remotes ends at its newest change then.
+    for (m, at) in mounts.iter().zip(&pushed) {
         let branch = format!("refs/heads/skillfs/{}", replica(m));
         for remote in [&over_ssh, &on_path] {
-            assert_eq!(tip_id(remote, &branch), Some(newest_id(m)), "{branch}");
+            assert_eq!(tip_id(remote, &branch), Some(*at), "{branch}");
         }
     }
+    // And each has what the ones before it pushed, merged in.
+    assert_eq!(
+        fs::read_to_string(mounts[2].path("own0.md")).unwrap(),
+        "mine\n"
+    );
+    assert_eq!(
+        fs::read_to_string(mounts[2].path("own1.md")).unwrap(),
+        "mine\n"
+    );
     // The first replica, synced again, holds the other two.
     let a = mounts[0].root().display().to_string();
     let said = ok(&skillfs_ssh(&sshd, &["sync", "origin", "--root", &a]));

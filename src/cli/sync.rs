@@ -253,7 +253,17 @@ pub fn sync(
 
 /// Merges what was fetched into the mounted tree, and says what it did.
 fn pull(t: &Target) -> Result<(), Failure> {
+    let mut failed = None;
     for p in crate::sync::pull(&t.layout, &t.root)? {
+        if let Some(why) = &p.error {
+            let f = Failure::new(
+                Exit::Internal,
+                format!("the merge of replica {} failed: {why}", p.replica),
+            );
+            eprintln!("skillfs: {}", crate::error::one_line(f.message.clone()));
+            failed = Some(f);
+            continue;
+        }
         println!("{}", p.summary());
         for (unit, why) in &p.applied.busy {
             eprintln!(
@@ -271,5 +281,11 @@ fn pull(t: &Target) -> Result<(), Failure> {
             );
         }
     }
-    Ok(())
+    // Each failure was said above; the command exits as they did.
+    failed.map_or(Ok(()), |f| {
+        Err(Failure::new(
+            f.exit,
+            "a merge failed (said above); the others were made",
+        ))
+    })
 }

@@ -318,9 +318,8 @@ fn start_sync(
                 std::thread::sleep(every);
                 match crate::sync::sync(&layout, &root, None, &opts) {
                     Ok(reports) => {
-                        if reports
-                            .iter()
-                            .any(|r| r.error.is_none() && !r.replicas.is_empty())
+                        if reports.iter().any(|r| r.error.is_none())
+                            && crate::sync::anything_to_merge(&layout)
                         {
                             merge_fetched(&root, opts.deadline);
                         }

@@ -27,15 +27,15 @@
 //! Locks: none of its own; the writes go through the mount, under the
 //! daemon's locks, and the caller holds `sync/lock`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use skillfs_sync::merge::Contents;
 use skillfs_sync::skill;
 use skillfs_sync::tree::{Entry, Tree, parent, within};
 
+use super::gittree::Both;
 use crate::error::Failure;
 use crate::relpath::RelPath;
 use crate::store::journal::Record;
@@ -80,16 +80,11 @@ fn touches(rec: &Record, unit: &[u8]) -> bool {
     at(&rec.path) || rec.to.as_ref().is_some_and(at)
 }
 
-/// Why `unit` must wait, if it must: a change recorded after `since`, or
-/// a file below it open for writing (`writers`: the open files' paths).
-fn busy(
-    unit: &[u8],
-    since: u64,
-    records: &[Record],
-    writers: &[PathBuf],
-    root: &Path,
-) -> Option<String> {
-    if let Some(r) = records.iter().find(|r| r.seq > since && touches(r, unit)) {
+/// Why `unit` must wait, if it must: a change of another process
+/// recorded since the merge read the tree (`others`), or a file below it
+/// open for writing (`writers`: the open files' paths).
+fn busy(unit: &[u8], others: &[&Record], writers: &[PathBuf], root: &Path) -> Option<String> {
+    if let Some(r) = others.iter().find(|r| touches(r, unit)) {
         return Some(format!("changed since the merge began (change {})", r.seq));
     }
     let at = root.join(std::ffi::OsStr::from_bytes(unit));
@@ -133,14 +128,22 @@ pub fn open_for_writing() -> Vec<PathBuf> {
     out
 }
 
+/// What the live tree's newest state says of each entry: its mode and
+/// mtime (ns).
+pub type Meta = HashMap<Vec<u8>, (u32, i128)>;
+
 /// Writes the unit `unit` (`sub`: its entry and every one below it) at
-/// `dest`, a path inside a staging directory.
+/// `dest`, a path inside a staging directory. A file the live tree has
+/// keeps its mode (the merge decides only the executable bits, which is
+/// all git holds), and its mtime too when its bytes are the same; a new
+/// one is 0644 or 0755.
 fn build(
     dest: &Path,
     sub: &[(&[u8], &Entry)],
     unit: &[u8],
-    contents: &dyn Contents,
+    (contents, ours, meta): (&Both, &Tree, &Meta),
 ) -> Result<(), String> {
+    let mut dirs = Vec::new();
     for (p, e) in sub {
         let rest = &p[unit.len()..];
         let at = if rest.is_empty() {
@@ -152,22 +155,43 @@ fn build(
         match e {
             Entry::Dir => {
                 std::fs::create_dir(&at).map_err(fail)?;
+                if let Some(&(mode, _)) = meta.get(*p) {
+                    dirs.push((at, mode));
+                }
             }
             Entry::File { blob, exec } => {
-                let bytes = contents.read(blob).ok_or_else(|| {
-                    format!("the content {blob} of '{}' is nowhere", at.display())
-                })?;
-                std::fs::write(&at, bytes).map_err(fail)?;
-                // Git keeps the executable bit alone.
-                let mode = if *exec { 0o755 } else { 0o644 };
+                contents.write_into(blob, &at)?;
+                let exec_bits = |m: u32| if *exec { (m & 0o444) >> 2 } else { 0 };
+                let mode = match meta.get(*p) {
+                    Some(&(m, _)) => (m & 0o7666) | exec_bits(m),
+                    None => 0o644 | exec_bits(0o644),
+                };
                 std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(mode))
                     .map_err(fail)?;
+                if let (Some(&(_, mtime)), Some(Entry::File { blob: had, .. })) =
+                    (meta.get(*p), ours.get(p))
+                    && had == blob
+                {
+                    let (secs, nsecs) = sys::split_ns(mtime);
+                    let t = sys::Time::At(secs, nsecs);
+                    sys::lutimensat(libc::AT_FDCWD, at.as_os_str().as_bytes(), t, t)
+                        .map_err(fail)?;
+                }
             }
             Entry::Symlink { target } => {
                 std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(target), &at)
                     .map_err(fail)?
             }
         }
+    }
+    // Directory modes last, innermost first: a mode may forbid the making
+    // of what is inside.
+    for (d, mode) in dirs.iter().rev() {
+        std::fs::set_permissions(
+            d,
+            std::os::unix::fs::PermissionsExt::from_mode(*mode & 0o7777),
+        )
+        .map_err(|e| format!("{}: {e}", d.display()))?;
     }
     Ok(())
 }
@@ -177,26 +201,33 @@ fn build(
 fn put(
     root: &Path,
     unit: &[u8],
-    ours: &Tree,
-    merged: &Tree,
-    contents: &dyn Contents,
+    (ours, merged): (&Tree, &Tree),
+    (contents, meta): (&Both, &Meta),
 ) -> Result<(), String> {
     let rel = RelPath::from_bytes_unchecked(unit.to_vec());
     let name = rel.file_name().to_vec();
     let target = root.join(rel.as_os_str());
+    // A skill on either side is swapped whole, whatever it is now.
+    let is_skill = skill::roots(merged)
+        .into_iter()
+        .chain(skill::roots(ours))
+        .any(|r| r.as_slice() == unit);
     let Some(want) = merged.get(unit) else {
         // Removed by the merge: parked (a directory outside every skill
         // only once empty: what is left in it is someone's).
-        return match ours.get(unit) {
-            Some(Entry::Dir) if !skill::roots(ours).iter().any(|r| r.as_slice() == unit) => {
-                match std::fs::remove_dir(&target) {
-                    Ok(()) => Ok(()),
-                    Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Ok(()),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                    Err(e) => Err(format!("{}: {e}", target.display())),
-                }
-            }
-            _ => crate::commands::remove(root, &rel).map_err(|f| f.to_string()),
+        if !matches!(ours.get(unit), Some(Entry::Dir)) || is_skill {
+            return crate::commands::remove(root, &rel).map_err(|f| f.to_string());
+        }
+        let (parent_fd, top) =
+            crate::commands::open_parent(root, &rel).map_err(|f| f.to_string())?;
+        if top != rel {
+            return Ok(());
+        }
+        return match sys::unlinkat(parent_fd.as_raw_fd(), &name, true) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("{}: {e}", target.display())),
         };
     };
     let (parent_fd, top) = crate::commands::open_parent(root, &rel).map_err(|f| f.to_string())?;
@@ -204,7 +235,6 @@ fn put(
         return Err(format!("'{top}' is not there"));
     }
     let dir = parent_fd.as_raw_fd();
-    let is_skill = skill::roots(merged).iter().any(|r| r.as_slice() == unit);
     if *want == Entry::Dir && !is_skill {
         // A directory outside every skill: made if missing (its entries
         // are units of their own).
@@ -226,7 +256,7 @@ fn put(
     let undo = || {
         let _ = std::fs::remove_dir_all(parent.join(&park_name));
     };
-    if let Err(e) = build(&stage, &sub, unit, contents) {
+    if let Err(e) = build(&stage, &sub, unit, (contents, ours, meta)) {
         undo();
         return Err(e);
     }
@@ -310,23 +340,37 @@ fn carry_over(old: &Path, new: &Path, unit: &[u8], (ours, merged): (&Tree, &Tree
     }
 }
 
+/// The journal's size on disk: it grows with every record, so an
+/// unchanged size means no change was recorded since it was read.
+fn journal_stamp(layout: &crate::store::Layout) -> u64 {
+    std::fs::read_dir(layout.journal())
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 /// Makes the live tree under the mounted `root`, whose newest state is
-/// `ours` as of change `since`, hold `merged`.
+/// `ours` as of change `since`, hold `merged`. Each unit is checked for
+/// writers and for changes since `since` just before it is written (the
+/// journal read again only when it grew).
 pub fn apply(
     root: &Path,
     layout: &crate::store::Layout,
     (ours, since): (&Tree, u64),
     merged: &Tree,
-    contents: &dyn Contents,
+    (contents, meta): (&Both, &Meta),
 ) -> Result<Applied, Failure> {
     let units = changed_units(ours, merged);
     let mut done = Applied::default();
     if units.is_empty() {
         return Ok(done);
     }
-    // Read once, now that the merge is made: what changed meanwhile.
-    let records = crate::commands::read_records(layout)?;
-    let writers = open_for_writing();
+    let mut records: Vec<Record> = Vec::new();
+    let mut stamp = None;
     let mut held: Vec<Vec<u8>> = Vec::new();
     let present: Vec<&Vec<u8>> = units.iter().filter(|u| merged.get(u).is_some()).collect();
     let removed: Vec<&Vec<u8>> = units
@@ -335,15 +379,29 @@ pub fn apply(
         .filter(|u| merged.get(u).is_none())
         .collect();
     for unit in present.into_iter().chain(removed) {
+        let now = journal_stamp(layout);
+        if stamp != Some(now) {
+            records = crate::commands::read_records(layout)?;
+            stamp = Some(now);
+        }
+        // What this merge wrote itself is no one else's change.
+        let others: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.seq > since && r.actor.pid != std::process::id())
+            .collect();
         // Below a unit left for later: later too.
         let why = held
             .iter()
             .find(|h| within(unit, h))
             .map(|h| format!("'{}' waits", String::from_utf8_lossy(h)))
-            .or_else(|| busy(unit, since, &records, &writers, root));
+            .or_else(|| busy(unit, &others, &open_for_writing(), root));
         let why = match why {
             Some(w) => Some(w),
-            None => put(root, unit, ours, merged, contents).err(),
+            None => {
+                // The journal grows by this unit's own records: read again.
+                stamp = None;
+                put(root, unit, (ours, merged), (contents, meta)).err()
+            }
         };
         match why {
             Some(w) => {

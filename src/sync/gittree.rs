@@ -29,6 +29,10 @@ use super::git;
 use crate::store::blobs::BlobStore;
 
 const BLOBMAP: &str = "blobmap";
+/// A fetched file larger than this is never held in memory whole: it is
+/// hashed and written as it streams from git, and a merge takes it for
+/// binary (both sides changed: a conflict, never a line merge).
+const KEEP_MAX: usize = 8 << 20;
 
 /// Git ids mapped to the blob store's, and the contents read this run.
 pub struct GitBlobs {
@@ -45,7 +49,10 @@ pub struct GitBlobs {
 }
 
 fn hex_sha256(b: &[u8]) -> String {
-    let d = Sha256::digest(b);
+    hex(&Sha256::digest(b))
+}
+
+fn hex(d: &[u8]) -> String {
     d.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -107,20 +114,36 @@ impl GitBlobs {
             let size: usize = size
                 .parse()
                 .map_err(|_| format!("git cat-file: a bad header '{}'", header.trim()))?;
-            let mut bytes = vec![0u8; size];
-            out.read_exact(&mut bytes)
-                .and_then(|_| out.read_exact(&mut [0u8; 1]))
-                .map_err(|e| format!("git cat-file: {e}"))?;
             if got != id {
                 return Err(format!("git cat-file answered {got} for {id}"));
             }
-            let sha = hex_sha256(&bytes);
+            // Hashed as it streams by; kept only when small (a large one is
+            // read again from git, streamed, when it is written).
+            let mut hasher = Sha256::new();
+            let mut kept = Vec::new();
+            let mut left = size;
+            let mut buf = vec![0u8; 64 << 10];
+            while left > 0 {
+                let n = left.min(buf.len());
+                out.read_exact(&mut buf[..n])
+                    .map_err(|e| format!("git cat-file: {e}"))?;
+                hasher.update(&buf[..n]);
+                if size <= KEEP_MAX {
+                    kept.extend_from_slice(&buf[..n]);
+                }
+                left -= n;
+            }
+            out.read_exact(&mut [0u8; 1])
+                .map_err(|e| format!("git cat-file: {e}"))?;
+            let sha = hex(&hasher.finalize());
             if !self.sha256.contains_key(id) {
                 self.new.push(format!("{id} {sha}\n"));
             }
             self.sha256.insert(id.clone(), sha.clone());
             self.git_id.insert(sha.clone(), id.clone());
-            self.read.insert(sha, bytes);
+            if size <= KEEP_MAX {
+                self.read.insert(sha, kept);
+            }
         }
         let _ = writer.join();
         let _ = child.wait();
@@ -167,7 +190,7 @@ impl GitBlobs {
             let (Some(mode), Some(_), Some(id)) = (f.next(), f.next(), f.next()) else {
                 return Err(format!("git ls-tree: a bad line '{head}'"));
             };
-            if !valid_path(&path) || path == b".history" || path.starts_with(b".history/") {
+            if !valid_path(&path) || path.split(|&b| b == b'/').any(|c| c == b".history") {
                 skipped.push(format!("'{}' (not a path)", String::from_utf8_lossy(&path)));
                 continue;
             }
@@ -197,7 +220,13 @@ impl GitBlobs {
                     exec: mode == "100755",
                 },
                 "120000" => {
-                    let target = self.read[&self.sha256[&id]].clone();
+                    let Some(target) = self.read.get(&self.sha256[&id]).cloned() else {
+                        skipped.push(format!(
+                            "'{}' (a link too long)",
+                            String::from_utf8_lossy(&path)
+                        ));
+                        continue;
+                    };
                     if !link_stays_inside(&path, &target) {
                         skipped.push(format!(
                             "'{}' (a link out of the tree, to '{}')",
@@ -228,36 +257,71 @@ impl GitBlobs {
             return Some(b.clone());
         }
         let id = self.git_id.get(sha)?;
+        let size = git(Some(&self.repo))
+            .args(["cat-file", "-s", id])
+            .output()
+            .ok()
+            .and_then(|o| super::parse_count(&o.stdout))?;
+        if size as usize > KEEP_MAX {
+            return None;
+        }
         let out = git(Some(&self.repo))
             .args(["cat-file", "blob", id])
             .output()
             .ok()?;
         (out.status.success() && hex_sha256(&out.stdout) == sha).then_some(out.stdout)
     }
+
+    /// Writes the fetched file `sha` at `to` as it streams from git,
+    /// checked against its name.
+    fn stream_into(&self, sha: &str, to: &Path) -> Result<(), String> {
+        let id = self
+            .git_id
+            .get(sha)
+            .ok_or_else(|| format!("the content {sha} of '{}' is nowhere", to.display()))?;
+        let mut child = git(Some(&self.repo))
+            .args(["cat-file", "blob", id])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("could not run git cat-file: {e}"))?;
+        let mut from = child.stdout.take().expect("piped");
+        let mut file = std::fs::File::create(to).map_err(|e| format!("{}: {e}", to.display()))?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = from
+                .read(&mut buf)
+                .map_err(|e| format!("git cat-file: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            file.write_all(&buf[..n])
+                .map_err(|e| format!("{}: {e}", to.display()))?;
+        }
+        let _ = child.wait();
+        let got = hex(&hasher.finalize());
+        if got != sha {
+            return Err(format!(
+                "git gave other bytes than {sha} for '{}'",
+                to.display()
+            ));
+        }
+        Ok(())
+    }
 }
 
-/// Whether a link at `path` to `target` resolves inside the tree, read
-/// as written: relative, and never more `..` than the directories above
-/// it. A synced skill is instructions the agent runs: a link that leads
-/// out of the tree is not taken from another machine.
-pub fn link_stays_inside(path: &[u8], target: &[u8]) -> bool {
-    if target.is_empty() || target.starts_with(b"/") {
-        return false;
-    }
-    let mut depth = path.iter().filter(|&&b| b == b'/').count() as i64;
-    for c in target.split(|&b| b == b'/') {
-        match c {
-            b"" | b"." => {}
-            b".." => {
-                depth -= 1;
-                if depth < 0 {
-                    return false;
-                }
-            }
-            _ => depth += 1,
-        }
-    }
-    true
+/// Whether a link at `path` to `target` stays inside the tree whatever
+/// the tree's other links are: relative, and with no `..` at all (a
+/// target that only goes down, even through other links that only go
+/// down, never leaves the link's own directory). A synced skill is
+/// instructions the agent runs: no link from another machine may lead
+/// out of the tree, and a chain of links each climbing a little can.
+pub fn link_stays_inside(_path: &[u8], target: &[u8]) -> bool {
+    !target.is_empty()
+        && !target.starts_with(b"/")
+        && target.split(|&b| b == b'/').all(|c| c != b"..")
 }
 
 /// Contents for a merge: the blob store's, then git's.
@@ -266,6 +330,19 @@ pub struct Both<'a> {
     pub git: &'a GitBlobs,
     /// Texts the merge made.
     pub made: HashMap<String, Vec<u8>>,
+}
+
+impl Both<'_> {
+    /// Writes the file named `blob` at `to` (a new file).
+    pub fn write_into(&self, blob: &str, to: &Path) -> Result<(), String> {
+        if let Some(b) = self.made.get(blob) {
+            return std::fs::write(to, b).map_err(|e| format!("{}: {e}", to.display()));
+        }
+        if let Ok(b) = self.store.read(blob) {
+            return std::fs::write(to, b).map_err(|e| format!("{}: {e}", to.display()));
+        }
+        self.git.stream_into(blob, to)
+    }
 }
 
 impl Contents for Both<'_> {
@@ -287,12 +364,14 @@ mod tests {
     #[test]
     fn a_link_is_taken_only_when_it_stays_in_the_tree() {
         assert!(link_stays_inside(b"cat/s/l", b"SKILL.md"));
-        assert!(link_stays_inside(b"cat/s/l", b"../t/SKILL.md"));
-        assert!(link_stays_inside(b"cat/s/l", b"../../top.md"));
+        assert!(link_stays_inside(b"cat/s/l", b"./references/r.md"));
+        // A climb, however small: chained, links climb out (found by review).
+        assert!(!link_stays_inside(b"cat/s/l", b"../t/SKILL.md"));
+        assert!(!link_stays_inside(b"a/b/c/d/e/m", b"../../../../../.."));
         assert!(!link_stays_inside(b"cat/s/l", b"../../../etc/passwd"));
         assert!(!link_stays_inside(b"l", b".."));
         assert!(!link_stays_inside(b"cat/l", b"/etc/passwd"));
         assert!(!link_stays_inside(b"cat/l", b""));
-        assert!(link_stays_inside(b"cat/l", b"./x/../y"));
+        assert!(!link_stays_inside(b"cat/l", b"./x/../y"));
     }
 }

@@ -53,7 +53,7 @@ pub(super) fn resolve(repo: &Path, r: &str) -> Option<String> {
 }
 
 /// Whether commit `a` is `b` or an ancestor of it.
-fn is_ancestor(repo: &Path, a: &str, b: &str) -> Result<bool, String> {
+pub(super) fn is_ancestor(repo: &Path, a: &str, b: &str) -> Result<bool, String> {
     let out = git(Some(repo))
         .args(["merge-base", "--is-ancestor", a, b])
         .output()

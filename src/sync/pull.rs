@@ -39,9 +39,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use skillfs_sync::merge::{Conflict, Reason, Side, merge};
-use skillfs_sync::tree::{Entry, Tree};
+use skillfs_sync::tree::{Entry, Tree, within};
 
-use super::apply::{Applied, apply};
+use crate::relpath::ByteString;
+
+use super::apply::{Applied, Meta, apply};
 use super::gittree::{Both, GitBlobs};
 use super::remotes::sync_dir;
 use super::{git, kept, lock};
@@ -65,6 +67,10 @@ struct Base {
     /// Whether any merge of this replica so far left a conflict.
     #[serde(default)]
     conflicted: bool,
+    /// Units left for a later sync (busy, or failed), each with the commit
+    /// its base stays at (empty: an empty tree).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pending: Vec<(ByteString, String)>,
 }
 
 fn load_bases(dir: &crate::store::Dir) -> Result<BTreeMap<String, Base>, Failure> {
@@ -89,7 +95,8 @@ pub fn merged_trailers(layout: &Layout) -> Result<String, Failure> {
     };
     Ok(load_bases(&dir)?
         .into_iter()
-        .filter(|(_, b)| !b.conflicted)
+        // Only what was merged whole and clean (see "The base").
+        .filter(|(_, b)| !b.conflicted && b.pending.is_empty())
         .map(|(r, b)| format!("{MERGED_TRAILER}: {r} {}\n", b.commit))
         .collect())
 }
@@ -129,6 +136,8 @@ pub struct Pulled {
     pub conflicts: Vec<Conflict>,
     /// Entries of its commit left out (not a path, a submodule).
     pub skipped: Vec<String>,
+    /// Why its merge failed, if it did (nothing moved).
+    pub error: Option<String>,
 }
 
 impl Pulled {
@@ -147,7 +156,7 @@ impl Pulled {
         );
         if !self.conflicts.is_empty() {
             s.push_str(&format!(
-                ", {} conflict{} (this tree's side kept; `skillfs sync --conflicts` lists them)",
+                ", {} conflict{} (`skillfs sync --conflicts` lists them)",
                 self.conflicts.len(),
                 if self.conflicts.len() == 1 { "" } else { "s" }
             ));
@@ -162,11 +171,14 @@ impl Pulled {
     }
 }
 
-/// The live tree's newest state as a merge sees it, and its change id.
-fn ours(store: &Store) -> (Tree, u64) {
+/// The live tree's newest state as a merge sees it, its change id, and
+/// each entry's mode and mtime.
+fn ours(store: &Store) -> (Tree, u64, Meta) {
     let id = store.index.last();
     let mut t = Tree::new();
+    let mut meta = Meta::new();
     for (p, s) in store.subtree(ROOT_IDX, id) {
+        meta.insert(p.as_bytes().to_vec(), (s.mode, s.mtime_ns));
         let e = match s.kind {
             Kind::Dir => Entry::Dir,
             Kind::File => Entry::File {
@@ -179,7 +191,7 @@ fn ours(store: &Store) -> (Tree, u64) {
         };
         t.insert(p.as_bytes(), e);
     }
-    (t, id)
+    (t, id, meta)
 }
 
 fn reason(r: &Reason) -> String {
@@ -201,77 +213,28 @@ pub fn pull(layout: &Layout, root: &Path) -> Result<Vec<Pulled>, Failure> {
     let _lock = lock(&dir, layout)?;
     let repo = dir.join("repo.git");
     let own = super::replica_id(layout, false)?.unwrap_or_default();
-    let listed = git(Some(&repo))
-        .args(["for-each-ref", "--format=%(refname)", "refs/skillfs/kept/"])
-        .output()
-        .map_err(|e| Failure::new(Exit::Internal, format!("could not run git: {e}")))?;
-    let replicas: Vec<String> = String::from_utf8_lossy(&listed.stdout)
-        .lines()
-        .filter_map(|r| super::replica::parse(r.strip_prefix("refs/skillfs/kept/")?.as_bytes()))
-        .filter(|r| *r != own)
-        .collect();
-    let merged_path = dir.join(MERGED);
     let mut bases = load_bases(&dir)?;
-    let own_branch = super::branch_of(&own);
     let mut blobs = GitBlobs::open(dir.path(), &repo);
     let mut out = Vec::new();
-    for replica in replicas {
-        let Some(tip) = kept::resolve(&repo, &kept::kept_ref(&replica)) else {
-            continue;
+    for (replica, tip) in waiting(&repo, &own, &bases) {
+        // One replica's failure is its own: the others are still merged.
+        let pulled = match merge_one(
+            (layout, root, &dir),
+            (&replica, &tip, &own),
+            &mut bases,
+            &mut blobs,
+        ) {
+            Ok(p) => p,
+            Err(why) => Pulled {
+                replica,
+                commit: tip,
+                applied: Applied::default(),
+                conflicts: Vec::new(),
+                skipped: Vec::new(),
+                error: Some(why),
+            },
         };
-        if bases.get(&replica).is_some_and(|b| b.commit == tip) {
-            continue;
-        }
-        let bad = |why: String| {
-            Failure::new(Exit::Internal, format!("merge of replica {replica}: {why}"))
-        };
-        let mut skipped = Vec::new();
-        let theirs = blobs.tree(&tip, &mut skipped).map_err(bad)?;
-        let base_commit = match bases.get(&replica) {
-            Some(m) => Some(m.commit.clone()),
-            None => merged_by_them(&repo, &tip, &own, &own_branch),
-        };
-        let base = match base_commit {
-            Some(c) => blobs.tree(&c, &mut Vec::new()).map_err(bad)?,
-            None => Tree::new(),
-        };
-        // Read again for each replica: the one before may have changed it.
-        let store = Store::open(layout.clone())?;
-        let (ours, since) = ours(&store);
-        let mut contents = Both {
-            store: &store.blobs,
-            git: &blobs,
-            made: Default::default(),
-        };
-        let m = merge(&base, &ours, &theirs, &contents);
-        contents.made = m.new_blobs.into_iter().collect();
-        let applied = apply(root, layout, (&ours, since), &m.tree, &contents)?;
-        if applied.busy.is_empty() {
-            record_conflicts(&dir, &replica, &tip, &m.conflicts)?;
-            let id = crate::commands::read_records(layout)?
-                .last()
-                .map_or(since, |r| r.seq);
-            let conflicted =
-                !m.conflicts.is_empty() || bases.get(&replica).is_some_and(|b| b.conflicted);
-            bases.insert(
-                replica.clone(),
-                Base {
-                    commit: tip.clone(),
-                    id,
-                    conflicted,
-                },
-            );
-            let text = serde_json::to_vec_pretty(&bases).expect("a map of strings");
-            dir.replace(MERGED, &text, &StoreIo::real())
-                .map_err(|e| Failure::io(Exit::BadStore, "write", &merged_path, &e))?;
-        }
-        out.push(Pulled {
-            replica,
-            commit: tip,
-            applied,
-            conflicts: m.conflicts,
-            skipped,
-        });
+        out.push(pulled);
     }
     blobs.save().map_err(|why| {
         Failure::new(
@@ -280,6 +243,163 @@ pub fn pull(layout: &Layout, root: &Path) -> Result<Vec<Pulled>, Failure> {
         )
     })?;
     Ok(out)
+}
+
+/// The replicas this store keeps whose newest commit is not merged yet,
+/// with that commit.
+fn waiting(repo: &Path, own: &str, bases: &BTreeMap<String, Base>) -> Vec<(String, String)> {
+    let listed = git(Some(repo))
+        .args(["for-each-ref", "--format=%(refname)", "refs/skillfs/kept/"])
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    String::from_utf8_lossy(&listed)
+        .lines()
+        .filter_map(|r| super::replica::parse(r.strip_prefix("refs/skillfs/kept/")?.as_bytes()))
+        .filter(|r| r != own)
+        .filter_map(|r| {
+            let tip = kept::resolve(repo, &kept::kept_ref(&r))?;
+            (bases
+                .get(&r)
+                .is_none_or(|b| b.commit != tip || !b.pending.is_empty()))
+            .then_some((r, tip))
+        })
+        .collect()
+}
+
+/// Whether anything fetched waits to be merged (the daemon asks before it
+/// starts a merge).
+pub fn anything_to_merge(layout: &Layout) -> bool {
+    let Ok(Some(dir)) = sync_dir(layout, false) else {
+        return false;
+    };
+    let own = super::replica_id(layout, false)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let bases = load_bases(&dir).unwrap_or_default();
+    !waiting(&dir.join("repo.git"), &own, &bases).is_empty()
+}
+
+/// The base of a merge of `replica` at `tip` (see "The base"), and the
+/// commit it is made from (`None`: an empty tree).
+fn base_tree(
+    blobs: &mut GitBlobs,
+    repo: &Path,
+    (base, tip): (Option<&Base>, &str),
+    first: Option<String>,
+) -> Result<(Tree, Option<String>), String> {
+    let Some(b) = base else {
+        return match first {
+            Some(c) => Ok((blobs.tree(&c, &mut Vec::new())?, Some(c))),
+            None => Ok((Tree::new(), None)),
+        };
+    };
+    // A branch rewritten since is merged as one that never met this store:
+    // an old base that is not in its history would take what it lacks for
+    // its removals.
+    if !kept::is_ancestor(repo, &b.commit, tip).unwrap_or(false) {
+        return Ok((Tree::new(), None));
+    }
+    let whole = blobs.tree(&b.commit, &mut Vec::new())?;
+    let pending = |p: &[u8]| b.pending.iter().any(|(u, _)| within(p, &u.0));
+    let mut t = Tree::new();
+    for (p, e) in whole.iter().filter(|(p, _)| !pending(p)) {
+        t.insert(p, e.clone());
+    }
+    // A unit left for later keeps the base it had.
+    for (u, c) in &b.pending {
+        if c.is_empty() {
+            continue;
+        }
+        let older = blobs.tree(c, &mut Vec::new())?;
+        for (p, e) in older.subtree(&u.0) {
+            t.insert(p, e.clone());
+        }
+    }
+    Ok((t, Some(b.commit.clone())))
+}
+
+/// Merges `replica`'s commit `tip` into the live tree, and moves its base.
+fn merge_one(
+    (layout, root, dir): (&Layout, &Path, &crate::store::Dir),
+    (replica, tip, own): (&str, &str, &str),
+    bases: &mut BTreeMap<String, Base>,
+    blobs: &mut GitBlobs,
+) -> Result<Pulled, String> {
+    let repo = dir.join("repo.git");
+    let mut skipped = Vec::new();
+    let theirs = blobs.tree(tip, &mut skipped)?;
+    let first = match bases.get(replica) {
+        Some(_) => None,
+        None => merged_by_them(&repo, tip, own, &super::branch_of(own)),
+    };
+    let old = bases.get(replica).cloned();
+    let (base, base_commit) = base_tree(blobs, &repo, (old.as_ref(), tip), first)?;
+    // Read again for each replica: the one before may have changed it.
+    let store = Store::open(layout.clone()).map_err(|f| f.to_string())?;
+    let (ours, since, meta) = ours(&store);
+    let mut contents = Both {
+        store: &store.blobs,
+        git: blobs,
+        made: Default::default(),
+    };
+    let m = merge(&base, &ours, &theirs, &contents);
+    contents.made = m.new_blobs.into_iter().collect();
+    let applied = apply(root, layout, (&ours, since), &m.tree, (&contents, &meta))
+        .map_err(|f| f.to_string())?;
+    // What was written is made durable (the journal and the directory)
+    // before the base moves past it.
+    std::fs::File::open(root)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("{}: {e}", root.display()))?;
+    let waits = |p: &[u8]| applied.busy.iter().any(|(u, _)| within(p, u));
+    // A unit left for later keeps the base it was merged from this time.
+    let pending: Vec<(ByteString, String)> = applied
+        .busy
+        .iter()
+        .map(|(u, _)| {
+            let from = old
+                .as_ref()
+                .and_then(|b| b.pending.iter().find(|(p, _)| within(u, &p.0)))
+                .map(|(_, c)| c.clone())
+                .or_else(|| base_commit.clone())
+                .unwrap_or_default();
+            (ByteString(u.clone()), from)
+        })
+        .collect();
+    let decided: Vec<Conflict> = m
+        .conflicts
+        .iter()
+        .filter(|c| !waits(&c.path))
+        .cloned()
+        .collect();
+    record_conflicts(dir, replica, tip, &decided).map_err(|f| f.to_string())?;
+    let id = crate::commands::read_records(layout)
+        .map_err(|f| f.to_string())?
+        .last()
+        .map_or(since, |r| r.seq);
+    let conflicted = !decided.is_empty() || old.as_ref().is_some_and(|b| b.conflicted);
+    bases.insert(
+        replica.to_string(),
+        Base {
+            commit: tip.to_string(),
+            id,
+            conflicted,
+            pending,
+        },
+    );
+    let text = serde_json::to_vec_pretty(&*bases).expect("plain values");
+    dir.replace(MERGED, &text, &StoreIo::real())
+        .map_err(|e| format!("{}: {e}", dir.join(MERGED).display()))?;
+    Ok(Pulled {
+        replica: replica.to_string(),
+        commit: tip.to_string(),
+        applied,
+        conflicts: decided,
+        skipped,
+        error: None,
+    })
 }
 
 /// Appends `conflicts` of `replica`'s `commit` to `sync/conflicts.jsonl`.

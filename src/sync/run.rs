@@ -404,8 +404,9 @@ fn with_remote(
                         format!(
                             "remote '{name}' holds another history on this replica's branch \
                              skillfs/{replica}: two stores share the replica id {replica} (a \
-                             store copied whole?). Nothing was overwritten; give this store a \
-                             new id by removing its REPLICA file, then sync again"
+                             store copied whole?), or someone else pushed to that branch. \
+                             Nothing was overwritten; give this store a new id by removing its \
+                             REPLICA file, then sync again"
                         ),
                     )
                 } else {
