@@ -36,7 +36,7 @@ use skillfs_sync::skill;
 use skillfs_sync::tree::{Entry, Tree, parent, within};
 
 use super::gittree::Both;
-use crate::error::Failure;
+use crate::error::{Exit, Failure};
 use crate::relpath::RelPath;
 use crate::store::journal::Record;
 use crate::sys;
@@ -340,23 +340,71 @@ fn carry_over(old: &Path, new: &Path, unit: &[u8], (ours, merged): (&Tree, &Tree
     }
 }
 
-/// The journal's size on disk: it grows with every record, so an
-/// unchanged size means no change was recorded since it was read.
-fn journal_stamp(layout: &crate::store::Layout) -> u64 {
-    std::fs::read_dir(layout.journal())
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
+/// The journal's records of other processes since change `since`, kept
+/// up to date by reading only what was appended since the last look (each
+/// segment from where the last read stopped; a record is one line).
+struct Others {
+    dir: PathBuf,
+    since: u64,
+    /// How far each segment was read.
+    read: HashMap<String, u64>,
+    records: Vec<Record>,
+}
+
+impl Others {
+    fn new(layout: &crate::store::Layout, since: u64) -> Others {
+        Others {
+            dir: layout.journal(),
+            since,
+            read: HashMap::new(),
+            records: Vec::new(),
+        }
+    }
+
+    /// Reads what was appended since the last call.
+    fn refresh(&mut self) -> Result<(), Failure> {
+        let fail = |e: std::io::Error| Failure::io(Exit::BadStore, "read", &self.dir, &e);
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)
+            .map_err(fail)?
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".jsonl"))
+            .collect();
+        names.sort();
+        for name in names {
+            let path = self.dir.join(&name);
+            let from = self.read.get(&name).copied().unwrap_or(0);
+            let mut f = std::fs::File::open(&path).map_err(fail)?;
+            let len = f.metadata().map_err(fail)?.len();
+            if len <= from {
+                continue;
+            }
+            std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(from)).map_err(fail)?;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut bytes).map_err(fail)?;
+            // Only whole lines: a record being appended is read next time.
+            let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            for line in bytes[..whole]
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+            {
+                if let Ok(r) = crate::store::journal::decode(line)
+                    && r.seq > self.since
+                    && r.actor.pid != std::process::id()
+                {
+                    self.records.push(r);
+                }
+            }
+            self.read.insert(name, from + whole as u64);
+        }
+        Ok(())
+    }
 }
 
 /// Makes the live tree under the mounted `root`, whose newest state is
 /// `ours` as of change `since`, hold `merged`. Each unit is checked for
-/// writers and for changes since `since` just before it is written (the
-/// journal read again only when it grew).
+/// writers and for changes since `since` just before it is written (what
+/// the journal gained since the last look).
 pub fn apply(
     root: &Path,
     layout: &crate::store::Layout,
@@ -369,8 +417,8 @@ pub fn apply(
     if units.is_empty() {
         return Ok(done);
     }
-    let mut records: Vec<Record> = Vec::new();
-    let mut stamp = None;
+    // What this merge writes itself is no one else's change.
+    let mut others = Others::new(layout, since);
     let mut held: Vec<Vec<u8>> = Vec::new();
     let present: Vec<&Vec<u8>> = units.iter().filter(|u| merged.get(u).is_some()).collect();
     let removed: Vec<&Vec<u8>> = units
@@ -379,29 +427,17 @@ pub fn apply(
         .filter(|u| merged.get(u).is_none())
         .collect();
     for unit in present.into_iter().chain(removed) {
-        let now = journal_stamp(layout);
-        if stamp != Some(now) {
-            records = crate::commands::read_records(layout)?;
-            stamp = Some(now);
-        }
-        // What this merge wrote itself is no one else's change.
-        let others: Vec<&Record> = records
-            .iter()
-            .filter(|r| r.seq > since && r.actor.pid != std::process::id())
-            .collect();
+        others.refresh()?;
+        let recent: Vec<&Record> = others.records.iter().collect();
         // Below a unit left for later: later too.
         let why = held
             .iter()
             .find(|h| within(unit, h))
             .map(|h| format!("'{}' waits", String::from_utf8_lossy(h)))
-            .or_else(|| busy(unit, &others, &open_for_writing(), root));
+            .or_else(|| busy(unit, &recent, &open_for_writing(), root));
         let why = match why {
             Some(w) => Some(w),
-            None => {
-                // The journal grows by this unit's own records: read again.
-                stamp = None;
-                put(root, unit, (ours, merged), (contents, meta)).err()
-            }
+            None => put(root, unit, (ours, merged), (contents, meta)).err(),
         };
         match why {
             Some(w) => {
