@@ -190,6 +190,24 @@ fn edits_on_both_sides_merge_by_line_and_collisions_stay_conflicts() {
         );
         verify_full(m);
     }
+    // More rounds: each keeps its own side, nothing flips.
+    for _ in 0..3 {
+        sync(&a);
+        sync(&b);
+    }
+    assert_eq!(read(&a, "cat/s/SKILL.md"), text("one by a", "5 from b"));
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by b", "5 from b"));
+    // b takes a's side by hand: the conflict is over, and a's next edit
+    // of that file reaches b.
+    fs::write(b.path("cat/s/SKILL.md"), text("one by a", "5 from b")).unwrap();
+    for _ in 0..2 {
+        sync(&b);
+        sync(&a);
+    }
+    fs::write(a.path("cat/s/SKILL.md"), text("one by a", "five")).unwrap();
+    sync(&a);
+    sync(&b);
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by a", "five"));
 }
 
 /// A skill with a file open for writing is not swapped under its writer:
@@ -434,5 +452,93 @@ fn a_skill_left_for_later_does_not_hold_the_others_back() {
     sync(&b);
     assert_eq!(read(&b, "k/s2/SKILL.md"), skill("s2", "v2\n"));
     common::assert_enoent(b.path("k/s1"));
+    verify_full(&b);
+}
+
+/// A skill removed here after the other replica merged it stays removed,
+/// and nothing flips back and forth in later rounds; an edit of a line
+/// the other replica took from here is no conflict with itself (found by
+/// review: the base was the other's last commit merged here, older than
+/// what it had merged of this tree).
+#[test]
+fn a_removal_after_the_other_merged_stays_and_nothing_flips() {
+    let Pair { a, b } = pair("mergeflip");
+    fs::create_dir_all(a.path("k/s1")).unwrap();
+    fs::write(a.path("k/s1/SKILL.md"), skill("s1", "1\n2\n3\n")).unwrap();
+    sync(&a);
+    fs::create_dir_all(b.path("k/big")).unwrap();
+    fs::write(b.path("k/big/SKILL.md"), skill("big", "b\n")).unwrap();
+    sync(&b);
+    sync(&a);
+    sync(&a);
+    assert_eq!(read(&a, "k/big/SKILL.md"), skill("big", "b\n"));
+    fs::remove_dir_all(b.path("k/big")).unwrap();
+    for round in 0..4 {
+        sync(&b);
+        common::assert_enoent(b.path("k/big"));
+        sync(&a);
+        if round > 0 {
+            common::assert_enoent(a.path("k/big"));
+        }
+    }
+    // b edits a line, a takes it, b edits it again: no conflict.
+    fs::write(b.path("k/s1/SKILL.md"), skill("s1", "1 by b\n2\n3\n")).unwrap();
+    sync(&b);
+    sync(&a);
+    sync(&a);
+    assert_eq!(read(&a, "k/s1/SKILL.md"), skill("s1", "1 by b\n2\n3\n"));
+    fs::write(
+        b.path("k/s1/SKILL.md"),
+        skill("s1", "1 by b, again\n2\n3\n"),
+    )
+    .unwrap();
+    let (said, _) = sync(&b);
+    assert!(!said.contains("conflict"), "{said}");
+    sync(&a);
+    assert_eq!(
+        read(&a, "k/s1/SKILL.md"),
+        skill("s1", "1 by b, again\n2\n3\n")
+    );
+    for m in [&a, &b] {
+        let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
+        assert!(out.stdout.is_empty(), "{}", describe(&out));
+        verify_full(m);
+    }
+}
+
+/// An entry that changes kind: a link that becomes a file arrives 0644
+/// (not the link's mode), a file outside every skill that becomes a
+/// directory arrives as one, and nothing stays waiting (found by review).
+#[test]
+fn an_entry_that_changes_kind_arrives() {
+    use std::os::unix::fs::PermissionsExt;
+    let Pair { a, b } = pair("mergekind");
+    fs::create_dir_all(a.path("cat/s")).unwrap();
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "v1\n")).unwrap();
+    std::os::unix::fs::symlink("SKILL.md", a.path("cat/s/link")).unwrap();
+    fs::write(a.path("notes"), "a file\n").unwrap();
+    sync(&a);
+    sync(&b);
+    assert_eq!(
+        fs::read_link(b.path("cat/s/link")).unwrap().to_str(),
+        Some("SKILL.md")
+    );
+    fs::remove_file(a.path("cat/s/link")).unwrap();
+    fs::write(a.path("cat/s/link"), "now a file\n").unwrap();
+    fs::remove_file(a.path("notes")).unwrap();
+    fs::create_dir(a.path("notes")).unwrap();
+    fs::write(a.path("notes/x.md"), "inside\n").unwrap();
+    sync(&a);
+    let (said, err) = sync(&b);
+    assert!(!said.contains("left for the next sync"), "{said}\n{err}");
+    assert_eq!(read(&b, "cat/s/link"), "now a file\n");
+    let mode = fs::symlink_metadata(b.path("cat/s/link"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644, "{mode:o}");
+    assert_eq!(read(&b, "notes/x.md"), "inside\n");
+    let (said, _) = sync(&b);
+    assert!(!said.contains("merged replica"), "nothing waits: {said}");
     verify_full(&b);
 }

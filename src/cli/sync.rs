@@ -231,20 +231,27 @@ pub fn sync(
             }
         }
     }
+    // Each failure is one line, said before the merge's.
+    let last = failed.pop();
+    for f in &failed {
+        eprintln!("skillfs: {f}");
+    }
     // What was fetched (now or before) is merged where the merge can be
     // versioned: through a live mount.
     if fetched {
         match t.live_mount_for("a merge writes through the mount so that it is versioned") {
-            Ok(_) => pull(&t)?,
+            Ok(_) => {
+                if let Err(f) = pull(&t) {
+                    if let Some(l) = &last {
+                        eprintln!("skillfs: {l}");
+                    }
+                    return Err(f);
+                }
+            }
             Err(f) => eprintln!("skillfs: not merged: {f}"),
         }
     }
-    // Each failure is one line; the last one is the command's, with its
-    // exit code.
-    let last = failed.pop();
-    for f in failed {
-        eprintln!("skillfs: {f}");
-    }
+    // The last failure is the command's, with its exit code.
     match last {
         Some(f) => Err(f),
         None => Ok(()),

@@ -48,6 +48,9 @@ pub struct Applied {
     pub done: Vec<Vec<u8>>,
     /// The units left for the next sync, with why.
     pub busy: Vec<(Vec<u8>, String)>,
+    /// The units that could not be written, with why: listed as
+    /// conflicts (the other side's change is in its commit), not retried.
+    pub failed: Vec<(Vec<u8>, String)>,
 }
 
 /// The unit of each changed path: its innermost skill, else itself.
@@ -155,16 +158,18 @@ fn build(
         match e {
             Entry::Dir => {
                 std::fs::create_dir(&at).map_err(fail)?;
-                if let Some(&(mode, _)) = meta.get(*p) {
+                // The mode of what was a directory here too, else 0755.
+                if let (Some(&(mode, _)), Some(Entry::Dir)) = (meta.get(*p), ours.get(p)) {
                     dirs.push((at, mode));
                 }
             }
             Entry::File { blob, exec } => {
                 contents.write_into(blob, &at)?;
                 let exec_bits = |m: u32| if *exec { (m & 0o444) >> 2 } else { 0 };
-                let mode = match meta.get(*p) {
-                    Some(&(m, _)) => (m & 0o7666) | exec_bits(m),
-                    None => 0o644 | exec_bits(0o644),
+                // The mode of what was a file here too, else 0644.
+                let mode = match (meta.get(*p), ours.get(p)) {
+                    (Some(&(m, _)), Some(Entry::File { .. })) => (m & 0o666) | exec_bits(m),
+                    _ => 0o644 | exec_bits(0o644),
                 };
                 std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(mode))
                     .map_err(fail)?;
@@ -196,69 +201,114 @@ fn build(
     Ok(())
 }
 
+/// What became of a unit.
+enum Outcome {
+    Done,
+    /// Left for the next sync: someone is at it (why).
+    Busy(String),
+    /// It could not be written (why): not a matter of waiting.
+    Failed(String),
+}
+
 /// Puts the unit `unit` of `merged` in place through the mounted `root`,
-/// or removes it; `ours` says what the live tree holds.
+/// or removes it; `ours` says what the live tree holds. `quiet` is asked
+/// last, right before the one call that changes the live tree (after the
+/// build), and says why the unit must wait, if it must.
 fn put(
     root: &Path,
     unit: &[u8],
     (ours, merged): (&Tree, &Tree),
     (contents, meta): (&Both, &Meta),
-) -> Result<(), String> {
+    quiet: &mut dyn FnMut() -> Result<Option<String>, Failure>,
+) -> Result<Outcome, Failure> {
     let rel = RelPath::from_bytes_unchecked(unit.to_vec());
     let name = rel.file_name().to_vec();
     let target = root.join(rel.as_os_str());
+    let failed = |why: String| Ok(Outcome::Failed(why));
     // A skill on either side is swapped whole, whatever it is now.
     let is_skill = skill::roots(merged)
         .into_iter()
         .chain(skill::roots(ours))
         .any(|r| r.as_slice() == unit);
+    let (parent_fd, top) = match crate::commands::open_parent(root, &rel) {
+        Ok(p) => p,
+        Err(f) => return failed(f.to_string()),
+    };
+    let dir = parent_fd.as_raw_fd();
     let Some(want) = merged.get(unit) else {
+        if top != rel {
+            return Ok(Outcome::Done); // already gone
+        }
+        if let Some(why) = quiet()? {
+            return Ok(Outcome::Busy(why));
+        }
         // Removed by the merge: parked (a directory outside every skill
         // only once empty: what is left in it is someone's).
         if !matches!(ours.get(unit), Some(Entry::Dir)) || is_skill {
-            return crate::commands::remove(root, &rel).map_err(|f| f.to_string());
+            return match crate::commands::remove(root, &rel) {
+                Ok(()) => Ok(Outcome::Done),
+                Err(f) => failed(f.to_string()),
+            };
         }
-        let (parent_fd, top) =
-            crate::commands::open_parent(root, &rel).map_err(|f| f.to_string())?;
-        if top != rel {
-            return Ok(());
-        }
-        return match sys::unlinkat(parent_fd.as_raw_fd(), &name, true) {
-            Ok(()) => Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(format!("{}: {e}", target.display())),
+        return match sys::unlinkat(dir, &name, true) {
+            Ok(()) => Ok(Outcome::Done),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Ok(Outcome::Done),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Outcome::Done),
+            Err(e) => failed(format!("{}: {e}", target.display())),
         };
     };
-    let (parent_fd, top) = crate::commands::open_parent(root, &rel).map_err(|f| f.to_string())?;
     if top != rel {
-        return Err(format!("'{top}' is not there"));
+        return Ok(Outcome::Busy(format!("'{top}' is not there")));
     }
-    let dir = parent_fd.as_raw_fd();
-    if *want == Entry::Dir && !is_skill {
+    if *want == Entry::Dir && !is_skill && ours.get(unit).is_none_or(|e| *e == Entry::Dir) {
         // A directory outside every skill: made if missing (its entries
         // are units of their own).
-        return match ours.get(unit) {
-            Some(Entry::Dir) => Ok(()),
-            Some(_) => Err("a file is where the merge has a directory".into()),
-            None => {
-                sys::mkdirat(dir, &name, 0o755).map_err(|e| format!("{}: {e}", target.display()))
-            }
+        if ours.get(unit).is_some() {
+            return Ok(Outcome::Done);
+        }
+        if let Some(why) = quiet()? {
+            return Ok(Outcome::Busy(why));
+        }
+        return match sys::mkdirat(dir, &name, 0o755) {
+            Ok(()) => Ok(Outcome::Done),
+            Err(e) => failed(format!("{}: {e}", target.display())),
         };
     }
-    let park_name =
-        crate::commands::staging_dir(&parent_fd, &target, "sync").map_err(|f| f.to_string())?;
+    // A skill, a file or link, or a directory where a file was: built
+    // whole beside it, then swapped in. (A directory outside every skill
+    // is built empty: its entries are units of their own, after it.)
+    let park_name = match crate::commands::staging_dir(&parent_fd, &target, "sync") {
+        Ok(n) => n,
+        Err(f) => return failed(f.to_string()),
+    };
     let parent = PathBuf::from(format!("/proc/self/fd/{dir}"));
     let stage = parent
         .join(&park_name)
         .join(std::ffi::OsStr::from_bytes(&name));
-    let sub: Vec<(&[u8], &Entry)> = merged.subtree(unit).into_iter().collect();
+    let sub: Vec<(&[u8], &Entry)> = if is_skill || *want != Entry::Dir {
+        merged.subtree(unit).into_iter().collect()
+    } else {
+        vec![(unit, want)]
+    };
     let undo = || {
         let _ = std::fs::remove_dir_all(parent.join(&park_name));
     };
     if let Err(e) = build(&stage, &sub, unit, (contents, ours, meta)) {
         undo();
-        return Err(e);
+        return failed(e);
+    }
+    // Asked now, after the build (which may take long: a large file
+    // streamed from git), right before the swap.
+    match quiet() {
+        Ok(None) => {}
+        Ok(Some(why)) => {
+            undo();
+            return Ok(Outcome::Busy(why));
+        }
+        Err(f) => {
+            undo();
+            return Err(f);
+        }
     }
     let mut staged = park_name.as_bytes().to_vec();
     staged.push(b'/');
@@ -271,7 +321,7 @@ fn put(
     };
     if let Err(e) = sys::renameat2(dir, &staged, dir, &name, flags) {
         undo();
-        return Err(format!("swap into {}: {e}", target.display()));
+        return failed(format!("swap into {}: {e}", target.display()));
     }
     if !exists {
         let _ = sys::unlinkat(dir, park_name.as_bytes(), true);
@@ -285,7 +335,7 @@ fn put(
             (ours, merged),
         );
     }
-    Ok(())
+    Ok(Outcome::Done)
 }
 
 /// Moves every entry under `old` (the unit swapped out) that `ours` does
@@ -427,24 +477,28 @@ pub fn apply(
         .filter(|u| merged.get(u).is_none())
         .collect();
     for unit in present.into_iter().chain(removed) {
-        others.refresh()?;
-        let recent: Vec<&Record> = others.records.iter().collect();
         // Below a unit left for later: later too.
-        let why = held
-            .iter()
-            .find(|h| within(unit, h))
-            .map(|h| format!("'{}' waits", String::from_utf8_lossy(h)))
-            .or_else(|| busy(unit, &recent, &open_for_writing(), root));
-        let why = match why {
-            Some(w) => Some(w),
-            None => put(root, unit, (ours, merged), (contents, meta)).err(),
+        if let Some(h) = held.iter().find(|h| within(unit, h)) {
+            let why = format!("'{}' waits", String::from_utf8_lossy(h));
+            held.push(unit.clone());
+            done.busy.push((unit.clone(), why));
+            continue;
+        }
+        let mut quiet = || -> Result<Option<String>, Failure> {
+            others.refresh()?;
+            let recent: Vec<&Record> = others.records.iter().collect();
+            Ok(busy(unit, &recent, &open_for_writing(), root))
         };
-        match why {
-            Some(w) => {
+        match put(root, unit, (ours, merged), (contents, meta), &mut quiet)? {
+            Outcome::Done => done.done.push(unit.clone()),
+            Outcome::Busy(why) => {
                 held.push(unit.clone());
-                done.busy.push((unit.clone(), w));
+                done.busy.push((unit.clone(), why));
             }
-            None => done.done.push(unit.clone()),
+            Outcome::Failed(why) => {
+                held.push(unit.clone());
+                done.failed.push((unit.clone(), why));
+            }
         }
     }
     Ok(done)

@@ -33,6 +33,9 @@ const BLOBMAP: &str = "blobmap";
 /// hashed and written as it streams from git, and a merge takes it for
 /// binary (both sides changed: a conflict, never a line merge).
 const KEEP_MAX: usize = 8 << 20;
+/// The most bytes of fetched files held in memory at once; past it a file
+/// is only hashed, and read again from git when it is needed.
+const HELD_MAX: usize = 64 << 20;
 
 /// Git ids mapped to the blob store's, and the contents read this run.
 pub struct GitBlobs {
@@ -42,8 +45,10 @@ pub struct GitBlobs {
     sha256: HashMap<String, String>,
     /// The other way, to read a fetched file back from git.
     git_id: HashMap<String, String>,
-    /// Contents read from git this run, by sha256.
+    /// Contents read from git this run, by sha256 (at most [`HELD_MAX`]
+    /// bytes in all).
     read: HashMap<String, Vec<u8>>,
+    held: usize,
     /// Lines of `sync/blobmap` not written yet.
     new: Vec<String>,
 }
@@ -66,15 +71,19 @@ impl GitBlobs {
             sha256: HashMap::new(),
             git_id: HashMap::new(),
             read: HashMap::new(),
+            held: 0,
             new: Vec::new(),
         };
         if let Ok(text) = std::fs::read_to_string(&g.map_path) {
             for line in text.lines() {
                 // A torn last line (a sync killed while appending) is
                 // skipped: it is hashed again when needed.
+                let hex = |t: &str| t.bytes().all(|c| c.is_ascii_hexdigit());
                 if let Some((a, b)) = line.split_once(' ')
                     && a.len() == 40
                     && b.len() == 64
+                    && hex(a)
+                    && hex(b)
                 {
                     g.sha256.insert(a.to_string(), b.to_string());
                     g.git_id.insert(b.to_string(), a.to_string());
@@ -120,6 +129,7 @@ impl GitBlobs {
             // Hashed as it streams by; kept only when small (a large one is
             // read again from git, streamed, when it is written).
             let mut hasher = Sha256::new();
+            let keep = size <= KEEP_MAX && self.held + size <= HELD_MAX;
             let mut kept = Vec::new();
             let mut left = size;
             let mut buf = vec![0u8; 64 << 10];
@@ -128,7 +138,7 @@ impl GitBlobs {
                 out.read_exact(&mut buf[..n])
                     .map_err(|e| format!("git cat-file: {e}"))?;
                 hasher.update(&buf[..n]);
-                if size <= KEEP_MAX {
+                if keep {
                     kept.extend_from_slice(&buf[..n]);
                 }
                 left -= n;
@@ -141,7 +151,8 @@ impl GitBlobs {
             }
             self.sha256.insert(id.clone(), sha.clone());
             self.git_id.insert(sha.clone(), id.clone());
-            if size <= KEEP_MAX {
+            if keep {
+                self.held += size;
                 self.read.insert(sha, kept);
             }
         }
@@ -161,6 +172,7 @@ impl GitBlobs {
             .open(&self.map_path)
             .map_err(|e| format!("{}: {e}", self.map_path.display()))?;
         f.write_all(self.new.concat().as_bytes())
+            .and_then(|_| f.sync_data())
             .map_err(|e| format!("{}: {e}", self.map_path.display()))?;
         self.new.clear();
         Ok(())
@@ -220,7 +232,11 @@ impl GitBlobs {
                     exec: mode == "100755",
                 },
                 "120000" => {
-                    let Some(target) = self.read.get(&self.sha256[&id]).cloned() else {
+                    let sha = &self.sha256[&id];
+                    let Some(target) = self.read.get(sha).cloned().or_else(|| {
+                        self.fetched(sha)
+                            .filter(|t| t.len() <= libc::PATH_MAX as usize)
+                    }) else {
                         skipped.push(format!(
                             "'{}' (a link too long)",
                             String::from_utf8_lossy(&path)
@@ -252,7 +268,7 @@ impl GitBlobs {
 
     /// The contents of a fetched file, by sha256, read from git if this
     /// run has not read it yet.
-    fn fetched(&self, sha: &str) -> Option<Vec<u8>> {
+    pub fn fetched(&self, sha: &str) -> Option<Vec<u8>> {
         if let Some(b) = self.read.get(sha) {
             return Some(b.clone());
         }

@@ -38,7 +38,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use skillfs_sync::merge::{Conflict, Reason, Side, merge};
+use skillfs_sync::merge::{Conflict, Contents, Reason, Side, merge};
 use skillfs_sync::tree::{Entry, Tree, within};
 
 use crate::relpath::ByteString;
@@ -71,6 +71,11 @@ struct Base {
     /// its base stays at (empty: an empty tree).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pending: Vec<(ByteString, String)>,
+    /// Paths where a conflict with this replica kept this tree's side and
+    /// the two still differ (as of its newest commit merged): published
+    /// in `skillfs-kept:` trailers (see "The base").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    kept: Vec<ByteString>,
 }
 
 fn load_bases(dir: &crate::store::Dir) -> Result<BTreeMap<String, Base>, Failure> {
@@ -87,45 +92,96 @@ fn load_bases(dir: &crate::store::Dir) -> Result<BTreeMap<String, Base>, Failure
     }
 }
 
-/// The `skillfs-merged:` trailer lines for this store's next commits:
-/// what it has merged of each replica (see "The base").
+/// The trailer lines for this store's next commits (see "The base"):
+/// `skillfs-merged: <replica> <commit>`, the last commit of each replica
+/// merged here whole (none while a unit of it waits), and `skillfs-kept:
+/// <replica> <path in hex>`, each path where a conflict with that replica
+/// kept this tree's side and the two still differ (at most [`KEPT_MAX`]).
 pub fn merged_trailers(layout: &Layout) -> Result<String, Failure> {
     let Some(dir) = sync_dir(layout, false)? else {
         return Ok(String::new());
     };
-    Ok(load_bases(&dir)?
-        .into_iter()
-        // Only what was merged whole and clean (see "The base").
-        .filter(|(_, b)| !b.conflicted && b.pending.is_empty())
-        .map(|(r, b)| format!("{MERGED_TRAILER}: {r} {}\n", b.commit))
-        .collect())
+    let mut out = String::new();
+    let mut kept = 0;
+    for (r, b) in load_bases(&dir)? {
+        if !b.pending.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("{MERGED_TRAILER}: {r} {}\n", b.commit));
+        for p in b.kept.iter().take(KEPT_MAX.saturating_sub(kept)) {
+            out.push_str(&format!(
+                "{KEPT_TRAILER}: {r} {}\n",
+                crate::relpath::hex(&p.0)
+            ));
+            kept += 1;
+        }
+    }
+    Ok(out)
 }
 
-/// The commit of this store's branch `own_branch` that replica `tip`
-/// says it merged last.
-fn merged_by_them(repo: &Path, tip: &str, own: &str, own_branch: &str) -> Option<String> {
-    let out = git(Some(repo))
-        .args(["log", "-1"])
-        .arg(format!(
-            "--format=%(trailers:key={MERGED_TRAILER},valueonly)"
-        ))
-        .arg(tip)
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let c = text.lines().find_map(|l| {
-        let (r, c) = l.trim().split_once(' ')?;
-        (r == own && c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| c.to_string())
+/// The most `skillfs-kept:` trailers a commit carries.
+const KEPT_MAX: usize = 1000;
+const KEPT_TRAILER: &str = "skillfs-kept";
+
+/// What another replica's tip says of this store: the commit of this
+/// store's branch it merged last (with the change id that commit holds),
+/// and the paths where it kept its own side against this store.
+struct Said {
+    commit: String,
+    id: u64,
+    kept: Vec<Vec<u8>>,
+}
+
+/// What `tip` says of this store (`own`, whose branch is `own_branch`).
+fn merged_by_them(repo: &Path, tip: &str, own: &str, own_branch: &str) -> Option<Said> {
+    let trailers = |key: &str| -> Vec<(String, String)> {
+        git(Some(repo))
+            .args(["log", "-1"])
+            .arg(format!("--format=%(trailers:key={key},valueonly)"))
+            .arg(tip)
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .filter_map(|l| {
+                        let (r, v) = l.trim().split_once(' ')?;
+                        Some((r.to_string(), v.to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let commit = trailers(MERGED_TRAILER).into_iter().find_map(|(r, c)| {
+        (r == own && c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit())).then_some(c)
     })?;
     // Only a commit of this store's own branch: a remote's word is not
     // taken for anything else.
     let on_ours = git(Some(repo))
-        .args(["merge-base", "--is-ancestor", &c, own_branch])
+        .args(["merge-base", "--is-ancestor", &commit, own_branch])
         .status()
         .is_ok_and(|s| s.success());
-    on_ours.then_some(c)
+    if !on_ours {
+        return None;
+    }
+    let id = git(Some(repo))
+        .args([
+            "log",
+            "-1",
+            "--format=%(trailers:key=skillfs-id,valueonly)",
+            &commit,
+        ])
+        .output()
+        .ok()
+        .and_then(|o| super::parse_count(&o.stdout))?;
+    let kept = trailers(KEPT_TRAILER)
+        .into_iter()
+        .filter(|(r, _)| r == own)
+        .filter_map(|(_, h)| crate::relpath::unhex(&h))
+        .filter(|p| skillfs_sync::tree::valid_path(p))
+        .collect();
+    Some(Said { commit, id, kept })
 }
+
 const CONFLICTS: &str = "conflicts.jsonl";
 
 /// What merging one replica did.
@@ -281,43 +337,99 @@ pub fn anything_to_merge(layout: &Layout) -> bool {
     !waiting(&dir.join("repo.git"), &own, &bases).is_empty()
 }
 
-/// The base of a merge of `replica` at `tip` (see "The base"), and the
-/// commit it is made from (`None`: an empty tree).
+/// Contents from git alone (the trees of a virtual base are commits).
+struct GitOnly<'a>(&'a GitBlobs);
+
+impl Contents for GitOnly<'_> {
+    fn read(&self, blob: &str) -> Option<Vec<u8>> {
+        self.0.fetched(blob)
+    }
+}
+
+/// `t` with everything at and below `path` taken from `from`.
+fn graft(t: &Tree, path: &[u8], from: &Tree) -> Tree {
+    let mut out = Tree::new();
+    for (p, e) in t.iter().filter(|(p, _)| !within(p, path)) {
+        out.insert(p, e.clone());
+    }
+    for (p, e) in from.subtree(path) {
+        out.insert(p, e.clone());
+    }
+    out
+}
+
+/// The base of a merge of a replica at `tip` (see "The base"): the tree,
+/// the commit it is mostly made from (`None`: an empty tree), and whether
+/// the units that wait keep their own bases.
 fn base_tree(
     blobs: &mut GitBlobs,
-    repo: &Path,
+    (repo, own): (&Path, &str),
     (base, tip): (Option<&Base>, &str),
-    first: Option<String>,
-) -> Result<(Tree, Option<String>), String> {
-    let Some(b) = base else {
-        return match first {
-            Some(c) => Ok((blobs.tree(&c, &mut Vec::new())?, Some(c))),
-            None => Ok((Tree::new(), None)),
-        };
-    };
+    said: Option<Said>,
+    (ours, theirs): (&Tree, &Tree),
+) -> Result<(Tree, Option<String>, bool), String> {
     // A branch rewritten since is merged as one that never met this store:
     // an old base that is not in its history would take what it lacks for
     // its removals.
-    if !kept::is_ancestor(repo, &b.commit, tip).unwrap_or(false) {
-        return Ok((Tree::new(), None));
+    if let Some(b) = base
+        && !kept::is_ancestor(repo, &b.commit, tip).unwrap_or(false)
+    {
+        return Ok((Tree::new(), None, false));
     }
-    let whole = blobs.tree(&b.commit, &mut Vec::new())?;
-    let pending = |p: &[u8]| b.pending.iter().any(|(u, _)| within(p, &u.0));
-    let mut t = Tree::new();
-    for (p, e) in whole.iter().filter(|(p, _)| !pending(p)) {
-        t.insert(p, e.clone());
-    }
+    let kept = said.as_ref().map(|s| s.kept.clone()).unwrap_or_default();
+    let (from, mut t) = match (base, said) {
+        // They merged this store after this store last merged them: that
+        // state of ours is the newer common one.
+        (Some(b), Some(s)) if s.id >= b.id => {
+            let t = blobs.tree(&s.commit, &mut Vec::new())?;
+            (Some(s.commit), t)
+        }
+        (Some(b), Some(s)) => {
+            let m = blobs.tree(&b.commit, &mut Vec::new())?;
+            // Their commit merged here had already merged that state of
+            // ours: it is the newer one.
+            if merged_by_them(repo, &b.commit, own, &super::branch_of(own))
+                .is_some_and(|ms| ms.id >= s.id)
+            {
+                (Some(b.commit.clone()), m)
+            } else {
+                // Each merged the other before seeing its own come back (a
+                // criss-cross): the base is both, merged.
+                let c = blobs.tree(&s.commit, &mut Vec::new())?;
+                let v = merge(&Tree::new(), &m, &c, &GitOnly(blobs));
+                (Some(b.commit.clone()), v.tree)
+            }
+        }
+        (Some(b), None) => (
+            Some(b.commit.clone()),
+            blobs.tree(&b.commit, &mut Vec::new())?,
+        ),
+        (None, Some(s)) => {
+            let t = blobs.tree(&s.commit, &mut Vec::new())?;
+            (Some(s.commit), t)
+        }
+        (None, None) => (None, Tree::new()),
+    };
     // A unit left for later keeps the base it had.
-    for (u, c) in &b.pending {
-        if c.is_empty() {
-            continue;
-        }
-        let older = blobs.tree(c, &mut Vec::new())?;
-        for (p, e) in older.subtree(&u.0) {
-            t.insert(p, e.clone());
+    if let Some(b) = base {
+        for (u, c) in &b.pending {
+            let older = if c.is_empty() {
+                Tree::new()
+            } else {
+                blobs.tree(c, &mut Vec::new())?
+            };
+            t = graft(&t, &u.0, &older);
         }
     }
-    Ok((t, Some(b.commit.clone())))
+    // Where they kept their side against this store and the two still
+    // differ, their side is no change of theirs: each keeps its own until
+    // one takes the other's.
+    for p in kept {
+        if ours.subtree(&p) != theirs.subtree(&p) {
+            t = graft(&t, &p, theirs);
+        }
+    }
+    Ok((t, from, base.is_some()))
 }
 
 /// Merges `replica`'s commit `tip` into the live tree, and moves its base.
@@ -330,15 +442,22 @@ fn merge_one(
     let repo = dir.join("repo.git");
     let mut skipped = Vec::new();
     let theirs = blobs.tree(tip, &mut skipped)?;
-    let first = match bases.get(replica) {
-        Some(_) => None,
-        None => merged_by_them(&repo, tip, own, &super::branch_of(own)),
-    };
-    let old = bases.get(replica).cloned();
-    let (base, base_commit) = base_tree(blobs, &repo, (old.as_ref(), tip), first)?;
     // Read again for each replica: the one before may have changed it.
     let store = Store::open(layout.clone()).map_err(|f| f.to_string())?;
     let (ours, since, meta) = ours(&store);
+    let said = merged_by_them(&repo, tip, own, &super::branch_of(own));
+    let old = bases.get(replica).cloned();
+    let (base, base_commit, keep_pending) = base_tree(
+        blobs,
+        (&repo, own),
+        (old.as_ref(), tip),
+        said,
+        (&ours, &theirs),
+    )?;
+    let old_pending = match (&old, keep_pending) {
+        (Some(b), true) => b.pending.clone(),
+        _ => Vec::new(),
+    };
     let mut contents = Both {
         store: &store.blobs,
         git: blobs,
@@ -354,32 +473,57 @@ fn merge_one(
         .and_then(|d| d.sync_all())
         .map_err(|e| format!("{}: {e}", root.display()))?;
     let waits = |p: &[u8]| applied.busy.iter().any(|(u, _)| within(p, u));
-    // A unit left for later keeps the base it was merged from this time.
-    let pending: Vec<(ByteString, String)> = applied
-        .busy
-        .iter()
-        .map(|(u, _)| {
-            let from = old
-                .as_ref()
-                .and_then(|b| b.pending.iter().find(|(p, _)| within(u, &p.0)))
-                .map(|(_, c)| c.clone())
-                .or_else(|| base_commit.clone())
-                .unwrap_or_default();
-            (ByteString(u.clone()), from)
-        })
-        .collect();
-    let decided: Vec<Conflict> = m
+    // A unit left for later keeps the base it was merged from this time
+    // (an older one it already waited with, in or around it); one inside
+    // another that waits goes with the outer one.
+    let mut pending: Vec<(ByteString, String)> = Vec::new();
+    for (u, _) in &applied.busy {
+        if applied.busy.iter().any(|(o, _)| o != u && within(u, o)) {
+            continue;
+        }
+        let from = old_pending
+            .iter()
+            .find(|(p, _)| within(u, &p.0) || within(&p.0, u))
+            .map(|(_, c)| c.clone())
+            .or_else(|| base_commit.clone())
+            .unwrap_or_default();
+        pending.push((ByteString(u.clone()), from));
+    }
+    // What could not be written here is a conflict: the other side's
+    // change stays in its commit, listed.
+    let mut decided: Vec<Conflict> = m
         .conflicts
         .iter()
         .filter(|c| !waits(&c.path))
         .cloned()
         .collect();
+    decided.extend(applied.failed.iter().map(|(u, why)| Conflict {
+        path: u.clone(),
+        reason: Reason::Check(format!("could not be written here: {why}")),
+        lost: Side::Theirs,
+        entries: Vec::new(),
+    }));
     record_conflicts(dir, replica, tip, &decided).map_err(|f| f.to_string())?;
     let id = crate::commands::read_records(layout)
         .map_err(|f| f.to_string())?
         .last()
         .map_or(since, |r| r.seq);
     let conflicted = !decided.is_empty() || old.as_ref().is_some_and(|b| b.conflicted);
+    // Where this tree kept its side, as long as the two still differ.
+    let mut kept: Vec<ByteString> = old
+        .as_ref()
+        .filter(|_| keep_pending)
+        .map(|b| b.kept.clone())
+        .unwrap_or_default();
+    kept.extend(
+        decided
+            .iter()
+            .filter(|c| c.lost == Side::Theirs)
+            .map(|c| ByteString(c.path.clone())),
+    );
+    kept.sort_by(|a, b| a.0.cmp(&b.0));
+    kept.dedup_by(|a, b| a.0 == b.0);
+    kept.retain(|p| m.tree.subtree(&p.0) != theirs.subtree(&p.0));
     bases.insert(
         replica.to_string(),
         Base {
@@ -387,6 +531,7 @@ fn merge_one(
             id,
             conflicted,
             pending,
+            kept,
         },
     );
     let text = serde_json::to_vec_pretty(&*bases).expect("plain values");
@@ -418,6 +563,7 @@ fn record_conflicts(
             "replica": replica,
             "commit": commit,
             "path": String::from_utf8_lossy(&c.path),
+            "path_hex": crate::relpath::hex(&c.path),
             "why": reason(&c.reason),
             "live": match c.lost { Side::Theirs => "ours", Side::Ours => "theirs" },
         });
@@ -433,11 +579,19 @@ fn record_conflicts(
         .map_err(|e| Failure::io(Exit::BadStore, "write", &path, &e))
 }
 
-/// The conflicts recorded so far, one line each for a user.
-pub fn conflicts(layout: &Layout) -> Result<Vec<String>, Failure> {
-    let Some(dir) = sync_dir(layout, false)? else {
-        return Ok(Vec::new());
-    };
+/// A conflict as `sync/conflicts.jsonl` holds it.
+struct Recorded {
+    replica: String,
+    commit: String,
+    path: Vec<u8>,
+    why: String,
+    /// "ours": this tree's side stayed live; "theirs": the other's.
+    live: String,
+}
+
+/// The conflicts recorded in `dir`, each once (a sync killed after it
+/// recorded them and before its base moved records them again).
+fn read_conflicts(dir: &crate::store::Dir) -> Result<Vec<Recorded>, Failure> {
     let text = match std::fs::read_to_string(dir.join(CONFLICTS)) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -450,22 +604,45 @@ pub fn conflicts(layout: &Layout) -> Result<Vec<String>, Failure> {
             ));
         }
     };
-    let repo = dir.join("repo.git");
+    let mut seen = std::collections::HashSet::new();
     Ok(text
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
+        .filter_map(|v| {
             let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+            let path =
+                crate::relpath::unhex(&s("path_hex")).unwrap_or_else(|| s("path").into_bytes());
+            let r = Recorded {
+                replica: s("replica"),
+                commit: s("commit"),
+                path,
+                why: s("why"),
+                live: s("live"),
+            };
+            seen.insert((r.replica.clone(), r.commit.clone(), r.path.clone()))
+                .then_some(r)
+        })
+        .collect())
+}
+
+/// The conflicts recorded so far, one line each for a user.
+pub fn conflicts(layout: &Layout) -> Result<Vec<String>, Failure> {
+    let Some(dir) = sync_dir(layout, false)? else {
+        return Ok(Vec::new());
+    };
+    let repo = dir.join("repo.git");
+    Ok(read_conflicts(&dir)?
+        .into_iter()
+        .map(|c| {
+            let path = String::from_utf8_lossy(&c.path);
             format!(
-                "{}: {} (replica {}, commit {}); the {} side is live; the other: git --git-dir '{}' show {}:{}",
-                s("path"),
-                s("why"),
-                s("replica"),
-                &s("commit")[..12.min(s("commit").len())],
-                if s("live") == "ours" { "local" } else { "other" },
+                "{path}: {} (replica {}, commit {}); the {} side is live; the other: git --git-dir '{}' show {}:{path}",
+                c.why,
+                c.replica,
+                &c.commit[..12.min(c.commit.len())],
+                if c.live == "ours" { "local" } else { "other" },
                 repo.display(),
-                s("commit"),
-                s("path"),
+                c.commit,
             )
         })
         .collect())
