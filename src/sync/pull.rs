@@ -13,19 +13,21 @@
 //! conflicts.jsonl  one line per conflict: the replica and commit, the
 //!                  path, why, and which side's change is not live
 //! blobmap          git ids to sha256 (see `gittree`)
+//! merges           the commits merged here, until a pushed commit of
+//!                  this replica has them as parents
 //! ```
 //!
-//! The base. The replicas' branches are linear (each is one store's
-//! history), so the base of a merge of replica R is found from what the
-//! sides say they merged: this store's `merged.json` names the last
-//! commit `m` of R merged here, which is the base. At the first merge of
-//! R (no `m` yet), R's tip may say which commit `c` of this store R
-//! merged last: every commit a store pushes carries `skillfs-merged:
-//! <replica> <commit>` trailers for what it merged of each replica by
-//! then, as long as none of those merges with that replica left a
-//! conflict (then R's tree would differ from `c` where R kept its own
-//! side, and that difference would be taken for R's change). With
-//! neither (two stores that never met), the base is an empty tree.
+//! The base. Each merge made here becomes a parent of this replica's
+//! next pushed commit (`sync/merges` until then), so the base of a merge
+//! of replica R's tip is git's merge base of this replica's branch and
+//! that tip (several, in a criss-cross: merged together into one). While
+//! this store's own last merge of R is newer than what its branch shows
+//! (not pushed yet, or with units still waiting), that merge's commit is
+//! the base, each waiting unit keeping its own older one. Without a
+//! common history: what R's tip says it merged of this store
+//! (`skillfs-merged:` trailers), else an empty tree. Where R kept its own
+//! side in a conflict with this store and the two still differ
+//! (`skillfs-kept:` trailers), R's side is taken for no change of R's.
 //!
 //! Invariants: a base moves only when every unit of its merge was applied
 //! (a busy one is merged again at the next sync, where the applied units
@@ -117,6 +119,75 @@ pub fn merged_trailers(layout: &Layout) -> Result<String, Failure> {
         }
     }
     Ok(out)
+}
+
+/// Each merge made here, a line `<commit>` of `sync/merges`, until the
+/// export has made it a parent of this replica's branch.
+const MERGES: &str = "merges";
+
+/// The commits merged here that this replica's branch does not have as
+/// ancestors yet (each once).
+pub fn unattached_merges(dir: &crate::store::Dir, repo: &Path, branch: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join(MERGES)).unwrap_or_default();
+    let mut out: Vec<String> = Vec::new();
+    for c in text.lines().map(str::trim) {
+        let sound = c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit());
+        if sound
+            && !out.iter().any(|o| o == c)
+            && kept::resolve(repo, c).is_some()
+            && !kept::is_ancestor(repo, c, branch).unwrap_or(false)
+        {
+            out.push(c.to_string());
+        }
+    }
+    out
+}
+
+/// Forgets the merges the branch now has as ancestors.
+pub fn merges_attached(dir: &crate::store::Dir, repo: &Path, branch: &str) {
+    let left = unattached_merges(dir, repo, branch);
+    let text: String = left.iter().map(|c| format!("{c}\n")).collect();
+    if let Err(e) = dir.replace(MERGES, text.as_bytes(), &StoreIo::real()) {
+        tracing::warn!("sync: could not write {}: {e}", dir.join(MERGES).display());
+    }
+}
+
+/// Notes that `commit` was merged here (see [`MERGES`]).
+fn note_merge(dir: &crate::store::Dir, commit: &str) -> Result<(), String> {
+    let path = dir.join(MERGES);
+    let mut f = dir
+        .open_append(MERGES)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    std::io::Write::write_all(&mut f, format!("{commit}\n").as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The base git's history gives a merge of `tip` into this replica,
+/// whose branch is `own_branch`: the tree of their merge base, or, when
+/// there are several (a criss-cross), those trees merged together.
+fn graph_base(
+    blobs: &mut GitBlobs,
+    repo: &Path,
+    own_branch: &str,
+    tip: &str,
+) -> Option<(Tree, Vec<String>)> {
+    let out = git(Some(repo))
+        .args(["merge-base", "--all", own_branch, tip])
+        .output()
+        .ok()?;
+    let bases: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let (first, rest) = bases.split_first()?;
+    let mut t = blobs.tree(first, &mut Vec::new()).ok()?;
+    for b in rest {
+        let other = blobs.tree(b, &mut Vec::new()).ok()?;
+        t = merge(&Tree::new(), &t, &other, &GitOnly(blobs)).tree;
+    }
+    Some((t, bases))
 }
 
 /// The most `skillfs-kept:` trailers a commit carries.
@@ -377,7 +448,18 @@ fn base_tree(
         return Ok((Tree::new(), None, false));
     }
     let kept = said.as_ref().map(|s| s.kept.clone()).unwrap_or_default();
+    // The graph knows what came from whom (merges are parents), unless
+    // this store's last merge of them is newer than what its branch shows
+    // (a merge not exported yet, or one with units still waiting).
+    let graph = graph_base(blobs, repo, &super::branch_of(own), tip).filter(|(_, commits)| {
+        base.is_none_or(|b| {
+            !commits
+                .iter()
+                .all(|c| *c != b.commit && kept::is_ancestor(repo, c, &b.commit).unwrap_or(false))
+        })
+    });
     let (from, mut t) = match (base, said) {
+        _ if graph.is_some() => (base.map(|b| b.commit.clone()), graph.expect("matched").0),
         // They merged this store after this store last merged them: that
         // state of ours is the newer common one.
         (Some(b), Some(s)) if s.id >= b.id => {
@@ -537,6 +619,10 @@ fn merge_one(
     let text = serde_json::to_vec_pretty(&*bases).expect("plain values");
     dir.replace(MERGED, &text, &StoreIo::real())
         .map_err(|e| format!("{}: {e}", dir.join(MERGED).display()))?;
+    // A parent of this replica's next commit, once nothing of it waits.
+    if applied.busy.is_empty() {
+        note_merge(dir, tip)?;
+    }
     Ok(Pulled {
         replica: replica.to_string(),
         commit: tip.to_string(),

@@ -285,7 +285,21 @@ pub fn sync(
     // Each commit says what this store had merged of the others by then:
     // their next merge's base (see `pull`).
     let trailers = super::pull::merged_trailers(layout)?;
-    crate::export::git::export_branch(&store, &records, &repo, &branch, true, None, &trailers)?;
+    // The other replicas' commits merged here since the last export: the
+    // parents of this run's last commit, so git's merge base sees them.
+    let merges = super::pull::unattached_merges(&dir, &repo, &branch);
+    let exported = crate::export::git::export_branch(
+        &store,
+        &records,
+        &repo,
+        &branch,
+        true,
+        None,
+        (&trailers, &merges),
+    )?;
+    if exported.commits > 0 {
+        super::pull::merges_attached(&dir, &repo, &branch);
+    }
     let tip = tip_id(&repo, &branch);
     let mut reports = Vec::new();
     for name in chosen {

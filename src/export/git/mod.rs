@@ -71,11 +71,13 @@ pub fn export(
     dir: &Path,
     squash_ns: Option<i64>,
 ) -> Result<Exported, Failure> {
-    export_branch(store, records, dir, BRANCH, false, squash_ns, "")
+    export_branch(store, records, dir, BRANCH, false, squash_ns, ("", &[]))
 }
 
 /// [`export`] onto `branch` (`refs/heads/...`); a `private` repository is
 /// made without hooks and readable by its owner only (one in the store).
+/// `extra`: trailer lines for every commit of the run, and the commits the
+/// run's last commit merges (a sync's: see `sync::pull`).
 pub fn export_branch(
     store: &Store,
     records: &[Record],
@@ -83,10 +85,10 @@ pub fn export_branch(
     branch: &str,
     private: bool,
     squash_ns: Option<i64>,
-    trailers: &str,
+    extra: (&str, &[String]),
 ) -> Result<Exported, Failure> {
     let repo = Repo::open(dir, branch, private)?;
-    let result = export_into(&repo, store, records, dir, squash_ns, trailers);
+    let result = export_into(&repo, store, records, dir, squash_ns, extra);
     if result.is_err() {
         repo.unmake();
     }
@@ -102,7 +104,7 @@ fn export_into(
     records: &[Record],
     dir: &Path,
     squash_ns: Option<i64>,
-    trailers: &str,
+    extra: (&str, &[String]),
 ) -> Result<Exported, Failure> {
     let index = &store.index;
     let last = index.last();
@@ -168,7 +170,7 @@ fn export_into(
     let by_id: HashMap<u64, &Record> = records.iter().map(|r| (r.seq, r)).collect();
     let written = match child.stdin.take() {
         Some(stdin) => {
-            let mut s = Stream::new(BufWriter::new(stdin), store, &repo.branch, trailers);
+            let mut s = Stream::new(BufWriter::new(stdin), store, &repo.branch, extra);
             // A base that is still in history lets the first commit list
             // only what changed; else it lists its whole tree. Closed
             // without `done` after a failure: git changes no ref.

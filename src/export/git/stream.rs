@@ -103,6 +103,9 @@ pub struct Stream<'a, W: Write> {
     /// Trailer lines every commit of this run ends with (a sync's
     /// `skillfs-merged:` lines), each ending in a newline.
     trailers: &'a str,
+    /// Commits the last commit of this run merges (a sync's merges of
+    /// other replicas): its parents after the first.
+    merges: &'a [String],
 }
 
 /// Why the stream stopped: the store could not give a content (its own
@@ -125,7 +128,12 @@ enum Change {
 }
 
 impl<'a, W: Write> Stream<'a, W> {
-    pub fn new(out: W, store: &'a Store, branch: &'a str, trailers: &'a str) -> Stream<'a, W> {
+    pub fn new(
+        out: W,
+        store: &'a Store,
+        branch: &'a str,
+        (trailers, merges): (&'a str, &'a [String]),
+    ) -> Stream<'a, W> {
         Stream {
             out,
             store,
@@ -133,6 +141,7 @@ impl<'a, W: Write> Stream<'a, W> {
             left_out: HashSet::new(),
             branch,
             trailers,
+            merges,
         }
     }
 
@@ -157,7 +166,7 @@ impl<'a, W: Write> Stream<'a, W> {
             self.commit(
                 g,
                 records,
-                n == 0 && branch_exists,
+                (n == 0 && branch_exists, n + 1 == groups.len()),
                 base.is_none(),
                 &changes,
             )?;
@@ -218,7 +227,7 @@ impl<'a, W: Write> Stream<'a, W> {
         &mut self,
         g: &[u64],
         records: &HashMap<u64, &Record>,
-        continue_branch: bool,
+        (continue_branch, last_of_run): (bool, bool),
         whole_tree: bool,
         changes: &[Change],
     ) -> Result<(), Stop> {
@@ -284,6 +293,11 @@ impl<'a, W: Write> Stream<'a, W> {
             // The branch as the repository has it (fast-import reads a
             // branch's own name as the one it is making).
             writeln!(o, "from {branch}^0")?;
+        }
+        if last_of_run {
+            for m in self.merges {
+                writeln!(o, "merge {m}")?;
+            }
         }
         if whole_tree {
             o.write_all(b"deleteall\n")?;
