@@ -53,7 +53,7 @@ pub struct GitBlobs {
     new: Vec<String>,
 }
 
-fn hex_sha256(b: &[u8]) -> String {
+pub(super) fn hex_sha256(b: &[u8]) -> String {
     hex(&Sha256::digest(b))
 }
 
@@ -268,7 +268,7 @@ impl GitBlobs {
 
     /// The contents of a fetched file, by sha256, read from git if this
     /// run has not read it yet.
-    pub fn fetched(&self, sha: &str) -> Option<Vec<u8>> {
+    pub(super) fn fetched(&self, sha: &str) -> Option<Vec<u8>> {
         if let Some(b) = self.read.get(sha) {
             return Some(b.clone());
         }

@@ -17,10 +17,11 @@
 //!                  this replica has them as parents
 //! ```
 //!
-//! The base. Each merge made here becomes a parent of this replica's
-//! next pushed commit (`sync/merges` until then), so the base of a merge
+//! The base. Each merge made here that changed something becomes a
+//! parent of this replica's next pushed commit (`sync/merges` until
+//! then), so the base of a merge
 //! of replica R's tip is git's merge base of this replica's branch and
-//! that tip (several, in a criss-cross: merged together into one). While
+//! that tip (several, in a criss-cross: made one by `virtual_base`). While
 //! this store's own last merge of R is newer than what its branch shows
 //! (not pushed yet, or with units still waiting), that merge's commit is
 //! the base, each waiting unit keeping its own older one. Without a
@@ -40,7 +41,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use skillfs_sync::merge::{Conflict, Contents, Reason, Side, merge};
+use skillfs_sync::merge::{Conflict, Reason, Side, merge};
 use skillfs_sync::tree::{Entry, Tree, within};
 
 use crate::relpath::ByteString;
@@ -169,8 +170,8 @@ fn note_merge(dir: &crate::store::Dir, commit: &str) -> Result<(), String> {
 fn graph_base(
     blobs: &mut GitBlobs,
     repo: &Path,
-    own_branch: &str,
-    tip: &str,
+    (own_branch, tip): (&str, &str),
+    made: &mut Vec<(String, Vec<u8>)>,
 ) -> Option<(Tree, Vec<String>)> {
     let out = git(Some(repo))
         .args(["merge-base", "--all", own_branch, tip])
@@ -185,9 +186,83 @@ fn graph_base(
     let mut t = blobs.tree(first, &mut Vec::new()).ok()?;
     for b in rest {
         let other = blobs.tree(b, &mut Vec::new()).ok()?;
-        t = merge(&Tree::new(), &t, &other, &GitOnly(blobs)).tree;
+        // The two bases' own common state: what each changed from it.
+        let below = git(Some(repo))
+            .args(["merge-base", first, b])
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|c| !c.is_empty());
+        let under = match below {
+            Some(c) => blobs.tree(&c, &mut Vec::new()).ok()?,
+            None => Tree::new(),
+        };
+        t = virtual_base(&under, &t, &other, (blobs, made));
     }
     Some((t, bases))
+}
+
+/// Two merge bases as one (a criss-cross), entry by entry against their
+/// own common state `under`: what both hold alike, or what one changed
+/// and the other did not; a text both changed, merged by lines (`made`
+/// gets the new text, by its sha256). Where that fails the entry is left
+/// out: the real merge then sees it as made on both sides and, if they
+/// differ, lists a conflict rather than taking a side on a guess.
+fn virtual_base(
+    under: &Tree,
+    a: &Tree,
+    b: &Tree,
+    (blobs, made): (&GitBlobs, &mut Vec<(String, Vec<u8>)>),
+) -> Tree {
+    let paths: std::collections::BTreeSet<&[u8]> = under
+        .iter()
+        .chain(a.iter())
+        .chain(b.iter())
+        .map(|(p, _)| p)
+        .collect();
+    let text = |made: &[(String, Vec<u8>)], e: Option<&Entry>| -> Option<String> {
+        match e {
+            None => Some(String::new()),
+            Some(Entry::File { blob, .. }) => {
+                let bytes = made
+                    .iter()
+                    .find(|(h, _)| h == blob)
+                    .map(|(_, b)| b.clone())
+                    .or_else(|| blobs.fetched(blob))?;
+                String::from_utf8(bytes).ok().filter(|t| !t.contains('\0'))
+            }
+            Some(_) => None,
+        }
+    };
+    let mut out = Tree::new();
+    for p in paths {
+        let (u, x, y) = (under.get(p), a.get(p), b.get(p));
+        let pick = if x == y {
+            x.cloned()
+        } else if x == u {
+            y.cloned()
+        } else if y == u {
+            x.cloned()
+        } else if let (Some(Entry::File { exec, .. }), Some(Entry::File { .. })) = (x, y) {
+            let exec = *exec;
+            match (text(made, u), text(made, x), text(made, y)) {
+                (Some(tu), Some(tx), Some(ty)) => {
+                    skillfs_sync::diff3::merge(&tu, &tx, &ty).map(|t| {
+                        let blob = super::gittree::hex_sha256(t.as_bytes());
+                        made.push((blob.clone(), t.into_bytes()));
+                        Entry::File { blob, exec }
+                    })
+                }
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if let Some(e) = pick {
+            out.insert(p, e);
+        }
+    }
+    out
 }
 
 /// The most `skillfs-kept:` trailers a commit carries.
@@ -408,15 +483,6 @@ pub fn anything_to_merge(layout: &Layout) -> bool {
     !waiting(&dir.join("repo.git"), &own, &bases).is_empty()
 }
 
-/// Contents from git alone (the trees of a virtual base are commits).
-struct GitOnly<'a>(&'a GitBlobs);
-
-impl Contents for GitOnly<'_> {
-    fn read(&self, blob: &str) -> Option<Vec<u8>> {
-        self.0.fetched(blob)
-    }
-}
-
 /// `t` with everything at and below `path` taken from `from`.
 fn graft(t: &Tree, path: &[u8], from: &Tree) -> Tree {
     let mut out = Tree::new();
@@ -434,7 +500,7 @@ fn graft(t: &Tree, path: &[u8], from: &Tree) -> Tree {
 /// the units that wait keep their own bases.
 fn base_tree(
     blobs: &mut GitBlobs,
-    (repo, own): (&Path, &str),
+    (repo, own, made): (&Path, &str, &mut Vec<(String, Vec<u8>)>),
     (base, tip): (Option<&Base>, &str),
     said: Option<Said>,
     (ours, theirs): (&Tree, &Tree),
@@ -451,13 +517,14 @@ fn base_tree(
     // The graph knows what came from whom (merges are parents), unless
     // this store's last merge of them is newer than what its branch shows
     // (a merge not exported yet, or one with units still waiting).
-    let graph = graph_base(blobs, repo, &super::branch_of(own), tip).filter(|(_, commits)| {
-        base.is_none_or(|b| {
-            !commits
-                .iter()
-                .all(|c| *c != b.commit && kept::is_ancestor(repo, c, &b.commit).unwrap_or(false))
-        })
-    });
+    let graph =
+        graph_base(blobs, repo, (&super::branch_of(own), tip), made).filter(|(_, commits)| {
+            base.is_none_or(|b| {
+                !commits.iter().all(|c| {
+                    *c != b.commit && kept::is_ancestor(repo, c, &b.commit).unwrap_or(false)
+                })
+            })
+        });
     let (from, mut t) = match (base, said) {
         _ if graph.is_some() => (base.map(|b| b.commit.clone()), graph.expect("matched").0),
         // They merged this store after this store last merged them: that
@@ -476,10 +543,10 @@ fn base_tree(
                 (Some(b.commit.clone()), m)
             } else {
                 // Each merged the other before seeing its own come back (a
-                // criss-cross): the base is both, merged.
+                // criss-cross): the base is both, as one.
                 let c = blobs.tree(&s.commit, &mut Vec::new())?;
-                let v = merge(&Tree::new(), &m, &c, &GitOnly(blobs));
-                (Some(b.commit.clone()), v.tree)
+                let v = virtual_base(&Tree::new(), &m, &c, (blobs, made));
+                (Some(b.commit.clone()), v)
             }
         }
         (Some(b), None) => (
@@ -529,9 +596,11 @@ fn merge_one(
     let (ours, since, meta) = ours(&store);
     let said = merged_by_them(&repo, tip, own, &super::branch_of(own));
     let old = bases.get(replica).cloned();
+    // Texts a virtual base made (see `virtual_base`), read by the merge.
+    let mut base_made = Vec::new();
     let (base, base_commit, keep_pending) = base_tree(
         blobs,
-        (&repo, own),
+        (&repo, own, &mut base_made),
         (old.as_ref(), tip),
         said,
         (&ours, &theirs),
@@ -543,10 +612,10 @@ fn merge_one(
     let mut contents = Both {
         store: &store.blobs,
         git: blobs,
-        made: Default::default(),
+        made: base_made.into_iter().collect(),
     };
     let m = merge(&base, &ours, &theirs, &contents);
-    contents.made = m.new_blobs.into_iter().collect();
+    contents.made.extend(m.new_blobs);
     let applied = apply(root, layout, (&ours, since), &m.tree, (&contents, &meta))
         .map_err(|f| f.to_string())?;
     // What was written is made durable (the journal and the directory)
@@ -619,8 +688,12 @@ fn merge_one(
     let text = serde_json::to_vec_pretty(&*bases).expect("plain values");
     dir.replace(MERGED, &text, &StoreIo::real())
         .map_err(|e| format!("{}: {e}", dir.join(MERGED).display()))?;
-    // A parent of this replica's next commit, once nothing of it waits.
-    if applied.busy.is_empty() {
+    // A parent of this replica's next commit, once nothing of it waits
+    // and it changed something here. A merge that changed nothing (the
+    // other side held only this tree's own states, or only conflicts)
+    // is left out of the graph: it would cross the two histories (two
+    // merge bases where one is right) for nothing to learn.
+    if applied.busy.is_empty() && !applied.done.is_empty() {
         note_merge(dir, tip)?;
     }
     Ok(Pulled {

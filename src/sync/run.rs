@@ -80,17 +80,22 @@ pub fn git(repo: Option<&Path>) -> Command {
         .current_dir("/");
     // The user's own ssh (a key, a proxy) wins; only a default is made
     // to fail fast.
+    // Asked of git once a process (a sync runs git a few dozen times; the
+    // daemon sees a change of the user's git config at its next start).
+    static SSH_COMMAND_SET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let own_ssh = ["GIT_SSH_COMMAND", "GIT_SSH"]
         .iter()
         .any(|v| std::env::var_os(v).is_some())
-        || crate::export::git::git(None)
-            .args(["config", "--get", "core.sshCommand"])
-            .stdin(Stdio::null())
-            // The user's and the system's config, not a repository's
-            // around the caller's working directory (or a mount's).
-            .current_dir("/")
-            .output()
-            .is_ok_and(|o| o.status.success());
+        || *SSH_COMMAND_SET.get_or_init(|| {
+            crate::export::git::git(None)
+                .args(["config", "--get", "core.sshCommand"])
+                .stdin(Stdio::null())
+                // The user's and the system's config, not a repository's
+                // around the caller's working directory (or a mount's).
+                .current_dir("/")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
     if !own_ssh {
         c.env(
             "GIT_SSH_COMMAND",
