@@ -232,6 +232,95 @@ fn each_replica_fetches_the_others_refs() {
     assert_eq!(refs.lines().count(), 2, "{refs}");
 }
 
+/// A git killed by SIGKILL (a whole process group stopped: a script's
+/// Ctrl-C, the schedule's deadline) cannot remove its lock files; the
+/// next sync, holding `sync/lock` when no process of the killed one is
+/// left, removes them and fetches (it failed with "cannot lock ref").
+#[test]
+fn the_lock_files_of_a_killed_git_do_not_stop_the_next_sync() {
+    let (a, b, remote) = two_replicas("syncstale");
+    for m in [&a, &b] {
+        let out = skillfs(&["sync", "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    fs::write(a.path("x.md"), "from a, again").unwrap();
+    let out = skillfs(&["sync", "--root", &root_arg(&a)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let repo = b.store().join("sync").join("repo.git");
+    let stale = [
+        repo.join("refs/remotes/hub")
+            .join(format!("{}.lock", replica(&a))),
+        repo.join("packed-refs.lock"),
+    ];
+    for p in &stale {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, "").unwrap();
+    }
+    let out = skillfs(&["sync", "--root", &root_arg(&b)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    for p in &stale {
+        assert!(!p.exists(), "{} left", p.display());
+    }
+    let branch = format!("refs/heads/skillfs/{}", replica(&a));
+    assert_eq!(
+        git(
+            &repo,
+            &["rev-parse", &format!("refs/remotes/hub/{}", replica(&a))]
+        ),
+        git(&remote, &["rev-parse", &branch]),
+        "b fetched a's newest commit"
+    );
+}
+
+/// `skillfs sync` killed alone (its git and what that started live on a
+/// while): the lock stays held until the last of them has ended, so no
+/// second sync runs beside them, or takes their lock files for stale.
+#[test]
+fn a_sync_killed_alone_holds_its_lock_while_what_it_started_lives() {
+    let (a, _b, _remote) = two_replicas("syncorphan");
+    let root = root_arg(&a);
+    let out = skillfs(&[
+        "remote",
+        "add",
+        "slow",
+        "ssh://skillfs.invalid/x.git",
+        "--no-check",
+        "--root",
+        &root,
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let marker = a.scratch.root().parent().unwrap().join("ssh-started");
+    // The "ssh" git runs: it says it started, then outlives git's SIGTERM.
+    let ssh = format!("touch '{}'; trap '' TERM; sleep 8; false", marker.display());
+    let mut child = Command::new(common::BIN)
+        .args(["sync", "slow", "--root", &root])
+        .env("GIT_SSH_COMMAND", &ssh)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(std::time::Instant::now() < deadline, "ssh never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = skillfs(&["sync", "hub", "--root", &root]);
+    assert_refused(&out, 9, &["a sync of", "is running"]);
+    // Once the orphan has ended, the lock is free again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = skillfs(&["sync", "hub", "--root", &root]);
+        if out.status.success() {
+            break;
+        }
+        assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+        assert!(std::time::Instant::now() < deadline, "{}", describe(&out));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// Whether `repo` holds the object `id`.
 fn holds(repo: &Path, id: &str) -> bool {
     Command::new("git")

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::remotes::{Remotes, sync_dir};
 use super::{branch_of, replica_id};
@@ -60,14 +61,40 @@ pub fn git(repo: Option<&Path>) -> Command {
     let mut c = crate::export::git::git(repo);
     // SAFETY: umask(2) is async-signal-safe and touches nothing of the
     // parent: it runs in the forked child before exec.
+    // SAFETY (getpid): no memory touched.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: umask(2), fcntl(2), prctl(2) and getppid(2) are
+    // async-signal-safe, and an atomic load is a plain read: this runs in
+    // the forked child before exec and touches nothing of the parent.
     unsafe {
-        c.pre_exec(|| {
+        c.pre_exec(move || {
             libc::umask(0o077);
+            // The held `sync/lock` goes with it (see `HELD`).
+            let held = HELD.load(Ordering::SeqCst);
+            if held >= 0 && libc::fcntl(held, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // It ends with the sync (SIGTERM: git removes its lock files
+            // on the way out), and a sync gone already starts none.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             Ok(())
         });
     }
     c.env("GIT_TERMINAL_PROMPT", "0")
         .args(["-c", "protocol.ext.allow=never"])
+        // A gc or maintenance that git starts runs in the sync's time, not
+        // detached past it (it would hold `sync/lock`, see `HELD`).
+        .args([
+            "-c",
+            "gc.autoDetach=false",
+            "-c",
+            "maintenance.autoDetach=false",
+        ])
         .args([
             "-c",
             "http.lowSpeedLimit=1000",
@@ -166,9 +193,77 @@ fn sync_enabled(text: &str) -> bool {
     false
 }
 
+/// The fd of `sync/lock` while this process holds it, or -1. Every git a
+/// sync starts inherits it (see `git`), so the lock is held until the
+/// last process of a sync has ended, the sync killed or not; then whoever
+/// takes it next knows that a lock file a git left in `repo.git` has no
+/// holder any more (a git killed by SIGKILL, as a whole process group is
+/// on Ctrl-C of a script or the schedule's deadline, cannot remove its
+/// own), and removes it (`clear_stale_git_locks`).
+static HELD: AtomicI32 = AtomicI32::new(-1);
+
+/// `sync/lock`, held while this lives.
+pub struct SyncLock {
+    file: std::fs::File,
+}
+
+impl Drop for SyncLock {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        let _ = HELD.compare_exchange(
+            self.file.as_raw_fd(),
+            -1,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+}
+
+/// Removes the lock files a killed git left in the store's `repo.git`
+/// (a ref's, `packed-refs.lock`, `config.lock`, ...): called with
+/// `sync/lock` held, when no process of an earlier sync is left (`HELD`).
+/// Loose objects' directories are not looked in: git takes no lock there.
+fn clear_stale_git_locks(repo: &Path) {
+    fn walk(dir: &Path, top: bool, removed: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let Ok(kind) = e.file_type() else { continue };
+            let path = e.path();
+            if kind.is_dir() {
+                let loose = !top
+                    && dir.file_name().is_some_and(|n| n == "objects")
+                    && name.len() == 2
+                    && name.bytes().all(|b| b.is_ascii_hexdigit());
+                if !loose {
+                    walk(&path, false, removed);
+                }
+            } else if kind.is_file()
+                && name.ends_with(".lock")
+                && std::fs::remove_file(&path).is_ok()
+            {
+                removed.push(path);
+            }
+        }
+    }
+    let mut removed = Vec::new();
+    walk(repo, true, &mut removed);
+    for p in removed {
+        tracing::info!(
+            "sync: removed '{}', left by a git that was killed",
+            p.display()
+        );
+    }
+}
+
 /// Takes `sync/lock` (one sync, or one change of the remotes, at a time):
-/// held while the returned file is open.
-pub fn lock(dir: &crate::store::Dir, layout: &Layout) -> Result<std::fs::File, Failure> {
+/// held while the returned guard lives, and while any git it started runs
+/// (`HELD`); what a killed sync's git left locked in `repo.git` is
+/// cleared.
+pub fn lock(dir: &crate::store::Dir, layout: &Layout) -> Result<SyncLock, Failure> {
     let lock = dir
         .open(
             "lock",
@@ -184,7 +279,12 @@ pub fn lock(dir: &crate::store::Dir, layout: &Layout) -> Result<std::fs::File, F
             format!("a sync of '{}' is running", layout.dir.display()),
         ));
     }
-    Ok(lock)
+    clear_stale_git_locks(&dir.join("repo.git"));
+    {
+        use std::os::fd::AsRawFd;
+        HELD.store(lock.as_raw_fd(), Ordering::SeqCst);
+    }
+    Ok(SyncLock { file: lock })
 }
 
 /// How a sync runs: a user's `skillfs sync` takes the defaults; the
