@@ -41,6 +41,41 @@ fn a_warning_of_the_fuse_library_reaches_the_daemon_log() {
     }
 }
 
+/// Every Python `open()` (3.11-3.13) asks `isatty`, an ioctl the kernel
+/// sends each time: it is answered ENOTTY without a line in the log (the
+/// library's default logged a warning per call, filling `daemon.log` with
+/// one for every file the agent opened). The lseek warning after them is
+/// the mark that the log writer has caught up.
+#[test]
+fn an_isatty_per_open_leaves_no_line_in_the_daemon_log() {
+    let m = Mount::new("ttylog");
+    fs::write(m.path("f.md"), "data").unwrap();
+    for _ in 0..20 {
+        let f = fs::File::open(m.path("f.md")).unwrap();
+        let mut termios = std::mem::MaybeUninit::<libc::termios>::zeroed();
+        let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TCGETS, termios.as_mut_ptr()) };
+        assert_eq!(r, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOTTY)
+        );
+    }
+    let f = fs::File::open(m.path("f.md")).unwrap();
+    unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+    drop(f);
+    let log = m.store().join("daemon.log");
+    let t = Instant::now();
+    let text = loop {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("[Not Implemented] lseek") {
+            break text;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no mark:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!text.contains("] ioctl("), "{text}");
+}
+
 /// The daemon's log is bounded on disk: past its cap it is moved aside to
 /// `daemon.log.1` (replacing the one before) and a new one starts, so a
 /// daemon that logs for months keeps at most twice the cap.
