@@ -210,6 +210,94 @@ fn edits_on_both_sides_merge_by_line_and_collisions_stay_conflicts() {
     assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by a", "five"));
 }
 
+/// A conflict is settled by command: `--take` writes the other side
+/// through the mount (a version `undo` takes back), `--keep` keeps this
+/// side; either way it is listed no more, and so is one whose sides became
+/// the same. Bad input is refused with its exit code.
+#[test]
+fn a_conflict_is_taken_or_kept_by_command_and_then_listed_no_more() {
+    let Pair { a, b } = pair("mergetake");
+    fs::create_dir_all(a.path("cat/s")).unwrap();
+    let text = |l1: &str| skill("s", &format!("{l1}\n2\n3\n"));
+    fs::write(a.path("cat/s/SKILL.md"), text("1")).unwrap();
+    sync(&a);
+    sync(&b);
+    sync(&a);
+    fs::write(a.path("cat/s/SKILL.md"), text("one by a")).unwrap();
+    fs::write(b.path("cat/s/SKILL.md"), text("one by b")).unwrap();
+    sync(&a);
+    sync(&b);
+    sync(&a);
+    let listed = |m: &Mount| {
+        let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for m in [&a, &b] {
+        assert!(listed(m).contains("cat/s/SKILL.md"), "{}", listed(m));
+    }
+    // Nothing there, and --take with --keep: refused, nothing touched.
+    let out = skillfs(&["sync", "--take", "cat/none.md", "--root", &root_arg(&b)]);
+    common::assert_refused(&out, 2, &["no conflict at 'cat/none.md'"]);
+    let out = skillfs(&[
+        "sync",
+        "--take",
+        "cat/s/SKILL.md",
+        "--keep",
+        "cat/s/SKILL.md",
+        "--root",
+        &root_arg(&b),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by b"));
+    // b takes a's side.
+    let out = skillfs(&["sync", "--take", "cat/s/SKILL.md", "--root", &root_arg(&b)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("took replica"));
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by a"));
+    assert_eq!(listed(&b), "", "b lists it no more");
+    let status = skillfs(&["status", "--root", &root_arg(&b)]);
+    assert!(
+        !String::from_utf8_lossy(&status.stdout).contains("conflicts"),
+        "{}",
+        describe(&status)
+    );
+    assert_eq!(
+        listing(&b),
+        ["cat", "cat/s", "cat/s/SKILL.md"],
+        "no staging left in the tree"
+    );
+    verify_full(&b);
+    // The take is a version: undo gives b's side back, and a second undo
+    // the take again (undo of an undo), so the take is what stays.
+    let out = skillfs(&["undo", "--root", &root_arg(&b)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by b"));
+    let out = skillfs(&["undo", "--root", &root_arg(&b)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by a"));
+    // Both hold a's side now: a's conflict is over at its next merge, and
+    // a's next edit reaches b.
+    sync(&b);
+    sync(&a);
+    assert_eq!(listed(&a), "", "a's conflict ended with the sides the same");
+    fs::write(a.path("cat/s/SKILL.md"), text("one by a, again")).unwrap();
+    sync(&a);
+    sync(&b);
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by a, again"));
+    // A second collision, kept by b: listed no more, b's side stays.
+    fs::write(a.path("cat/s/SKILL.md"), text("two by a")).unwrap();
+    fs::write(b.path("cat/s/SKILL.md"), text("two by b")).unwrap();
+    sync(&a);
+    sync(&b);
+    assert!(listed(&b).contains("cat/s/SKILL.md"), "{}", listed(&b));
+    let out = skillfs(&["sync", "--keep", "cat/s/SKILL.md", "--root", &root_arg(&b)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(listed(&b), "");
+    assert_eq!(read(&b, "cat/s/SKILL.md"), text("two by b"));
+    verify_full(&b);
+}
+
 /// A skill with a file open for writing is not swapped under its writer:
 /// it is merged at the next sync, after the close.
 #[test]

@@ -322,6 +322,20 @@ Examples:
         /// the mounted daemon runs after its scheduled sync.
         #[arg(long)]
         merge: bool,
+        /// Take the other replica's side of the conflict at PATH: written
+        /// through the mount as a version (undo takes it back); the
+        /// conflict is listed no more.
+        #[arg(long, value_name = "PATH", conflicts_with_all = ["name", "conflicts", "merge", "keep"])]
+        take: Option<PathBuf>,
+        /// Keep this tree's side of the conflict at PATH as it is; the
+        /// conflict is listed no more (the other replica keeps its side
+        /// until it takes this one).
+        #[arg(long, value_name = "PATH", conflicts_with_all = ["name", "conflicts", "merge"])]
+        keep: Option<PathBuf>,
+        /// With --take or --keep: whose conflict, where more than one
+        /// replica has one at PATH.
+        #[arg(long, value_name = "REPLICA")]
+        replica: Option<String>,
         #[command(flatten)]
         at: Where,
     },
@@ -552,8 +566,15 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             name,
             conflicts,
             merge,
+            take,
+            keep,
+            replica,
             at,
-        } => sync::sync(name.as_deref(), (conflicts, merge), &at),
+        } => match (take, keep) {
+            (Some(p), _) => sync::resolve(&p, crate::sync::Resolve::Take, replica.as_deref(), &at),
+            (_, Some(p)) => sync::resolve(&p, crate::sync::Resolve::Keep, replica.as_deref(), &at),
+            _ => sync::sync(name.as_deref(), (conflicts, merge), &at),
+        },
         Cmd::Undo { path, dry_run, at } => {
             let t = locate::locate(&at, path.as_deref())?;
             let rel = path.as_deref().map(|p| t.rel(p)).transpose()?;

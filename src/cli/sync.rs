@@ -19,6 +19,8 @@ pub const SYNC_EXAMPLES: &str = "\
 Examples:
   skillfs sync              with every remote
   skillfs sync origin       with one
+  skillfs sync --conflicts  what collided, with the commit of the other side
+  skillfs sync --take cat/s/SKILL.md   take the other side of one
 
 Each store is a replica with an id of its own (REPLICA in the store). A
 sync pushes every version as a commit on this replica's one ref,
@@ -256,6 +258,23 @@ pub fn sync(
         Some(f) => Err(f),
         None => Ok(()),
     }
+}
+
+/// `sync --take PATH` / `sync --keep PATH`: resolves the conflict at PATH.
+pub fn resolve(
+    path: &std::path::Path,
+    how: crate::sync::Resolve,
+    replica: Option<&str>,
+    at: &Where,
+) -> Result<(), Failure> {
+    let t = super::locate::locate(at, Some(path))?;
+    let rel = t.rel(path)?;
+    if how == crate::sync::Resolve::Take {
+        t.live_mount_for("the other side is written through the mount so that it is versioned")?;
+    }
+    let said = crate::sync::resolve(&t.layout, &t.root, rel.as_bytes(), replica, how)?;
+    println!("{}", crate::error::one_line(said));
+    Ok(())
 }
 
 /// Merges what was fetched into the mounted tree, and says what it did.

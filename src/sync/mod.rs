@@ -53,7 +53,7 @@ mod replica;
 mod run;
 
 pub use child::{output as run_bounded, stop};
-pub use pull::{Pulled, anything_to_merge, conflicts, pull};
+pub use pull::{Pulled, Resolve, anything_to_merge, conflicts, pull, resolve};
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;
 pub use run::{AgentHome, Options, SyncReport, agent_home, git, lock, sync};

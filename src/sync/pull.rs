@@ -11,7 +11,9 @@
 //!                  commit of each replica merged here, and this store's
 //!                  newest change once it was (see "The base" below)
 //! conflicts.jsonl  one line per conflict: the replica and commit, the
-//!                  path, why, and which side's change is not live
+//!                  path, why, and which side's change is not live;
+//!                  removed once settled (`resolve`: `sync --take` or
+//!                  `--keep`) or once this tree holds the other side
 //! blobmap          git ids to sha256 (see `gittree`)
 //! merges           the commits merged here, until a pushed commit of
 //!                  this replica has them as parents
@@ -654,6 +656,15 @@ fn merge_one(
         lost: Side::Theirs,
         entries: Vec::new(),
     }));
+    // A conflict of this replica's where this tree now holds its side
+    // (taken by hand, or the same change made on both) is over.
+    drop_conflicts(dir, |r| {
+        r.replica == replica
+            && r.live == "ours"
+            && !waits(&r.path)
+            && m.tree.subtree(&r.path) == theirs.subtree(&r.path)
+    })
+    .map_err(|f| f.to_string())?;
     record_conflicts(dir, replica, tip, &decided).map_err(|f| f.to_string())?;
     let id = crate::commands::read_records(layout)
         .map_err(|f| f.to_string())?
@@ -768,20 +779,24 @@ fn read_conflicts(dir: &crate::store::Dir) -> Result<Vec<Recorded>, Failure> {
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter_map(|v| {
-            let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
-            let path =
-                crate::relpath::unhex(&s("path_hex")).unwrap_or_else(|| s("path").into_bytes());
-            let r = Recorded {
-                replica: s("replica"),
-                commit: s("commit"),
-                path,
-                why: s("why"),
-                live: s("live"),
-            };
+            let r = recorded(&v);
             seen.insert((r.replica.clone(), r.commit.clone(), r.path.clone()))
                 .then_some(r)
         })
         .collect())
+}
+
+/// One line of `sync/conflicts.jsonl`, read.
+fn recorded(v: &serde_json::Value) -> Recorded {
+    let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+    let path = crate::relpath::unhex(&s("path_hex")).unwrap_or_else(|| s("path").into_bytes());
+    Recorded {
+        replica: s("replica"),
+        commit: s("commit"),
+        path,
+        why: s("why"),
+        live: s("live"),
+    }
 }
 
 /// The conflicts recorded so far, one line each for a user.
@@ -805,4 +820,161 @@ pub fn conflicts(layout: &Layout) -> Result<Vec<String>, Failure> {
             )
         })
         .collect())
+}
+
+/// What to do with a conflict (`skillfs sync --take` / `--keep`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Resolve {
+    /// The other replica's side, as of its newest commit merged here,
+    /// written through the mount.
+    Take,
+    /// This tree's side, as it is.
+    Keep,
+}
+
+/// Resolves the conflicts recorded at `path` (with `replica`, where more
+/// than one replica has one there): with [`Resolve::Take`] the other
+/// side's entries at `path` and below are written into the mounted `root`
+/// as one unit of a merge is (`apply`: staged, swapped in, a version of
+/// this `skillfs`, left alone while a writer has it open); then the
+/// conflict is listed no more. Returns what it did, for the user.
+///
+/// Keeping this tree's side changes nothing in the tree and nothing the
+/// other replica is told: it keeps its own side until it takes this one.
+pub fn resolve(
+    layout: &Layout,
+    root: &Path,
+    path: &[u8],
+    replica: Option<&str>,
+    how: Resolve,
+) -> Result<String, Failure> {
+    let shown = String::from_utf8_lossy(path).into_owned();
+    let none = || {
+        Failure::new(
+            Exit::Usage,
+            format!("no conflict at '{shown}' (skillfs sync --conflicts lists them)"),
+        )
+    };
+    let Some(dir) = sync_dir(layout, false)? else {
+        return Err(none());
+    };
+    let _lock = lock(&dir, layout)?;
+    let here: Vec<Recorded> = read_conflicts(&dir)?
+        .into_iter()
+        .filter(|c| c.path == path && replica.is_none_or(|r| c.replica == r))
+        .collect();
+    let mut replicas: Vec<&str> = here.iter().map(|c| c.replica.as_str()).collect();
+    replicas.sort_unstable();
+    replicas.dedup();
+    let replica = match replicas.as_slice() {
+        [] => return Err(none()),
+        [one] => one.to_string(),
+        many => {
+            return Err(Failure::new(
+                Exit::Usage,
+                format!(
+                    "conflicts with {} replicas at '{shown}': name one with --replica ({})",
+                    many.len(),
+                    many.join(", ")
+                ),
+            ));
+        }
+    };
+    let mut bases = load_bases(&dir)?;
+    if how == Resolve::Take {
+        // The other side as of the newest commit of it merged here (the
+        // recorded one, if the base is gone).
+        let commit = bases
+            .get(&replica)
+            .map(|b| b.commit.clone())
+            .or_else(|| here.last().map(|c| c.commit.clone()))
+            .ok_or_else(none)?;
+        let repo = dir.join("repo.git");
+        let mut blobs = GitBlobs::open(dir.path(), &repo);
+        let mut skipped = Vec::new();
+        let theirs = blobs.tree(&commit, &mut skipped).map_err(|why| {
+            Failure::new(
+                Exit::BadStore,
+                format!("cannot read replica {replica}'s commit {commit}: {why}"),
+            )
+        })?;
+        let store = Store::open(layout.clone())?;
+        let (ours, since, meta) = ours(&store);
+        let mut taken = Tree::new();
+        for (p, e) in ours.iter().filter(|(p, _)| !within(p, path)) {
+            taken.insert(p, e.clone());
+        }
+        for (p, e) in theirs.subtree(path) {
+            taken.insert(p, e.clone());
+        }
+        let contents = Both {
+            store: &store.blobs,
+            git: &mut blobs,
+            made: Default::default(),
+        };
+        let applied = apply(root, layout, (&ours, since), &taken, (&contents, &meta))?;
+        if let Some((unit, why)) = applied.busy.first() {
+            return Err(Failure::new(
+                Exit::Busy,
+                format!(
+                    "'{}' is in use, nothing was taken: {why}; try again",
+                    String::from_utf8_lossy(unit)
+                ),
+            ));
+        }
+        if let Some((unit, why)) = applied.failed.first() {
+            return Err(Failure::new(
+                Exit::Internal,
+                format!(
+                    "'{}' could not be written: {why}",
+                    String::from_utf8_lossy(unit)
+                ),
+            ));
+        }
+        std::fs::File::open(root)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Failure::io(Exit::Internal, "sync", root, &e))?;
+        // The two sides are the same now: nothing kept to publish.
+        if let Some(b) = bases.get_mut(&replica) {
+            b.kept.retain(|k| !within(&k.0, path));
+            let text = serde_json::to_vec_pretty(&bases).expect("plain values");
+            dir.replace(MERGED, &text, &StoreIo::real())
+                .map_err(|e| Failure::io(Exit::BadStore, "write", &dir.join(MERGED), &e))?;
+        }
+    }
+    drop_conflicts(&dir, |r| r.replica == replica && r.path == path)?;
+    Ok(match how {
+        Resolve::Take => format!(
+            "took replica {replica}'s side of '{shown}' (a version: skillfs undo takes it back)"
+        ),
+        Resolve::Keep => format!(
+            "kept this tree's side of '{shown}'; replica {replica} keeps its own until it takes this one"
+        ),
+    })
+}
+
+/// Removes the conflicts `gone` picks from `sync/conflicts.jsonl` (a
+/// whole new file, put in place durably; none there, nothing to do).
+fn drop_conflicts(
+    dir: &crate::store::Dir,
+    gone: impl Fn(&Recorded) -> bool,
+) -> Result<(), Failure> {
+    let file = dir.join(CONFLICTS);
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Failure::io(Exit::BadStore, "read", &file, &e)),
+    };
+    let mut out = String::new();
+    for line in text.lines() {
+        if !serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| gone(&recorded(&v))) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if out.len() == text.len() {
+        return Ok(());
+    }
+    dir.replace(CONFLICTS, out.as_bytes(), &StoreIo::real())
+        .map_err(|e| Failure::io(Exit::BadStore, "write", &file, &e))
 }
