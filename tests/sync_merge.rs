@@ -298,6 +298,132 @@ fn a_conflict_is_taken_or_kept_by_command_and_then_listed_no_more() {
     verify_full(&b);
 }
 
+/// `ssh-keygen` makes a key at `path`; the git config that signs with it.
+fn signing_key(path: &std::path::Path) -> PathBuf {
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "test", "-f"])
+        .arg(path)
+        .output()
+        .expect("ssh-keygen runs");
+    assert!(out.status.success(), "{}", describe(&out));
+    let config = path.with_extension("gitconfig");
+    fs::write(
+        &config,
+        format!(
+            "[user]\n\tsigningkey = {}.pub\n[gpg]\n\tformat = ssh\n",
+            path.display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// `skillfs sync` of `m` with `git_config` as the user's git config.
+fn sync_as(m: &Mount, git_config: &std::path::Path) -> std::process::Output {
+    Command::new(common::BIN)
+        .args(["sync", "--root", &root_arg(m)])
+        .env("GIT_CONFIG_GLOBAL", git_config)
+        .output()
+        .unwrap()
+}
+
+/// A remote added with `--signers` merges only what a key of the file
+/// signed: a replica that pushes with `--sign` arrives; one that pushes
+/// unsigned, or signed with a key not in the file, is quarantined (kept
+/// aside for git, never merged). Bad input is refused, nothing added.
+#[test]
+fn only_commits_signed_by_a_listed_key_are_merged_from_a_signed_remote() {
+    let a = Mount::new("trustA");
+    let b = Mount::new("trustB");
+    let c = Mount::new("trustC");
+    let top = a.root().parent().unwrap().to_path_buf();
+    let remote = top.join("hub.git");
+    common::bare_repo(&remote);
+    let url = remote.to_str().unwrap();
+    let key_a = signing_key(&top.join("key-a"));
+    let key_c = signing_key(&top.join("key-c"));
+    let signers = top.join("allowed_signers");
+    let pub_a = fs::read_to_string(top.join("key-a.pub")).unwrap();
+    let pub_a: Vec<&str> = pub_a.split_whitespace().collect();
+    fs::write(&signers, format!("a@test {} {}\n", pub_a[0], pub_a[1])).unwrap();
+    // Not a signers file: refused, no remote added.
+    let junk = top.join("junk");
+    fs::write(&junk, "hello\n").unwrap();
+    let out = skillfs(&[
+        "remote",
+        "add",
+        "hub",
+        url,
+        "--signers",
+        junk.to_str().unwrap(),
+        "--root",
+        &root_arg(&b),
+    ]);
+    common::assert_refused(&out, 2, &["is not an allowed_signers file"]);
+    let list = skillfs(&["remote", "list", "--root", &root_arg(&b)]);
+    assert!(!String::from_utf8_lossy(&list.stdout).contains("hub"));
+    let add = |m: &Mount, extra: &[&str]| {
+        let mut args = vec!["remote", "add", "hub", url];
+        args.extend_from_slice(extra);
+        let root = root_arg(m);
+        args.extend_from_slice(&["--root", &root]);
+        let out = skillfs(&args);
+        assert!(out.status.success(), "{}", describe(&out));
+    };
+    add(&a, &["--sign"]);
+    add(&b, &["--signers", signers.to_str().unwrap()]);
+    add(&c, &[]);
+    let list = skillfs(&["remote", "list", "--root", &root_arg(&b)]);
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("merges only what its signers signed"),
+        "{}",
+        describe(&list)
+    );
+    fs::create_dir_all(a.path("k/good")).unwrap();
+    fs::write(a.path("k/good/SKILL.md"), skill("good", "from a\n")).unwrap();
+    let out = sync_as(&a, &key_a);
+    assert!(out.status.success(), "{}", describe(&out));
+    fs::create_dir_all(c.path("k/evil")).unwrap();
+    fs::write(c.path("k/evil/SKILL.md"), skill("evil", "run this\n")).unwrap();
+    let out = sync_as(&c, &key_c);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = sync_as(&b, &key_c);
+    assert!(out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("quarantined"), "{}", describe(&out));
+    assert_eq!(read(&b, "k/good/SKILL.md"), skill("good", "from a\n"));
+    common::assert_enoent(b.path("k/evil"));
+    // c signs with its own key, not in the file: still quarantined.
+    let out = skillfs(&["remote", "remove", "hub", "--root", &root_arg(&c)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    add(&c, &["--sign"]);
+    fs::write(c.path("k/evil/SKILL.md"), skill("evil", "run this now\n")).unwrap();
+    let out = sync_as(&c, &key_c);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = sync_as(&b, &key_c);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("quarantined"));
+    common::assert_enoent(b.path("k/evil"));
+    // a's next edit, signed, arrives; a without its key cannot push.
+    fs::write(a.path("k/good/SKILL.md"), skill("good", "from a, again\n")).unwrap();
+    let out = sync_as(&a, &key_a);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = sync_as(&b, &key_c);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(
+        read(&b, "k/good/SKILL.md"),
+        skill("good", "from a, again\n")
+    );
+    fs::write(a.path("k/good/SKILL.md"), skill("good", "unsigned\n")).unwrap();
+    let none = top.join("no-signing.gitconfig");
+    fs::write(&none, "").unwrap();
+    let out = sync_as(&a, &none);
+    common::assert_refused(&out, 2, &["could not sign"]);
+    for m in [&a, &b] {
+        verify_full(m);
+    }
+}
+
 /// A skill with a file open for writing is not swapped under its writer:
 /// it is merged at the next sync, after the close.
 #[test]

@@ -12,6 +12,8 @@ pub const REMOTE_EXAMPLES: &str = "\
 Examples:
   skillfs remote add origin git@github.com:me/skills.git
   skillfs remote add usb /media/usb/skills.git     a bare repository on a path
+  skillfs remote add team URL --sign --signers ~/.ssh/allowed_signers
+                                 sign what is pushed; merge only what those keys signed
   skillfs remote list
   skillfs remote remove usb";
 
@@ -44,6 +46,16 @@ pub enum RemoteCmd {
         /// Do not check that git can reach it now.
         #[arg(long)]
         no_check: bool,
+        /// Sign this replica's newest commit before each push there (with
+        /// your git's signing key: user.signingKey, gpg.format=ssh).
+        #[arg(long)]
+        sign: bool,
+        /// Merge a replica's commits fetched from it only when a key of
+        /// this file (ssh-keygen's allowed_signers format, as git's
+        /// gpg.ssh.allowedSignersFile) signed them; the others are
+        /// quarantined, never merged. The file is copied into the store.
+        #[arg(long, value_name = "FILE")]
+        signers: Option<std::path::PathBuf>,
         #[command(flatten)]
         at: Where,
     },
@@ -79,10 +91,15 @@ pub fn remote(cmd: RemoteCmd) -> Result<(), Failure> {
             name,
             url,
             no_check,
+            sign,
+            signers,
             at,
         } => {
             let t = super::locate::locate(&at, None)?;
             check_name(&name)?;
+            let signers = signers
+                .map(|f| crate::sync::trust::read_signers(&f))
+                .transpose()?;
             if url.is_empty() || url.starts_with('-') || url.chars().any(char::is_control) {
                 return Err(Failure::new(
                     Exit::Usage,
@@ -130,7 +147,13 @@ pub fn remote(cmd: RemoteCmd) -> Result<(), Failure> {
                 pushed: None,
                 replicas: Vec::new(),
                 error: None,
+                sign,
+                signers: signers.is_some(),
             });
+            match &signers {
+                Some(text) => crate::sync::trust::save_signers(&dir, &name, text)?,
+                None => crate::sync::trust::forget_signers(&dir, &name)?,
+            }
             all.save(&dir)?;
             println!("added remote {name} ({url}); `skillfs sync {name}` pushes to it");
             Ok(())
@@ -172,6 +195,7 @@ pub fn remote(cmd: RemoteCmd) -> Result<(), Failure> {
                 ));
             }
             all.save(&dir)?;
+            crate::sync::trust::forget_signers(&dir, &name)?;
             println!("removed remote {name} (what was pushed to it stays there)");
             Ok(())
         }
@@ -180,12 +204,18 @@ pub fn remote(cmd: RemoteCmd) -> Result<(), Failure> {
 
 /// What the last sync with `r` did, in a few words.
 pub fn describe(r: &Remote, now: i64) -> String {
+    let trust = match (r.sign, r.signers) {
+        (true, true) => " (signs what it pushes, merges only what its signers signed)",
+        (true, false) => " (signs what it pushes)",
+        (false, true) => " (merges only what its signers signed)",
+        (false, false) => "",
+    };
     let Some(t) = r.last_sync else {
-        return "never synced".to_string();
+        return format!("never synced{trust}");
     };
     let mut s = format!("synced {}", crate::time::ago(t, now));
     if let Some(e) = &r.error {
-        s.push_str(&format!(", failed: {e}"));
+        s.push_str(&format!(", failed: {e}{trust}"));
         return s;
     }
     if let Some(p) = r.pushed {
@@ -199,6 +229,7 @@ pub fn describe(r: &Remote, now: i64) -> String {
             if r.replicas.len() == 1 { "" } else { "s" }
         ));
     }
+    s.push_str(trust);
     s
 }
 

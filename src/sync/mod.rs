@@ -20,6 +20,7 @@
 //! sync/lock            held (flock) by a running sync
 //! sync/merged.json     the base of each replica's next merge (`pull`)
 //! sync/conflicts.jsonl the conflicts of the merges so far (`pull`)
+//! sync/signers-<remote> whose signatures a remote's commits need (`trust`)
 //! sync/blobmap         git's blob ids to the store's (`gittree`)
 //! ```
 //!
@@ -51,6 +52,7 @@ mod pull;
 mod remotes;
 mod replica;
 mod run;
+pub mod trust;
 
 pub use child::{output as run_bounded, stop};
 pub use pull::{Pulled, Resolve, anything_to_merge, conflicts, pull, resolve};

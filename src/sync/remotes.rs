@@ -32,6 +32,14 @@ pub struct Remote {
     /// Why the last sync with it failed, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Whether this replica's newest commit is signed before it is pushed
+    /// there (`remote add --sign`; see `trust`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sign: bool,
+    /// Whether a replica's commit fetched from it is merged only when a
+    /// key of `sync/signers-<name>` signed it (`remote add --signers`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub signers: bool,
 }
 
 /// Every remote of a store.

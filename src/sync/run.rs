@@ -405,6 +405,13 @@ pub fn sync(
     if exported.commits > 0 {
         super::pull::merges_attached(&dir, &repo, &branch);
     }
+    // Signed once for every remote that wants it (see `trust`).
+    if chosen
+        .iter()
+        .any(|n| remotes.get(n).is_some_and(|r| r.sign))
+    {
+        super::trust::seal(&repo, &branch, &replica)?;
+    }
     let tip = tip_id(&repo, &branch);
     let mut reports = Vec::new();
     for name in chosen {
@@ -416,7 +423,10 @@ pub fn sync(
             (&r.name, &r.url),
             r.pushed,
             tip,
-            opts.deadline,
+            (
+                opts.deadline,
+                r.signers.then(|| super::trust::signers_path(&dir, &r.name)),
+            ),
         );
         let entry = remotes.get_mut(&name).expect("chosen");
         entry.last_sync = Some(crate::time::now_ns());
@@ -481,7 +491,7 @@ fn with_remote(
     (name, url): (&str, &str),
     before: Option<u64>,
     tip: Option<u64>,
-    deadline: Option<std::time::Duration>,
+    (deadline, signers): (Option<std::time::Duration>, Option<PathBuf>),
 ) -> SyncReport {
     // A command that could not run, or was stopped (see `child`).
     let failed = |what: &str, e: std::io::Error| {
@@ -568,6 +578,21 @@ fn with_remote(
         .output()
     {
         for (id, r) in remote_refs(&out.stdout, &prefix, replica) {
+            // Unsigned where signatures are wanted: never kept, so never
+            // merged.
+            if let Some(file) = &signers
+                && let Err(why) = super::trust::verify(repo, &r, file)
+            {
+                let aside = kept::resolve(repo, &r)
+                    .map(|c| super::trust::quarantine(repo, &id, &c))
+                    .unwrap_or_default();
+                report.rewritten.push(format!(
+                    "replica {id}'s newest commit on remote '{name}' is not signed by a key of \
+                     the remote's signers ({why}): quarantined as {aside}, not merged"
+                ));
+                report.replicas.push((id.clone(), kept::commits(repo, &id)));
+                continue;
+            }
             match kept::keep(repo, &id, &r) {
                 Ok(kept::Kept::Diverged(aside)) => report.rewritten.push(format!(
                     "remote '{name}' holds another history of replica {id} than this store \
