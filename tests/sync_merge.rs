@@ -212,8 +212,8 @@ fn edits_on_both_sides_merge_by_line_and_collisions_stay_conflicts() {
 
 /// A conflict is settled by command: `--take` writes the other side
 /// through the mount (a version `undo` takes back), `--keep` keeps this
-/// side; either way it is listed no more, and so is one whose sides became
-/// the same. Bad input is refused with its exit code.
+/// side; either way it is listed no more. Bad input is refused with its
+/// exit code.
 #[test]
 fn a_conflict_is_taken_or_kept_by_command_and_then_listed_no_more() {
     let Pair { a, b } = pair("mergetake");
@@ -250,6 +250,29 @@ fn a_conflict_is_taken_or_kept_by_command_and_then_listed_no_more() {
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by b"));
+    // As if b's merge had stopped after it recorded the conflict and
+    // before its base moved: the base an older commit of a's, without a's
+    // change. The take takes the recorded commit's side, not the base's.
+    let merged = b.store().join("sync").join("merged.json");
+    let mut bases: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&merged).unwrap()).unwrap();
+    let recorded: serde_json::Value = serde_json::from_str(
+        fs::read_to_string(b.store().join("sync").join("conflicts.jsonl"))
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    let commit = recorded["commit"].as_str().unwrap();
+    let older = git_in(
+        &b.store().join("sync").join("repo.git"),
+        &["rev-parse", &format!("{commit}^")],
+        b"",
+    );
+    let replica = recorded["replica"].as_str().unwrap();
+    bases[replica]["commit"] = serde_json::Value::String(older);
+    fs::write(&merged, serde_json::to_vec_pretty(&bases).unwrap()).unwrap();
     // b takes a's side.
     let out = skillfs(&["sync", "--take", "cat/s/SKILL.md", "--root", &root_arg(&b)]);
     assert!(out.status.success(), "{}", describe(&out));
@@ -276,11 +299,14 @@ fn a_conflict_is_taken_or_kept_by_command_and_then_listed_no_more() {
     let out = skillfs(&["undo", "--root", &root_arg(&b)]);
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by a"));
-    // Both hold a's side now: a's conflict is over at its next merge, and
-    // a's next edit reaches b.
+    // Both hold a's side now; a's record stays until a settles it (a merge
+    // never drops one), and a's next edit reaches b.
     sync(&b);
     sync(&a);
-    assert_eq!(listed(&a), "", "a's conflict ended with the sides the same");
+    assert!(listed(&a).contains("cat/s/SKILL.md"), "{}", listed(&a));
+    let out = skillfs(&["sync", "--keep", "cat/s/SKILL.md", "--root", &root_arg(&a)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(listed(&a), "");
     fs::write(a.path("cat/s/SKILL.md"), text("one by a, again")).unwrap();
     sync(&a);
     sync(&b);
@@ -413,6 +439,106 @@ fn only_commits_signed_by_a_listed_key_are_merged_from_a_signed_remote() {
     assert_eq!(
         read(&b, "k/good/SKILL.md"),
         skill("good", "from a, again\n")
+    );
+    // What a listed key signed that is no seal of the replica whose
+    // branch it is on: quarantined, each.
+    let replica_a = fs::read_to_string(a.store().join("REPLICA")).unwrap();
+    let a_tip = git_in(
+        &remote,
+        &[
+            "rev-parse",
+            &format!("refs/heads/skillfs/{}", replica_a.trim()),
+        ],
+        b"",
+    );
+    let blob = git_in(
+        &remote,
+        &["hash-object", "-w", "--stdin"],
+        skill("evil", "x\n").as_bytes(),
+    );
+    let t1 = git_in(
+        &remote,
+        &["mktree"],
+        format!("100644 blob {blob}\tSKILL.md\n").as_bytes(),
+    );
+    let t2 = git_in(
+        &remote,
+        &["mktree"],
+        format!("040000 tree {t1}\tevil2\n").as_bytes(),
+    );
+    let t3 = git_in(
+        &remote,
+        &["mktree"],
+        format!("040000 tree {t2}\tk\n").as_bytes(),
+    );
+    let signed_by_a = Command::new("git")
+        .arg("--git-dir")
+        .arg(&remote)
+        .args([
+            "commit-tree",
+            "-S",
+            "-m",
+            "a commit a signed elsewhere",
+            &t3,
+        ])
+        .env("GIT_CONFIG_GLOBAL", &key_a)
+        .env("GIT_AUTHOR_NAME", "a")
+        .env("GIT_AUTHOR_EMAIL", "a@test")
+        .env("GIT_COMMITTER_NAME", "a")
+        .env("GIT_COMMITTER_EMAIL", "a@test")
+        .output()
+        .unwrap();
+    assert!(signed_by_a.status.success(), "{}", describe(&signed_by_a));
+    let signed_by_a = String::from_utf8_lossy(&signed_by_a.stdout)
+        .trim()
+        .to_string();
+    // The same seal made a new commit id: an unsigned header added.
+    let text = git_in(&remote, &["cat-file", "commit", &a_tip], b"");
+    let malleated = text.replacen("\ngpgsig ", "\ngpgsig-sha256 x\ngpgsig ", 1);
+    let malleated = git_in(
+        &remote,
+        &["hash-object", "-t", "commit", "-w", "--stdin"],
+        format!("{malleated}\n").as_bytes(),
+    );
+    for (id, commit, why) in [
+        (
+            "1111111111111111111111111111111a",
+            signed_by_a.as_str(),
+            "not a skillfs seal",
+        ),
+        (
+            "1111111111111111111111111111111b",
+            a_tip.as_str(),
+            "not a skillfs seal",
+        ),
+        (
+            replica_a.trim(),
+            malleated.as_str(),
+            "more than one signature",
+        ),
+    ] {
+        git_in(
+            &remote,
+            &["update-ref", &format!("refs/heads/skillfs/{id}"), commit],
+            b"",
+        );
+        let out = sync_as(&b, &key_c);
+        assert!(out.status.success(), "{}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("quarantined") && err.contains(why),
+            "{id}: {err}"
+        );
+        common::assert_enoent(b.path("k/evil2"));
+    }
+    git_in(
+        &remote,
+        &[
+            "update-ref",
+            &format!("refs/heads/skillfs/{}", replica_a.trim()),
+            &a_tip,
+        ],
+        b"",
     );
     fs::write(a.path("k/good/SKILL.md"), skill("good", "unsigned\n")).unwrap();
     let none = top.join("no-signing.gitconfig");
@@ -899,8 +1025,23 @@ fn three_replicas_with(seed: u64) {
                 .collect::<std::collections::BTreeMap<_, _>>()
         })
         .collect();
-    assert_eq!(trees[0], trees[1], "seed {seed}; conflicts {conflicts:?}");
-    assert_eq!(trees[1], trees[2], "seed {seed}; conflicts {conflicts:?}");
+    // The paths where two trees differ, with what each holds there.
+    let differ = |x: usize, y: usize| -> Vec<String> {
+        let keys: std::collections::BTreeSet<_> = trees[x].keys().chain(trees[y].keys()).collect();
+        keys.into_iter()
+            .filter(|k| trees[x].get(*k) != trees[y].get(*k))
+            .map(|k| {
+                let show = |t: &std::collections::BTreeMap<String, Vec<u8>>| {
+                    t.get(k).map(|b| String::from_utf8_lossy(b).into_owned())
+                };
+                format!("{k}: {x}={:?} {y}={:?}", show(&trees[x]), show(&trees[y]))
+            })
+            .collect()
+    };
+    for (x, y) in [(0, 1), (1, 2)] {
+        let d = differ(x, y);
+        assert!(d.is_empty(), "seed {seed}; conflicts {conflicts:?}; {d:#?}");
+    }
     for m in &ms {
         for p in listing(m) {
             assert!(!p.contains("conflict"), "a conflict file: {p}");

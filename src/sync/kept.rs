@@ -87,6 +87,17 @@ fn update(repo: &Path, r: &str, new: &str, old: Option<&str>) -> Result<(), Stri
     }
 }
 
+/// Whether the tip `fetched` of `replica` is neither behind nor ahead of
+/// what this store keeps of it (another history: `keep` would put the kept
+/// one aside and take it).
+pub fn diverges(repo: &Path, replica: &str, fetched: &str) -> bool {
+    let (Some(new), Some(old)) = (resolve(repo, fetched), resolve(repo, &kept_ref(replica))) else {
+        return false;
+    };
+    !(is_ancestor(repo, &new, &old).unwrap_or(false)
+        || is_ancestor(repo, &old, &new).unwrap_or(false))
+}
+
 /// Keeps the tip `fetched` (a ref the fetch just wrote) of `replica`.
 pub fn keep(repo: &Path, replica: &str, fetched: &str) -> Result<Kept, String> {
     let Some(new) = resolve(repo, fetched) else {

@@ -39,10 +39,10 @@
 //! - where the agent's own Skill Sync is on, `sync` refuses: the two
 //!   would feed each other.
 //!
-//! Locks: `sync/lock`, one sync at a time per store, held until the last
-//! git a sync started has ended (`run::HELD`): then a lock file left in
-//! `repo.git` is a killed git's, and the next sync removes it; git locks
-//! its refs.
+//! Locks: `sync/lock`, one sync at a time per store; a sync that takes it
+//! waits until no git works in `repo.git` (`run::settle`), then a lock
+//! file left there is a killed git's, and it removes it; git locks its
+//! refs.
 
 mod apply;
 mod child;

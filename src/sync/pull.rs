@@ -13,7 +13,9 @@
 //! conflicts.jsonl  one line per conflict: the replica and commit, the
 //!                  path, why, and which side's change is not live;
 //!                  removed once settled (`resolve`: `sync --take` or
-//!                  `--keep`) or once this tree holds the other side
+//!                  `--keep`), never by a merge: with three replicas, two
+//!                  can stay apart at a path where a third took one side
+//!                  (see docs/limits.md), and the listing is what says so
 //! blobmap          git ids to sha256 (see `gittree`)
 //! merges           the commits merged here, until a pushed commit of
 //!                  this replica has them as parents
@@ -656,15 +658,6 @@ fn merge_one(
         lost: Side::Theirs,
         entries: Vec::new(),
     }));
-    // A conflict of this replica's where this tree now holds its side
-    // (taken by hand, or the same change made on both) is over.
-    drop_conflicts(dir, |r| {
-        r.replica == replica
-            && r.live == "ours"
-            && !waits(&r.path)
-            && m.tree.subtree(&r.path) == theirs.subtree(&r.path)
-    })
-    .map_err(|f| f.to_string())?;
     record_conflicts(dir, replica, tip, &decided).map_err(|f| f.to_string())?;
     let id = crate::commands::read_records(layout)
         .map_err(|f| f.to_string())?
@@ -741,6 +734,18 @@ fn record_conflicts(
         text.push('\n');
     }
     let path = dir.join(CONFLICTS);
+    // A line a power cut left torn is ended first: the next record is a
+    // line of its own, not glued to it.
+    if let Ok(mut old) = std::fs::File::open(&path) {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut last = [0u8; 1];
+        if old.seek(SeekFrom::End(-1)).is_ok()
+            && old.read_exact(&mut last).is_ok()
+            && last[0] != b'\n'
+        {
+            text.insert(0, '\n');
+        }
+    }
     let mut f = dir
         .open_append(CONFLICTS)
         .map_err(|e| Failure::io(Exit::BadStore, "open", &path, &e))?;
@@ -882,14 +887,17 @@ pub fn resolve(
     };
     let mut bases = load_bases(&dir)?;
     if how == Resolve::Take {
-        // The other side as of the newest commit of it merged here (the
-        // recorded one, if the base is gone).
-        let commit = bases
-            .get(&replica)
-            .map(|b| b.commit.clone())
-            .or_else(|| here.last().map(|c| c.commit.clone()))
-            .ok_or_else(none)?;
+        // The other side as of the newest commit of it merged here: the
+        // base, unless the conflict was recorded at a newer one (a merge
+        // that stopped between recording it and moving the base).
         let repo = dir.join("repo.git");
+        let recorded = here.last().map(|c| c.commit.clone());
+        let commit = match (bases.get(&replica).map(|b| b.commit.clone()), recorded) {
+            (Some(b), Some(r)) if b != r && kept::is_ancestor(&repo, &b, &r).unwrap_or(false) => r,
+            (Some(b), _) => b,
+            (None, Some(r)) => r,
+            (None, None) => return Err(none()),
+        };
         let mut blobs = GitBlobs::open(dir.path(), &repo);
         let mut skipped = Vec::new();
         let theirs = blobs.tree(&commit, &mut skipped).map_err(|why| {

@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::remotes::{Remotes, sync_dir};
 use super::{branch_of, replica_id};
@@ -61,40 +60,19 @@ pub fn git(repo: Option<&Path>) -> Command {
     let mut c = crate::export::git::git(repo);
     // SAFETY: umask(2) is async-signal-safe and touches nothing of the
     // parent: it runs in the forked child before exec.
-    // SAFETY (getpid): no memory touched.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: umask(2), fcntl(2), prctl(2) and getppid(2) are
-    // async-signal-safe, and an atomic load is a plain read: this runs in
-    // the forked child before exec and touches nothing of the parent.
     unsafe {
-        c.pre_exec(move || {
+        c.pre_exec(|| {
             libc::umask(0o077);
-            // The held `sync/lock` goes with it (see `HELD`).
-            let held = HELD.load(Ordering::SeqCst);
-            if held >= 0 && libc::fcntl(held, libc::F_SETFD, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // It ends with the sync (SIGTERM: git removes its lock files
-            // on the way out), and a sync gone already starts none.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
             Ok(())
         });
     }
     c.env("GIT_TERMINAL_PROMPT", "0")
         .args(["-c", "protocol.ext.allow=never"])
-        // A gc or maintenance that git starts runs in the sync's time, not
-        // detached past it (it would hold `sync/lock`, see `HELD`).
-        .args([
-            "-c",
-            "gc.autoDetach=false",
-            "-c",
-            "maintenance.autoDetach=false",
-        ])
+        // No gc or maintenance started by git itself: it would run as a
+        // process whose command line does not name the repository, which
+        // the next sync could not see (`git_at_work`); a sync runs its own
+        // `gc --auto` at its end.
+        .args(["-c", "gc.auto=0", "-c", "maintenance.auto=false"])
         .args([
             "-c",
             "http.lowSpeedLimit=1000",
@@ -193,36 +171,65 @@ fn sync_enabled(text: &str) -> bool {
     false
 }
 
-/// The fd of `sync/lock` while this process holds it, or -1. Every git a
-/// sync starts inherits it (see `git`), so the lock is held until the
-/// last process of a sync has ended, the sync killed or not; then whoever
-/// takes it next knows that a lock file a git left in `repo.git` has no
-/// holder any more (a git killed by SIGKILL, as a whole process group is
-/// on Ctrl-C of a script or the schedule's deadline, cannot remove its
-/// own), and removes it (`clear_stale_git_locks`).
-static HELD: AtomicI32 = AtomicI32::new(-1);
-
-/// `sync/lock`, held while this lives.
-pub struct SyncLock {
-    file: std::fs::File,
+/// A process at work in the store's `repo.git`: one whose command line
+/// names it (every git skillfs starts has `--git-dir REPO`) or whose
+/// working directory is in it (a git run there by hand). Read from
+/// `/proc`; a process whose details cannot be read is not seen.
+fn git_at_work(repo: &Path) -> Option<u32> {
+    use std::os::unix::ffi::OsStrExt;
+    let me = std::process::id();
+    let needle = repo.as_os_str().as_bytes();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let named = std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+            c.split(|&b| b == 0)
+                .any(|a| a == needle || a.strip_prefix(b"--git-dir=".as_slice()) == Some(needle))
+        });
+        let inside = std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c.starts_with(repo));
+        if named || inside {
+            return Some(pid);
+        }
+    }
+    None
 }
 
-impl Drop for SyncLock {
-    fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        let _ = HELD.compare_exchange(
-            self.file.as_raw_fd(),
-            -1,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+/// Waits (a few seconds at most) until no process works in `repo` (see
+/// [`git_at_work`]): a git of a sync killed a moment ago is ending
+/// (its parent-death signal); one still there is said.
+fn settle(repo: &Path, layout: &Layout) -> Result<(), Failure> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while let Some(pid) = git_at_work(repo) {
+        if std::time::Instant::now() >= deadline {
+            return Err(Failure::new(
+                Exit::Busy,
+                format!(
+                    "a git (pid {pid}) works in '{}' of the store of '{}': a sync starts once it \
+                     has ended",
+                    repo.display(),
+                    layout.dir.display()
+                ),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    Ok(())
 }
 
 /// Removes the lock files a killed git left in the store's `repo.git`
 /// (a ref's, `packed-refs.lock`, `config.lock`, ...): called with
-/// `sync/lock` held, when no process of an earlier sync is left (`HELD`).
-/// Loose objects' directories are not looked in: git takes no lock there.
+/// `sync/lock` held and no process at work in it ([`settle`]): every git
+/// skillfs starts names the repository on its command line and ends with
+/// the sync that started it (the parent-death signal of
+/// `export::git::git`), and none starts a gc or maintenance of its own
+/// (`git`), so a lock file left is a killed git's (SIGKILL, as a whole
+/// process group is killed on a script's Ctrl-C or at the schedule's
+/// deadline, leaves them). Loose objects' directories are not looked in:
+/// git takes no lock there.
 fn clear_stale_git_locks(repo: &Path) {
     fn walk(dir: &Path, top: bool, removed: &mut Vec<PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -260,10 +267,9 @@ fn clear_stale_git_locks(repo: &Path) {
 }
 
 /// Takes `sync/lock` (one sync, or one change of the remotes, at a time):
-/// held while the returned guard lives, and while any git it started runs
-/// (`HELD`); what a killed sync's git left locked in `repo.git` is
-/// cleared.
-pub fn lock(dir: &crate::store::Dir, layout: &Layout) -> Result<SyncLock, Failure> {
+/// held while the returned file is open; what a killed sync's git left
+/// locked in `repo.git` is cleared once no git works there ([`settle`]).
+pub fn lock(dir: &crate::store::Dir, layout: &Layout) -> Result<std::fs::File, Failure> {
     let lock = dir
         .open(
             "lock",
@@ -279,12 +285,10 @@ pub fn lock(dir: &crate::store::Dir, layout: &Layout) -> Result<SyncLock, Failur
             format!("a sync of '{}' is running", layout.dir.display()),
         ));
     }
-    clear_stale_git_locks(&dir.join("repo.git"));
-    {
-        use std::os::fd::AsRawFd;
-        HELD.store(lock.as_raw_fd(), Ordering::SeqCst);
-    }
-    Ok(SyncLock { file: lock })
+    let repo = dir.join("repo.git");
+    settle(&repo, layout)?;
+    clear_stale_git_locks(&repo);
+    Ok(lock)
 }
 
 /// How a sync runs: a user's `skillfs sync` takes the defaults; the
@@ -444,6 +448,16 @@ pub fn sync(
         reports.push(report);
     }
     remotes.save(&dir)?;
+    // The repository's own upkeep (git starts none of itself, see `git`):
+    // packs loose objects once there are many, as git's auto gc would.
+    let mut gc = git(Some(&repo));
+    gc.args(["-c", "gc.auto=6700", "-c", "gc.autoDetach=false"])
+        .args(["gc", "--auto", "--quiet"]);
+    match child::output(gc, opts.deadline) {
+        Ok(out) if !out.status.success() => tracing::warn!("sync: git gc: {}", said(&out)),
+        Err(e) => tracing::warn!("sync: could not run git gc: {e}"),
+        Ok(_) => {}
+    }
     Ok(reports)
 }
 
@@ -580,9 +594,17 @@ fn with_remote(
         for (id, r) in remote_refs(&out.stdout, &prefix, replica) {
             // Unsigned where signatures are wanted: never kept, so never
             // merged.
-            if let Some(file) = &signers
-                && let Err(why) = super::trust::verify(repo, &r, file)
-            {
+            // Nor is a signed one of another history than the one kept:
+            // an old seal made a new commit, or another replica's, is no
+            // way back to what was merged and removed since.
+            let refused = signers.as_ref().and_then(|file| {
+                super::trust::verify(repo, &r, &id, file).err().or_else(|| {
+                    kept::diverges(repo, &id, &r).then(|| {
+                        "it is not a descendant of what this store kept of that replica".to_string()
+                    })
+                })
+            });
+            if let Some(why) = refused {
                 let aside = kept::resolve(repo, &r)
                     .map(|c| super::trust::quarantine(repo, &id, &c))
                     .unwrap_or_default();

@@ -96,31 +96,92 @@ pub fn forget_signers(dir: &Dir, remote: &str) -> Result<(), Failure> {
     }
 }
 
-/// The first line of `commit`'s signature (its `gpgsig` header), if it
-/// has one.
-fn signature(repo: &Path, commit: &str) -> Option<String> {
+/// What a seal's checks read of a commit: its headers and its message.
+struct Raw {
+    /// Each header's name and first line, in order.
+    headers: Vec<(String, String)>,
+    message: String,
+}
+
+fn raw(repo: &Path, commit: &str) -> Option<Raw> {
     let out = git(Some(repo))
         .args(["cat-file", "commit", commit])
         .output()
         .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let header = text.split("\n\n").next().unwrap_or("");
-    header
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, message) = text.split_once("\n\n").unwrap_or((&text, ""));
+    let headers = head
         .lines()
-        .find_map(|l| l.strip_prefix("gpgsig ").map(str::to_string))
+        // A continuation line (of a signature) starts with a space.
+        .filter(|l| !l.starts_with(' '))
+        .map(|l| {
+            let (k, v) = l.split_once(' ').unwrap_or((l, ""));
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    Some(Raw {
+        headers,
+        message: message.to_string(),
+    })
 }
 
-fn signed(repo: &Path, commit: &str) -> bool {
-    signature(repo, commit).is_some()
+/// The committer a seal of `replica` names (git's identity, and the
+/// replica it stands for: part of what the signature covers).
+fn seal_email(replica: &str) -> String {
+    format!("skillfs@{replica}")
 }
 
-/// Signs the tip of `branch` (a seal on it) unless it is signed already.
-/// Returns whether it made a seal.
+/// The first line of a seal's message.
+fn seal_subject(replica: &str) -> String {
+    format!("skillfs: replica {replica}, signed")
+}
+
+/// Why `commit` is not a seal of `replica` as `seal` makes them: one ssh
+/// signature and no other (a `gpgsig-sha256` header is outside what the
+/// signature covers: a way to make a new commit id of a signed commit),
+/// `replica`'s seal committer and subject (so a commit a signer made for
+/// anything else, or for another replica, is not one).
+fn not_a_seal(repo: &Path, commit: &str, replica: &str) -> Option<String> {
+    let Some(raw) = raw(repo, commit) else {
+        return Some("it is not a commit".into());
+    };
+    let sigs: Vec<&str> = raw
+        .headers
+        .iter()
+        .filter(|(k, _)| k.starts_with("gpgsig") || k == "mergetag")
+        .map(|(k, v)| if k == "gpgsig" { v.as_str() } else { "" })
+        .collect();
+    match sigs.as_slice() {
+        [] => return Some("it is not signed".into()),
+        [s] if s.trim() == "-----BEGIN SSH SIGNATURE-----" => {}
+        [_] => return Some("it is signed, but not with an ssh key".into()),
+        _ => return Some("it carries more than one signature header".into()),
+    }
+    let committer = raw
+        .headers
+        .iter()
+        .find(|(k, _)| k == "committer")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("");
+    let subject = raw.message.lines().next().unwrap_or("");
+    if !committer.contains(&format!("<{}>", seal_email(replica)))
+        || subject != seal_subject(replica)
+    {
+        return Some(format!("it is not a skillfs seal of replica {replica}"));
+    }
+    None
+}
+
+/// Signs the tip of `branch` (a seal on it) unless it is a seal of
+/// `replica` already. Returns whether it made one.
 pub fn seal(repo: &Path, branch: &str, replica: &str) -> Result<bool, Failure> {
     let Some(tip) = super::kept::resolve(repo, branch) else {
         return Ok(false);
     };
-    if signed(repo, &tip) {
+    if not_a_seal(repo, &tip, replica).is_none() {
         return Ok(false);
     }
     let trailers = git(Some(repo))
@@ -128,10 +189,11 @@ pub fn seal(repo: &Path, branch: &str, replica: &str) -> Result<bool, Failure> {
         .output()
         .map_err(|e| Failure::new(Exit::Internal, format!("could not run git log: {e}")))?;
     let message = format!(
-        "skillfs: replica {replica}, signed\n\n{}",
+        "{}\n\n{}",
+        seal_subject(replica),
         String::from_utf8_lossy(&trailers.stdout).trim()
     );
-    let who = format!("skillfs@{replica}");
+    let who = seal_email(replica);
     let out = git(Some(repo))
         .env("GIT_AUTHOR_NAME", "skillfs")
         .env("GIT_AUTHOR_EMAIL", &who)
@@ -145,14 +207,22 @@ pub fn seal(repo: &Path, branch: &str, replica: &str) -> Result<bool, Failure> {
         .trim()
         .replace('\n', "; ");
     let sealed = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() || sealed.is_empty() {
-        return Err(Failure::new(
+    let cannot = |why: String| {
+        Failure::new(
             Exit::Usage,
             format!(
-                "a remote takes only signed commits (--sign), and git could not sign: {said} \
+                "a remote takes only signed commits (--sign), and git could not sign: {why} \
                  (set user.signingKey and gpg.format=ssh in your git config)"
             ),
-        ));
+        )
+    };
+    if !out.status.success() || sealed.is_empty() {
+        return Err(cannot(said));
+    }
+    // Signed as the receivers check it (an OpenPGP one would be
+    // quarantined there): nothing is moved otherwise.
+    if let Some(why) = not_a_seal(repo, &sealed, replica) {
+        return Err(cannot(why));
     }
     let out = git(Some(repo))
         .args([
@@ -177,9 +247,9 @@ pub fn seal(repo: &Path, branch: &str, replica: &str) -> Result<bool, Failure> {
     Ok(true)
 }
 
-/// Whether a key of `signers` signed `commit` (`git verify-commit`), or
-/// what git said.
-pub fn verify(repo: &Path, commit: &str, signers: &Path) -> Result<(), String> {
+/// Whether `commit` is a seal of `replica` that a key of `signers` signed
+/// (`not_a_seal`, then `git verify-commit`), or why not.
+pub fn verify(repo: &Path, commit: &str, replica: &str, signers: &Path) -> Result<(), String> {
     if !signers.is_file() {
         return Err(format!(
             "its signers file '{}' is missing",
@@ -189,12 +259,8 @@ pub fn verify(repo: &Path, commit: &str, signers: &Path) -> Result<(), String> {
     // Only an ssh signature is checked against the signers file: git
     // would check an OpenPGP or X.509 one against the user's keyring,
     // which the file does not bound.
-    match signature(repo, commit) {
-        None => return Err("it is not signed".into()),
-        Some(s) if s.trim() != "-----BEGIN SSH SIGNATURE-----" => {
-            return Err("it is signed, but not with an ssh key".into());
-        }
-        Some(_) => {}
+    if let Some(why) = not_a_seal(repo, commit, replica) {
+        return Err(why);
     }
     let out = git(Some(repo))
         .arg("-c")

@@ -28,6 +28,29 @@ pub fn git(git_dir: Option<&Path>) -> Command {
     if let Some(d) = git_dir {
         c.arg("--git-dir").arg(d);
     }
+    // It ends with the skillfs that started it (SIGTERM: git removes its
+    // lock files on the way out), and one whose skillfs is gone already
+    // never starts: no git of skillfs's outlives it to write a repository
+    // the next run takes for idle (`sync::run::settle`).
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: getpid(2) touches no memory.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: prctl(2) and getppid(2) are async-signal-safe; this runs
+        // in the forked child before exec and touches nothing of the
+        // parent.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
     // No hook of the user's (a global `core.hooksPath`, say a
     // `reference-transaction` hook) runs on the refs skillfs writes.
     c.args(["-c", "core.hooksPath=/dev/null"]);
