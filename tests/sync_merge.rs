@@ -311,7 +311,18 @@ fn a_conflict_is_taken_or_kept_by_command_and_then_listed_no_more() {
     sync(&a);
     sync(&b);
     assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by a, again"));
-    // A second collision, kept by b: listed no more, b's side stays.
+    // A second collision, kept by b: listed no more, b's side stays. A
+    // line a power cut tore at the end of b's list first: the next record
+    // is a line of its own, not glued to it.
+    {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(b.store().join("sync").join("conflicts.jsonl"))
+            .unwrap();
+        f.write_all(br#"{"commit":"0123"#).unwrap();
+    }
     fs::write(a.path("cat/s/SKILL.md"), text("two by a")).unwrap();
     fs::write(b.path("cat/s/SKILL.md"), text("two by b")).unwrap();
     sync(&a);
