@@ -46,6 +46,7 @@
 
 mod apply;
 mod child;
+mod conflicts;
 mod gittree;
 mod kept;
 mod pull;
@@ -55,7 +56,8 @@ mod run;
 pub mod trust;
 
 pub use child::{output as run_bounded, stop};
-pub use pull::{Pulled, Resolve, anything_to_merge, conflicts, pull, resolve};
+pub use conflicts::{Resolve, conflicts, resolve};
+pub use pull::{Pulled, anything_to_merge, pull};
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;
 pub use run::{AgentHome, Options, SyncReport, agent_home, git, lock, sync};

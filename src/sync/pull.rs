@@ -10,12 +10,7 @@
 //! merged.json      {"<replica>": {"commit": C, "id": N}}: the last
 //!                  commit of each replica merged here, and this store's
 //!                  newest change once it was (see "The base" below)
-//! conflicts.jsonl  one line per conflict: the replica and commit, the
-//!                  path, why, and which side's change is not live;
-//!                  removed once settled (`resolve`: `sync --take` or
-//!                  `--keep`), never by a merge: with three replicas, two
-//!                  can stay apart at a path where a third took one side
-//!                  (see docs/limits.md), and the listing is what says so
+//! conflicts.jsonl  one line per conflict (see `conflicts`)
 //! blobmap          git ids to sha256 (see `gittree`)
 //! merges           the commits merged here, until a pushed commit of
 //!                  this replica has them as parents
@@ -61,14 +56,14 @@ use crate::store::Layout;
 use crate::store::durable::StoreIo;
 use crate::store::journal::Kind;
 
-const MERGED: &str = "merged.json";
+pub(super) const MERGED: &str = "merged.json";
 /// The trailer that says what a replica had merged of another.
 const MERGED_TRAILER: &str = "skillfs-merged";
 
 /// The last commit of a replica merged here.
 #[derive(serde::Serialize, serde::Deserialize, Clone)]
-struct Base {
-    commit: String,
+pub(super) struct Base {
+    pub(super) commit: String,
     /// This store's newest change once the merge was applied.
     id: u64,
     /// Whether any merge of this replica so far left a conflict.
@@ -82,10 +77,10 @@ struct Base {
     /// the two still differ (as of its newest commit merged): published
     /// in `skillfs-kept:` trailers (see "The base").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    kept: Vec<ByteString>,
+    pub(super) kept: Vec<ByteString>,
 }
 
-fn load_bases(dir: &crate::store::Dir) -> Result<BTreeMap<String, Base>, Failure> {
+pub(super) fn load_bases(dir: &crate::store::Dir) -> Result<BTreeMap<String, Base>, Failure> {
     let path = dir.join(MERGED);
     match std::fs::read(&path) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| {
@@ -332,8 +327,6 @@ fn merged_by_them(repo: &Path, tip: &str, own: &str, own_branch: &str) -> Option
     Some(Said { commit, id, kept })
 }
 
-const CONFLICTS: &str = "conflicts.jsonl";
-
 /// What merging one replica did.
 pub struct Pulled {
     pub replica: String,
@@ -379,7 +372,7 @@ impl Pulled {
 
 /// The live tree's newest state as a merge sees it, its change id, and
 /// each entry's mode and mtime.
-fn ours(store: &Store) -> (Tree, u64, Meta) {
+pub(super) fn ours(store: &Store) -> (Tree, u64, Meta) {
     let id = store.index.last();
     let mut t = Tree::new();
     let mut meta = Meta::new();
@@ -400,7 +393,7 @@ fn ours(store: &Store) -> (Tree, u64, Meta) {
     (t, id, meta)
 }
 
-fn reason(r: &Reason) -> String {
+pub(super) fn reason(r: &Reason) -> String {
     match r {
         Reason::Overlap => "both changed the same lines".into(),
         Reason::Binary => "both changed it, and it is not text".into(),
@@ -658,7 +651,7 @@ fn merge_one(
         lost: Side::Theirs,
         entries: Vec::new(),
     }));
-    record_conflicts(dir, replica, tip, &decided).map_err(|f| f.to_string())?;
+    super::conflicts::record(dir, replica, tip, &decided).map_err(|f| f.to_string())?;
     let id = crate::commands::read_records(layout)
         .map_err(|f| f.to_string())?
         .last()
@@ -708,281 +701,4 @@ fn merge_one(
         skipped,
         error: None,
     })
-}
-
-/// Appends `conflicts` of `replica`'s `commit` to `sync/conflicts.jsonl`.
-fn record_conflicts(
-    dir: &crate::store::Dir,
-    replica: &str,
-    commit: &str,
-    conflicts: &[Conflict],
-) -> Result<(), Failure> {
-    if conflicts.is_empty() {
-        return Ok(());
-    }
-    let mut text = String::new();
-    for c in conflicts {
-        let line = serde_json::json!({
-            "replica": replica,
-            "commit": commit,
-            "path": String::from_utf8_lossy(&c.path),
-            "path_hex": crate::relpath::hex(&c.path),
-            "why": reason(&c.reason),
-            "live": match c.lost { Side::Theirs => "ours", Side::Ours => "theirs" },
-        });
-        text.push_str(&line.to_string());
-        text.push('\n');
-    }
-    let path = dir.join(CONFLICTS);
-    // A line a power cut left torn is ended first: the next record is a
-    // line of its own, not glued to it.
-    if let Ok(mut old) = std::fs::File::open(&path) {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut last = [0u8; 1];
-        if old.seek(SeekFrom::End(-1)).is_ok()
-            && old.read_exact(&mut last).is_ok()
-            && last[0] != b'\n'
-        {
-            text.insert(0, '\n');
-        }
-    }
-    let mut f = dir
-        .open_append(CONFLICTS)
-        .map_err(|e| Failure::io(Exit::BadStore, "open", &path, &e))?;
-    std::io::Write::write_all(&mut f, text.as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(|e| Failure::io(Exit::BadStore, "write", &path, &e))
-}
-
-/// A conflict as `sync/conflicts.jsonl` holds it.
-struct Recorded {
-    replica: String,
-    commit: String,
-    path: Vec<u8>,
-    why: String,
-    /// "ours": this tree's side stayed live; "theirs": the other's.
-    live: String,
-}
-
-/// The conflicts recorded in `dir`, each once (a sync killed after it
-/// recorded them and before its base moved records them again).
-fn read_conflicts(dir: &crate::store::Dir) -> Result<Vec<Recorded>, Failure> {
-    let text = match std::fs::read_to_string(dir.join(CONFLICTS)) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(Failure::io(
-                Exit::BadStore,
-                "read",
-                &dir.join(CONFLICTS),
-                &e,
-            ));
-        }
-    };
-    let mut seen = std::collections::HashSet::new();
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| {
-            let r = recorded(&v);
-            seen.insert((r.replica.clone(), r.commit.clone(), r.path.clone()))
-                .then_some(r)
-        })
-        .collect())
-}
-
-/// One line of `sync/conflicts.jsonl`, read.
-fn recorded(v: &serde_json::Value) -> Recorded {
-    let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
-    let path = crate::relpath::unhex(&s("path_hex")).unwrap_or_else(|| s("path").into_bytes());
-    Recorded {
-        replica: s("replica"),
-        commit: s("commit"),
-        path,
-        why: s("why"),
-        live: s("live"),
-    }
-}
-
-/// The conflicts recorded so far, one line each for a user.
-pub fn conflicts(layout: &Layout) -> Result<Vec<String>, Failure> {
-    let Some(dir) = sync_dir(layout, false)? else {
-        return Ok(Vec::new());
-    };
-    let repo = dir.join("repo.git");
-    Ok(read_conflicts(&dir)?
-        .into_iter()
-        .map(|c| {
-            let path = String::from_utf8_lossy(&c.path);
-            format!(
-                "{path}: {} (replica {}, commit {}); the {} side is live; the other: git --git-dir '{}' show {}:{path}",
-                c.why,
-                c.replica,
-                &c.commit[..12.min(c.commit.len())],
-                if c.live == "ours" { "local" } else { "other" },
-                repo.display(),
-                c.commit,
-            )
-        })
-        .collect())
-}
-
-/// What to do with a conflict (`skillfs sync --take` / `--keep`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Resolve {
-    /// The other replica's side, as of its newest commit merged here,
-    /// written through the mount.
-    Take,
-    /// This tree's side, as it is.
-    Keep,
-}
-
-/// Resolves the conflicts recorded at `path` (with `replica`, where more
-/// than one replica has one there): with [`Resolve::Take`] the other
-/// side's entries at `path` and below are written into the mounted `root`
-/// as one unit of a merge is (`apply`: staged, swapped in, a version of
-/// this `skillfs`, left alone while a writer has it open); then the
-/// conflict is listed no more. Returns what it did, for the user.
-///
-/// Keeping this tree's side changes nothing in the tree and nothing the
-/// other replica is told: it keeps its own side until it takes this one.
-pub fn resolve(
-    layout: &Layout,
-    root: &Path,
-    path: &[u8],
-    replica: Option<&str>,
-    how: Resolve,
-) -> Result<String, Failure> {
-    let shown = String::from_utf8_lossy(path).into_owned();
-    let none = || {
-        Failure::new(
-            Exit::Usage,
-            format!("no conflict at '{shown}' (skillfs sync --conflicts lists them)"),
-        )
-    };
-    let Some(dir) = sync_dir(layout, false)? else {
-        return Err(none());
-    };
-    let _lock = lock(&dir, layout)?;
-    let here: Vec<Recorded> = read_conflicts(&dir)?
-        .into_iter()
-        .filter(|c| c.path == path && replica.is_none_or(|r| c.replica == r))
-        .collect();
-    let mut replicas: Vec<&str> = here.iter().map(|c| c.replica.as_str()).collect();
-    replicas.sort_unstable();
-    replicas.dedup();
-    let replica = match replicas.as_slice() {
-        [] => return Err(none()),
-        [one] => one.to_string(),
-        many => {
-            return Err(Failure::new(
-                Exit::Usage,
-                format!(
-                    "conflicts with {} replicas at '{shown}': name one with --replica ({})",
-                    many.len(),
-                    many.join(", ")
-                ),
-            ));
-        }
-    };
-    let mut bases = load_bases(&dir)?;
-    if how == Resolve::Take {
-        // The other side as of the newest commit of it merged here: the
-        // base, unless the conflict was recorded at a newer one (a merge
-        // that stopped between recording it and moving the base).
-        let repo = dir.join("repo.git");
-        let recorded = here.last().map(|c| c.commit.clone());
-        let commit = match (bases.get(&replica).map(|b| b.commit.clone()), recorded) {
-            (Some(b), Some(r)) if b != r && kept::is_ancestor(&repo, &b, &r).unwrap_or(false) => r,
-            (Some(b), _) => b,
-            (None, Some(r)) => r,
-            (None, None) => return Err(none()),
-        };
-        let mut blobs = GitBlobs::open(dir.path(), &repo);
-        let mut skipped = Vec::new();
-        let theirs = blobs.tree(&commit, &mut skipped).map_err(|why| {
-            Failure::new(
-                Exit::BadStore,
-                format!("cannot read replica {replica}'s commit {commit}: {why}"),
-            )
-        })?;
-        let store = Store::open(layout.clone())?;
-        let (ours, since, meta) = ours(&store);
-        let mut taken = Tree::new();
-        for (p, e) in ours.iter().filter(|(p, _)| !within(p, path)) {
-            taken.insert(p, e.clone());
-        }
-        for (p, e) in theirs.subtree(path) {
-            taken.insert(p, e.clone());
-        }
-        let contents = Both {
-            store: &store.blobs,
-            git: &mut blobs,
-            made: Default::default(),
-        };
-        let applied = apply(root, layout, (&ours, since), &taken, (&contents, &meta))?;
-        if let Some((unit, why)) = applied.busy.first() {
-            return Err(Failure::new(
-                Exit::Busy,
-                format!(
-                    "'{}' is in use, nothing was taken: {why}; try again",
-                    String::from_utf8_lossy(unit)
-                ),
-            ));
-        }
-        if let Some((unit, why)) = applied.failed.first() {
-            return Err(Failure::new(
-                Exit::Internal,
-                format!(
-                    "'{}' could not be written: {why}",
-                    String::from_utf8_lossy(unit)
-                ),
-            ));
-        }
-        std::fs::File::open(root)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Failure::io(Exit::Internal, "sync", root, &e))?;
-        // The two sides are the same now: nothing kept to publish.
-        if let Some(b) = bases.get_mut(&replica) {
-            b.kept.retain(|k| !within(&k.0, path));
-            let text = serde_json::to_vec_pretty(&bases).expect("plain values");
-            dir.replace(MERGED, &text, &StoreIo::real())
-                .map_err(|e| Failure::io(Exit::BadStore, "write", &dir.join(MERGED), &e))?;
-        }
-    }
-    drop_conflicts(&dir, |r| r.replica == replica && r.path == path)?;
-    Ok(match how {
-        Resolve::Take => format!(
-            "took replica {replica}'s side of '{shown}' (a version: skillfs undo takes it back)"
-        ),
-        Resolve::Keep => format!(
-            "kept this tree's side of '{shown}'; replica {replica} keeps its own until it takes this one"
-        ),
-    })
-}
-
-/// Removes the conflicts `gone` picks from `sync/conflicts.jsonl` (a
-/// whole new file, put in place durably; none there, nothing to do).
-fn drop_conflicts(
-    dir: &crate::store::Dir,
-    gone: impl Fn(&Recorded) -> bool,
-) -> Result<(), Failure> {
-    let file = dir.join(CONFLICTS);
-    let text = match std::fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Failure::io(Exit::BadStore, "read", &file, &e)),
-    };
-    let mut out = String::new();
-    for line in text.lines() {
-        if !serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| gone(&recorded(&v))) {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    if out.len() == text.len() {
-        return Ok(());
-    }
-    dir.replace(CONFLICTS, out.as_bytes(), &StoreIo::real())
-        .map_err(|e| Failure::io(Exit::BadStore, "write", &file, &e))
 }
