@@ -75,12 +75,8 @@ impl Store {
 
     fn with_index(layout: Layout, index: HistoryIndex) -> Result<Store, Failure> {
         // Read-only: opened by path, never through a symlink.
-        let blobs = BlobStore::open_paths(
-            &layout.blobs(),
-            &layout.tmp(),
-            crate::store::durable::StoreIo::real(),
-        )
-        .map_err(|e| Failure::io(Exit::BadStore, "open", &layout.blobs(), &e))?;
+        let blobs = BlobStore::open_path(&layout.blobs(), crate::store::durable::StoreIo::real())
+            .map_err(|e| Failure::io(Exit::BadStore, "open", &layout.blobs(), &e))?;
         Ok(Store {
             layout,
             index,

@@ -32,7 +32,8 @@ use crate::hide::HideRules;
 use crate::relpath::{RelPath, hex};
 use crate::store::Layout;
 use crate::store::journal::{self, Kind, Record};
-use crate::store::packs::PACK_MAX;
+use crate::store::packs::format::{self, Codec, HEADER, Header, RawId};
+use crate::store::packs::{find_magic, pack_number};
 
 /// What `verify` found.
 #[derive(Default)]
@@ -47,10 +48,6 @@ pub struct Report {
     pub bytes_read: u64,
     pub elapsed: Duration,
 }
-
-/// A pack entry's header: "SKB1", the sha256, the length (u64 LE).
-const MAGIC: &[u8; 4] = b"SKB1";
-const HEADER: u64 = 4 + 32 + 8;
 
 /// Progress on a terminal, once a check has run for a second.
 struct Progress {
@@ -142,7 +139,7 @@ pub fn verify(layout: &Layout, root: &Path, full: bool, live_is_mounted: bool) -
                 .is_none_or(|raw| needed.as_ref().is_none_or(|n| n.contains(&raw)));
             if live {
                 r.problems.push(format!(
-                    "journal: record {} ({} {}): its blob {blob} is in no pack and no loose file",
+                    "journal: record {} ({} {}): its blob {blob} is in no pack and no loose file (or a chunk of it is missing or damaged)",
                     rec.seq,
                     rec.op.name(),
                     rec.path
@@ -270,6 +267,10 @@ fn check_journal(layout: &Layout, r: &mut Report) -> Option<Vec<Record>> {
     Some(contents.records)
 }
 
+/// Where an entry that is a chunk's content is: the pack (an index into
+/// the opened packs), its header and where its body starts.
+type Located = (usize, Header, u64);
+
 fn check_packs(
     layout: &Layout,
     full: bool,
@@ -281,20 +282,20 @@ fn check_packs(
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return;
     };
-    let mut packs: Vec<(u32, PathBuf)> = rd
+    let mut packs: Vec<(u32, bool, PathBuf)> = rd
         .filter_map(Result::ok)
         .filter_map(|e| {
-            let n = e
-                .file_name()
-                .to_str()?
-                .strip_suffix(".pack")?
-                .parse()
-                .ok()?;
-            Some((n, e.path()))
+            let (n, legacy) = pack_number(e.file_name().to_str()?)?;
+            Some((n, legacy, e.path()))
         })
         .collect();
-    packs.sort();
-    for (_, path) in packs {
+    // (A `.zpack` before a `.pack` of the same number, as the daemon reads.)
+    packs.sort_by_key(|&(n, legacy, _)| (n, legacy));
+    let mut files: Vec<(String, File)> = Vec::new();
+    // Contents that can be chunks, and the chunked entries to check after.
+    let mut located: std::collections::HashMap<RawId, Located> = Default::default();
+    let mut chunked: Vec<(String, u64, Header, Vec<u8>)> = Vec::new();
+    for (_, _, path) in packs {
         r.packs += 1;
         let name = format!(
             "blobs/packs/{}",
@@ -309,14 +310,11 @@ fn check_packs(
         };
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let mut off = 0u64;
-        let mut head = [0u8; HEADER as usize];
+        let mut probe = [0u8; format::PROBE];
         while off + HEADER <= size {
-            let header = file.read_exact_at(&mut head, off).ok().and_then(|()| {
-                let len = u64::from_le_bytes(head[36..44].try_into().expect("8 bytes"));
-                (&head[..4] == MAGIC && len <= PACK_MAX && off + HEADER + len <= size)
-                    .then_some(len)
-            });
-            let Some(len) = header else {
+            let got = file.read_at(&mut probe, off).unwrap_or(0);
+            let header = Header::parse(&probe[..got]).filter(|h| off + HEADER + h.len <= size);
+            let Some(h) = header else {
                 // Damage, or a tail cut off by a crash: which, the next
                 // entry (if any) tells.
                 match next_entry(&file, off + 1, size) {
@@ -340,25 +338,34 @@ fn check_packs(
                     }
                 }
             };
-            let id = hex(&head[4..36]);
+            let id = hex(&h.id);
             let body = off + HEADER;
-            if full {
-                let mut data = vec![0u8; len as usize];
-                let ok = file.read_exact_at(&mut data, body).is_ok()
-                    && Sha256::digest(&data).as_slice() == &head[4..36];
-                r.bytes_read += len;
-                if !ok {
+            let next = body + h.len;
+            // A chunked entry's list is read whatever the mode: its chunks
+            // are looked for below.
+            if full || h.codec == Codec::Chunked {
+                let mut data = vec![0u8; h.len as usize];
+                let read = file.read_exact_at(&mut data, body).is_ok();
+                r.bytes_read += h.len;
+                if !read || !format::body_matches(&h, &data) {
                     r.problems.push(format!(
-                        "{name}: the entry at offset {off} ({id}, {len} bytes) does not match its \
-                         hash"
+                        "{name}: the entry at offset {off} ({id}, {} bytes) does not match its \
+                         hash",
+                        h.size
                     ));
-                    off = body + len;
+                    off = next;
+                    continue;
+                }
+                if h.codec == Codec::Chunked {
+                    chunked.push((name.clone(), off, h, data));
+                    off = next;
                     continue;
                 }
             }
+            located.entry(h.id).or_insert((files.len(), h, body));
             present.insert(id);
             r.pack_entries += 1;
-            off = body + len;
+            off = next;
             progress.show(&format!("{} pack entries", r.pack_entries), r.bytes_read);
         }
         if off < size {
@@ -367,38 +374,68 @@ fn check_packs(
                 size - off
             ));
         }
+        files.push((name, file));
     }
-}
-
-/// The offset of the next well-formed entry header after `from`.
-fn next_entry(file: &File, from: u64, size: u64) -> Option<u64> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut at = from;
-    while at + HEADER <= size {
-        let n = file.read_at(&mut buf, at).ok()?;
-        if n < 4 {
-            return None;
-        }
-        for i in 0..n - 3 {
-            if &buf[i..i + 4] == MAGIC {
-                let off = at + i as u64;
-                let mut head = [0u8; HEADER as usize];
-                if file.read_exact_at(&mut head, off).is_ok() {
-                    let len = u64::from_le_bytes(head[36..44].try_into().expect("8 bytes"));
-                    if len <= PACK_MAX && off + HEADER + len <= size {
-                        let mut data = vec![0u8; len as usize];
-                        if file.read_exact_at(&mut data, off + HEADER).is_ok()
-                            && Sha256::digest(&data).as_slice() == &head[4..36]
-                        {
-                            return Some(off);
-                        }
+    // A chunked content is present when each of its chunks is; with
+    // `--full`, its chunks together must also match its hash.
+    for (name, off, h, body) in chunked {
+        let id = hex(&h.id);
+        let list = format::chunks(&h, &body).unwrap_or_default();
+        let mut whole = Sha256::new();
+        let mut problem = None;
+        for (c, _, n) in &list {
+            let Some(&(f, ch, at)) = located.get(c).filter(|l| l.1.size == *n as u64) else {
+                problem = Some(format!("its chunk {} of {n} bytes is missing", hex(c)));
+                break;
+            };
+            if full {
+                let mut data = vec![0u8; ch.len as usize];
+                match files[f]
+                    .1
+                    .read_exact_at(&mut data, at)
+                    .map(|()| format::decode(&ch, &data))
+                {
+                    Ok(Ok(content)) => whole.update(&content),
+                    _ => {
+                        problem = Some(format!("its chunk {} cannot be read", hex(c)));
+                        break;
                     }
                 }
             }
         }
-        at += (n - 3) as u64;
+        if problem.is_none() && full && whole.finalize().as_slice() != h.id {
+            problem = Some("its chunks do not make up its content".into());
+        }
+        match problem {
+            Some(why) => r.problems.push(format!(
+                "{name}: the chunked entry at offset {off} ({id}, {} bytes): {why}",
+                h.size
+            )),
+            None => {
+                present.insert(id);
+                r.pack_entries += 1;
+            }
+        }
     }
-    None
+}
+
+/// The offset of the next well-formed entry after `from`.
+fn next_entry(file: &File, from: u64, size: u64) -> Option<u64> {
+    let mut at = from;
+    loop {
+        let off = find_magic(file, at, size)?;
+        let mut probe = [0u8; format::PROBE];
+        let got = file.read_at(&mut probe, off).unwrap_or(0);
+        if let Some(h) = Header::parse(&probe[..got]).filter(|h| off + HEADER + h.len <= size) {
+            let mut data = vec![0u8; h.len as usize];
+            if file.read_exact_at(&mut data, off + HEADER).is_ok()
+                && format::body_matches(&h, &data)
+            {
+                return Some(off);
+            }
+        }
+        at = off + 1;
+    }
 }
 
 fn check_loose(

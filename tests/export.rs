@@ -498,8 +498,7 @@ fn refusals_name_the_reason_and_change_nothing() {
     let mut m = Mount::with_tree("export-refuse", |r| {
         fs::create_dir_all(r.join("cat/foo")).unwrap();
         fs::write(r.join("cat/foo/SKILL.md"), "v1\n").unwrap();
-        let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 253) as u8).collect();
-        fs::write(r.join("big.bin"), big).unwrap();
+        fs::write(r.join("big.bin"), common::noise(300_000, 9)).unwrap();
     });
     let out_dir = m.scratch.dir.join("out");
     fs::create_dir_all(&out_dir).unwrap();
@@ -557,9 +556,8 @@ fn refusals_name_the_reason_and_change_nothing() {
     assert_eq!(commits(Path::new(&theirs)), before);
     drop(other);
 
-    // A failure midway (a blob gone from the store) leaves nothing behind.
-    let loose = common::a_loose_blob(&m.store());
-    fs::remove_file(&loose).unwrap();
+    // A failure midway (a blob damaged in the store) leaves nothing behind.
+    common::damage_stored(&m.store(), &common::noise(300_000, 9), 150_000);
     let listed = names(&out_dir);
     assert_refused(
         &export(&m, &["latest", "-o", &o("partial.tgz")]),

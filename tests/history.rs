@@ -504,32 +504,35 @@ fn restore_of_a_deleted_skill_makes_its_missing_category_and_undo_takes_it_all_o
     common::assert_enoent(m.path("social"));
 }
 
-/// A large blob found whole on its size by the mount's scan (the current
-/// version of a live file, marked durable) is still hashed before
-/// `.history` serves it: one rotted bit is `EIO`, and a `cp -a` out of it
-/// fails instead of copying the damage (README: read whole, hashed, once
-/// per daemon before it is served).
+/// A large blob (in chunks) is hashed before `.history` serves it: one
+/// rotted bit in one of its chunks is `EIO`, and a `cp -a` out of it fails
+/// instead of copying the damage (README: hashed, once per daemon before
+/// it is served). The same damage to the live file's own content is
+/// repaired by the mount, which finds it while it checks the live tree
+/// and stores the live file's bytes again.
 #[test]
-fn a_rotted_large_blob_of_a_live_file_is_not_served() {
+fn a_rotted_large_blob_is_not_served() {
     let mut m = Mount::new("rotted");
-    let big: Vec<u8> = (0..200_000u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
+    let big = common::noise(200_000, 3);
     fs::write(m.path("big.bin"), &big).unwrap();
     let id = last_id(&m);
+    let now = common::noise(200_000, 4);
+    fs::write(m.path("big.bin"), &now).unwrap();
+    let live_id = last_id(&m);
     m.umount();
-    let blob = common::a_loose_blob(&m.store());
-    let md = fs::metadata(&blob).unwrap();
-    let mut b = fs::read(&blob).unwrap();
-    b[1000] ^= 1;
-    fs::write(&blob, &b).unwrap();
-    common::set_mtime(&blob, md.mtime(), md.mtime_nsec());
+    common::damage_stored(&m.store(), &big, 1000);
+    common::damage_stored(&m.store(), &now, 1000);
 
     m.remount();
     assert_eq!(
         fs::read(m.path("big.bin")).unwrap(),
-        big,
+        now,
         "the live file is whole"
+    );
+    assert_eq!(
+        fs::read(m.path(&format!(".history/{live_id}/big.bin"))).unwrap(),
+        now,
+        "stored again from the live file"
     );
     let old = m.path(&format!(".history/{id}/big.bin"));
     assert_eq!(errno(fs::read(&old)), libc::EIO);

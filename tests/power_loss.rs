@@ -53,7 +53,7 @@ fn open_store(dir: &Path, io: &StoreIo) -> Result<Store, String> {
         Journal::open_in(&fds.journal, &contents, io.clone()).map_err(|e| e.to_string())?;
     Ok(Store {
         ledger: Ledger::new(journal, &contents.records),
-        blobs: BlobStore::new(fds.blobs.clone(), fds.tmp.clone(), io.clone()),
+        blobs: BlobStore::new(fds.blobs.clone(), io.clone()),
     })
 }
 

@@ -356,8 +356,8 @@ fn check(base: &Path, promised: &Promised) -> Result<(), String> {
             .flat_map(|r| r.forgot.iter())
             .any(|[a, b]| (*a..=*b).contains(&seq))
     };
-    let blobs = BlobStore::open_paths(&store.join("blobs"), &store.join("tmp"), StoreIo::real())
-        .map_err(|e| e.to_string())?;
+    let blobs =
+        BlobStore::open_path(&store.join("blobs"), StoreIo::real()).map_err(|e| e.to_string())?;
     for a in acked {
         if forgotten(a.seq) {
             continue;

@@ -1,13 +1,13 @@
 //! An `fsync` is not failed by another file's version being stored at the
-//! same moment. A close stores its version's blob loose, marking it pending
-//! (to be synced by the next durability point) before renaming it into
-//! place; an `fsync` of another file that synced the pending blobs in
+//! same moment. Builds that stored a large version's blob loose marked it
+//! pending (to be synced by the next durability point) before renaming it
+//! into place; an `fsync` of another file that synced the pending blobs in
 //! between found no such file and answered `ENOENT`. fsx found it: three
-//! at once on one mount, an `msync` failed within seconds.
+//! at once on one mount, an `msync` failed within seconds. Large versions
+//! are chunks in packs now; the test keeps the same race of closes and
+//! fsyncs over them.
 //!
-//! One test binary of its own: the daemon inherits
-//! `SKILLFS_TEST_INSTALL_DELAY_MS` (a debug build's pause between the
-//! marking and the rename, which widens that moment to 300 ms).
+//! One test binary of its own (it had an environment of its own).
 
 mod common;
 
@@ -19,14 +19,11 @@ use common::Mount;
 
 #[test]
 fn an_fsync_is_not_failed_by_another_files_version_being_stored() {
-    // SAFETY: the only test of this binary, before any thread is started;
-    // the daemon inherits it.
-    unsafe { std::env::set_var("SKILLFS_TEST_INSTALL_DELAY_MS", "300") };
     let m = Mount::new("store-race");
     let root = m.root();
     let body = |tag: &str, n: u32| format!("{tag} {n:>9}\n").repeat(12800).into_bytes();
     let stop = Arc::new(AtomicBool::new(false));
-    // Closes: each stores a new version's blob (loose: past the 128 KiB packs take, 200 KiB), not durable.
+    // Closes: each stores a new version's blob (chunked: past the 128 KiB of a pack entry, 200 KiB), not durable.
     let closer = {
         let path = root.join("closed");
         let stop = Arc::clone(&stop);

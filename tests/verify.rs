@@ -58,13 +58,14 @@ fn damage_third_record(m: &Mount) -> (PathBuf, Vec<u8>) {
     (seg, bytes)
 }
 
-/// A store with versions in a pack and a loose blob, unmounted.
+/// A store with versions in a pack, one of them large (in chunks),
+/// unmounted.
 fn store_with_history(tag: &str) -> Mount {
     let mut m = Mount::new(tag);
     for i in 0..20 {
         fs::write(m.path(&format!("f{}.md", i % 4)), format!("version {i}")).unwrap();
     }
-    fs::write(m.path("big.bin"), vec![7u8; 300_000]).unwrap();
+    fs::write(m.path("big.bin"), big()).unwrap();
     // A durable write: its record vouches for every record before it.
     let f = fs::File::create(m.path("synced.md")).unwrap();
     std::io::Write::write_all(&mut &f, b"synced").unwrap();
@@ -89,7 +90,7 @@ fn a_sound_store_verifies_mounted_or_not() {
         assert!(out.status.success(), "{}", describe(&out));
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.starts_with("sound: "), "{text}");
-        assert!(text.contains("1 loose blobs"), "{text}");
+        assert!(text.contains("0 loose blobs"), "{text}");
     }
     let before = snapshot(&m.store());
     assert!(verify(&m, true).status.success());
@@ -129,44 +130,36 @@ fn a_damaged_journal_record_is_named_by_file_and_line() {
 fn missing_and_damaged_blobs_are_named() {
     let m = store_with_history("verify-blobs");
     let blobs = m.store().join("blobs");
-    let loose = common::a_loose_blob(&m.store());
-    let id = loose.file_name().unwrap().to_string_lossy().into_owned();
-    // A loose blob damaged: found by --full only.
-    let mut b = fs::read(&loose).unwrap();
-    b[1000] ^= 1;
-    fs::write(&loose, &b).unwrap();
+    let id = skillfs::store::blobs::hash_bytes(&big());
+    // A chunk of the large content damaged: found by --full only.
+    let pack = common::damage_stored(&m.store(), &big(), 100_000);
     assert!(verify(&m, false).status.success());
     let out = verify(&m, true);
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains(&id) && text.contains("hash"), "{text}");
-    // A pack entry damaged.
-    let pack = fs::read_dir(blobs.join("packs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "pack"))
-        .unwrap();
     let pack_name = pack.file_name().unwrap().to_string_lossy().into_owned();
-    let mut p = fs::read(&pack).unwrap();
-    let at = p.len() - 3;
-    p[at] ^= 1;
-    fs::write(&pack, &p).unwrap();
-    let out = verify(&m, true);
-    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains(&format!("blobs/packs/{pack_name}"))
-            && text.contains("does not match its hash"),
+            && text.contains("does not match its hash")
+            && text.contains(&id)
+            && text.contains("its chunk"),
         "{text}"
     );
-    // A loose blob gone: every record that names it is reported.
-    fs::remove_file(&loose).unwrap();
+    // The packs gone: every record that names a content in them is
+    // reported.
+    fs::remove_dir_all(blobs.join("packs")).unwrap();
     let out = verify(&m, false);
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("big.bin") && text.contains(&id) && text.contains("no loose file"),
+        text.contains("big.bin") && text.contains(&id) && text.contains("no pack"),
         "{text}"
     );
+}
+
+/// The large content of `store_with_history`.
+fn big() -> Vec<u8> {
+    common::noise(300_000, 21)
 }
 
 /// A healthy store in use is sound: the tree moving on while `verify

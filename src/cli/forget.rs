@@ -97,7 +97,7 @@ fn offline(t: &Target, policy: &Policy, dry_run: bool) -> Result<Report, Failure
     };
     let j = Journal::open_in(&fds.journal, &contents, fds.io.clone())?;
     let ledger = Mutex::new(Ledger::from_records(j, base, contents.records));
-    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp), fds.io.clone());
+    let blobs = BlobStore::new(Arc::clone(&fds.blobs), fds.io.clone());
     run_forget(
         &ledger,
         &blobs,

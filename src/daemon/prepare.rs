@@ -369,7 +369,7 @@ pub(crate) fn open_store(args: &MountArgs, io: &StoreIo) -> Result<Opened, Failu
         }
     };
     fds.clear_scratch()?;
-    let blobs = BlobStore::new(Arc::clone(&fds.blobs), Arc::clone(&fds.tmp), io.clone());
+    let blobs = BlobStore::new(Arc::clone(&fds.blobs), io.clone());
     Ok(Opened {
         mount_point,
         root,

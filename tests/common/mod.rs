@@ -428,7 +428,7 @@ impl Mount {
     pub fn blob(&self, id: &str) -> Vec<u8> {
         let store = self.store();
         let io = skillfs::store::durable::StoreIo::real();
-        skillfs::store::blobs::BlobStore::open_paths(&store.join("blobs"), &store.join("tmp"), io)
+        skillfs::store::blobs::BlobStore::open_path(&store.join("blobs"), io)
             .expect("blob store opens")
             .read(id)
             .expect("blob exists")
@@ -680,15 +680,43 @@ pub fn set_mtime(p: &Path, secs: i64, nsec: i64) {
     assert_eq!(r, 0, "utimensat {}", p.display());
 }
 
-/// A loose blob of the store at `store` (a content past a pack's limit).
-pub fn a_loose_blob(store: &Path) -> PathBuf {
-    fs::read_dir(store.join("blobs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().len() == 2)
-        .flat_map(|d| fs::read_dir(d).unwrap().map(|e| e.unwrap().path()))
-        .next()
-        .expect("a loose blob (a content over 128 KiB)")
+/// Bytes no compressor shrinks: a large content stored as they are (its
+/// chunks are plain entries of a pack, where `damage_stored` finds them).
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Flips one byte of the stored copy of `content` (made with `noise`) near
+/// `at`, wherever the store at `store` keeps it; returns that file.
+pub fn damage_stored(store: &Path, content: &[u8], at: usize) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let sample = &content[at..at + 64];
+    let mut dirs = vec![store.join("blobs")];
+    while let Some(d) = dirs.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            let mut raw = fs::read(&p).unwrap();
+            if let Some(i) = raw.windows(sample.len()).position(|w| w == sample) {
+                raw[i + 32] ^= 0x08;
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+                fs::write(&p, &raw).unwrap();
+                return p;
+            }
+        }
+    }
+    panic!("no stored copy of the content in {}", store.display());
 }
 
 /// The interpreter of a venv holding the real agent (`hermes-agent` from

@@ -448,7 +448,7 @@ mod tests {
         let open = |io: &StoreIo| {
             let contents = journal::read_dir(&layout.journal()).unwrap();
             let j = Journal::open_with(&contents, io.clone()).unwrap();
-            let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp(), io.clone()).unwrap();
+            let blobs = BlobStore::open_path(&layout.blobs(), io.clone()).unwrap();
             (Ledger::new(j, &contents.records), blobs)
         };
         let change = |p: &str| Change::new(Op::Unlink, RelPath::parse(p.as_bytes()).unwrap(), None);
@@ -614,7 +614,7 @@ mod tests {
         let io = StoreIo::with_backend(disk.clone());
         let contents = journal::read_dir(&layout.journal()).unwrap();
         let j = Journal::open_with(&contents, io.clone()).unwrap();
-        let blobs = BlobStore::open_paths(&layout.blobs(), &layout.tmp(), io.clone()).unwrap();
+        let blobs = BlobStore::open_path(&layout.blobs(), io.clone()).unwrap();
         let ledger = parking_lot::Mutex::new(Ledger::new(j, &contents.records));
         let commit = GroupCommit::new(ledger.lock().durable_through());
         const THREADS: usize = 8;

@@ -71,10 +71,7 @@ fn slow_device() {
 type TestDelay = (&'static str, Option<std::time::Duration>);
 
 /// In a debug build, sleeps the milliseconds the variable `var` names, if
-/// set (read once per variable); release builds read nothing. Besides the
-/// slow device: `SKILLFS_TEST_INSTALL_DELAY_MS` holds a blob stored
-/// without `durable` between its marking as pending and its rename into
-/// place (`BlobStore::install`), for `tests/store_race.rs`.
+/// set (read once per variable); release builds read nothing.
 pub(crate) fn test_delay(var: &'static str) {
     if cfg!(debug_assertions) {
         static DELAYS: OnceLock<parking_lot::Mutex<Vec<TestDelay>>> = OnceLock::new();

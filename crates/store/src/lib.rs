@@ -8,9 +8,12 @@
 //!                   at its clean end: found at mount, the last one did not
 //!                   finish (killed, crashed, the power went; see `clean`)
 //! journal/*.jsonl   append-only change records, one JSON object per line
-//! blobs/ab/<sha256> immutable file contents, content-addressed (larger ones)
-//! blobs/packs/<n>.pack  small contents, appended (see `packs`)
-//! tmp/              blobs being written (renamed into blobs/ when complete)
+//! blobs/packs/<n>.zpack  contents, appended: small ones whole (compressed
+//!                   where smaller), larger ones as chunks and their list
+//!                   (see `packs`, `blobs::chunked`)
+//! blobs/packs/<n>.pack  packs of earlier builds (read, never appended to)
+//! blobs/ab/<sha256> larger contents as earlier builds stored them (read only)
+//! tmp/              where spare files are made (see `spares`)
 //! staging/          copy-on-write scratch files of open writers, and empty
 //!                   files made ahead of need (see `spares`)
 //! parked/<key>/     hidden entries of the directory whose identity is <key>

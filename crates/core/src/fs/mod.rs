@@ -347,7 +347,6 @@ impl SkillFs {
             Arc::clone(&dirs.staging),
             Arc::clone(&dirs.tmp),
         ));
-        let blobs = blobs.with_spares(Arc::clone(&spares));
         let held = Arc::new(HeldRefs::default());
         let shared = Arc::new(SharedInodes::default());
         let janitor = start_janitor(Arc::clone(&spares), Arc::clone(&held), Arc::clone(&shared));

@@ -66,7 +66,10 @@ impl BlobStore {
             *self.pins.lock() = Some(HashSet::new());
             live_of()
         };
-        let result = self.prune_against(&live);
+        // The chunks of every chunked content kept are kept with it.
+        let result = self
+            .with_chunks(live)
+            .and_then(|live| self.prune_against(&live));
         *self.pins.lock() = None;
         result
     }
@@ -139,5 +142,60 @@ impl BlobStore {
             out.bytes_freed += rw.freed();
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::fs;
+
+    use super::super::{BlobStore, raw_id};
+    use crate::durable::StoreIo;
+
+    #[test]
+    fn a_prune_keeps_the_chunks_of_what_it_keeps_and_only_those() {
+        let d = std::env::temp_dir().join(format!("skillfs-gc-chunks-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(d.join("blobs")).unwrap();
+        let mut x = 99u64;
+        let one: Vec<u8> = (0..700_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut two = one.clone();
+        two[350_000..350_010].fill(0);
+        let bs = BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap();
+        let a = bs.put_bytes(&one, true).unwrap();
+        let b = bs.put_bytes(&two, true).unwrap();
+        let raw = |id: &str| raw_id(id).unwrap();
+        let r = bs.prune(|| HashSet::from([raw(&b)])).unwrap();
+        assert!(
+            r.entries_dropped >= 2,
+            "{r:?}: the list of a and its own chunk"
+        );
+        for store in [
+            &bs,
+            &BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap(),
+        ] {
+            assert_eq!(store.read(&b).unwrap(), two);
+            assert!(store.read(&a).is_err());
+        }
+        let r = bs.prune(HashSet::new).unwrap();
+        assert!(
+            r.entries_dropped >= 10,
+            "{r:?}: the chunks and the list of b"
+        );
+        let fresh = BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap();
+        assert!(fresh.read(&b).is_err());
+        assert!(
+            fresh.packs.ids().is_empty(),
+            "every chunk went with the last list"
+        );
+        fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -1,24 +1,25 @@
 //! `BlobStore`: immutable file contents named by their SHA-256.
 //!
-//! A blob of at most [`PACK_MAX`] bytes is appended to a pack (see
-//! `store::packs`); a larger one is a file of its own, `blobs/ab/<hex>`.
+//! A blob of at most [`PACK_MAX`] bytes is an entry of a pack (see
+//! `store::packs`), compressed where that is smaller; a larger one is a
+//! list of content-defined chunks, each an entry of a pack (see `chunked`).
+//! Builds before chunks kept a larger blob as a file of its own,
+//! `blobs/ab/<hex>` (a loose blob): those are still read, deduplicated
+//! onto and pruned, never written.
 //!
-//! Invariants: a blob file is complete before it has its final name (it is
-//! written aside and renamed into `blobs/ab/<hex>`); a blob is never
-//! modified or replaced by different bytes; blobs written without `durable`
-//! stay pending until they are made durable, before any journal record
-//! naming them is (the durability order; see `pending`).
-//! Blob files are taken ready-made from the daemon's [`Spares`] where it has
-//! them (an inode allocation off the request path). A loose blob this
-//! process did not write is checked against its hash once before it is
-//! trusted (deduplicated onto) or served: a power loss can leave a blob
-//! that was never synced under its final name with the right size and the
-//! wrong bytes. Once a loose blob's content has been fsynced (after it was
-//! written, or checked) its mtime is set to [`DURABLE_MTIME`]: a blob so
-//! marked is known whole on its size, so a mount need not read every large
-//! version again; it is still hashed before it is served, once per process
-//! (`known` tells a blob found on its size from one hashed or written
-//! here). Every sync goes through [`StoreIo`] (see `store::durable`).
+//! Invariants: a blob is never modified or replaced by different bytes;
+//! blobs written without `durable` stay pending until they are made
+//! durable, before any journal record naming them is (the durability
+//! order; see `pending`). A loose blob this process did not write is
+//! checked against its hash once before it is trusted (deduplicated onto)
+//! or served: a power loss can leave a blob that was never synced under
+//! its final name with the right size and the wrong bytes. A loose blob
+//! whose content was fsynced has its mtime set to [`DURABLE_MTIME`]: a
+//! blob so marked is known whole on its size, so a mount need not read
+//! every large version again; it is still hashed before it is served, once
+//! per process (`known` tells a blob found on its size from one hashed or
+//! written here). Every sync goes through [`StoreIo`] (see
+//! `store::durable`).
 //!
 //! How far a blob is trusted (`known`, the hash checks) is `trust`.
 //!
@@ -26,7 +27,7 @@
 //! against writers by `gate` and `pins`, as `gc` says.
 //!
 //! Locks (all leaves below the core's `ledger` and open-file locks):
-//! `sync_lock` before `unsynced` (see `pending`); `fans` and `known` are
+//! `sync_lock` before `unsynced` (see `pending`); `known` and `pins` are
 //! held only for a lookup or an insert; the packs' `writer` is taken before
 //! their `index`.
 //! File helpers shared with `packs` are in `store::fsutil`.
@@ -37,24 +38,23 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
 
-use super::dir::{Dir, Named};
+use super::dir::Dir;
 use super::durable::StoreIo;
-use super::fsutil;
 /// Where the core (`fs`) has always imported it from.
 pub use super::fsutil::copy_range;
 use super::packs::{PACK_MAX, Packs};
-use super::spares::Spares;
 use skillfs_base::relpath::hex;
 use skillfs_base::sys;
 
+mod chunked;
 mod gc;
 mod pending;
 mod trust;
+pub use chunked::Chunks;
 pub use gc::Reclaimed;
 pub use pending::Pending;
 use trust::{Known, mark_durable};
@@ -69,24 +69,19 @@ const CHUNK: usize = 256 * 1024;
 pub const DURABLE_MTIME: (i64, i64) = (1, 0x5eed);
 
 pub struct BlobStore {
-    /// `blobs/` and `tmp/`, held open: every blob file is made, renamed
-    /// and opened from these fds (and the fan-out directories opened from
-    /// `dir`), never by path (`store::dir`).
+    /// `blobs/`, held open: every pack and loose blob is reached from it
+    /// (and the fan-out directories opened from it), never by path
+    /// (`store::dir`).
     dir: Arc<Dir>,
-    tmp: Arc<Dir>,
-    counter: AtomicU64,
-    /// Blobs (and their fan-out directories) renamed into place but not yet
-    /// fsynced.
+    /// Packs (and loose blobs of a daemon before this one) written but not
+    /// yet fsynced.
     unsynced: Mutex<Vec<Pending>>,
     sync_lock: Mutex<()>,
-    /// Fan-out directories known to exist (saves a mkdir per blob).
-    fans: Mutex<[bool; 256]>,
     /// Blobs this process found present, and how far it checked them
     /// (saves a `stat` per version; nothing but a prune removes blobs while
     /// a store is open for writing).
     known: Mutex<HashMap<[u8; 32], Known>>,
-    spares: Option<Arc<Spares>>,
-    packs: Packs,
+    packs: Arc<Packs>,
     io: StoreIo,
     /// Held (shared) by a writer from storing a content to appending the
     /// record that names it; a prune takes it alone to start (see `gc`).
@@ -113,18 +108,14 @@ pub fn hash_bytes(data: &[u8]) -> BlobId {
 }
 
 impl BlobStore {
-    /// The blob store of the held directories `blobs/` and `tmp/`, made
-    /// durable through `io`.
-    pub fn new(dir: Arc<Dir>, tmp: Arc<Dir>, io: StoreIo) -> BlobStore {
+    /// The blob store of the held directory `blobs/`, made durable
+    /// through `io`.
+    pub fn new(dir: Arc<Dir>, io: StoreIo) -> BlobStore {
         BlobStore {
-            tmp,
-            counter: AtomicU64::new(0),
             unsynced: Mutex::new(Vec::new()),
             sync_lock: Mutex::new(()),
-            fans: Mutex::new([false; 256]),
             known: Mutex::new(HashMap::new()),
-            spares: None,
-            packs: Packs::new(Arc::clone(&dir), io.clone()),
+            packs: Arc::new(Packs::new(Arc::clone(&dir), io.clone())),
             dir,
             io,
             gate: RwLock::new(()),
@@ -132,20 +123,10 @@ impl BlobStore {
         }
     }
 
-    /// [`BlobStore::new`] of the directories at these paths, each opened
-    /// never through a symlink (the command line, tests).
-    pub fn open_paths(dir: &Path, tmp: &Path, io: StoreIo) -> io::Result<BlobStore> {
-        Ok(BlobStore::new(
-            Arc::new(Dir::open_path(dir)?),
-            Arc::new(Dir::open_path(tmp)?),
-            io,
-        ))
-    }
-
-    /// New blobs start as files taken from `spares`.
-    pub fn with_spares(mut self, spares: Arc<Spares>) -> BlobStore {
-        self.spares = Some(spares);
-        self
+    /// [`BlobStore::new`] of the directory at this path, opened never
+    /// through a symlink (the command line, tests).
+    pub fn open_path(dir: &Path, io: StoreIo) -> io::Result<BlobStore> {
+        Ok(BlobStore::new(Arc::new(Dir::open_path(dir)?), io))
     }
 
     /// Where the loose blob `id` is (for messages).
@@ -188,7 +169,10 @@ impl BlobStore {
     /// against its hash before it is served (once per process).
     pub fn open(&self, id: &str) -> io::Result<Opened> {
         match raw_id(id) {
-            Some(raw) if self.packs.contains(&raw) => Ok(Opened::Bytes(self.packs.read(&raw)?)),
+            Some(raw) if self.packs.contains(&raw) => match self.open_chunked(&raw) {
+                Some(r) => r,
+                None => Ok(Opened::Bytes(self.packs.read(&raw)?)),
+            },
             Some(raw) => {
                 let f = self.open_loose(id)?;
                 self.check_loose(id, &raw, &f)?;
@@ -205,16 +189,22 @@ impl BlobStore {
         let appended = self.packs.append(&raw, data, durable)?;
         self.known.lock().insert(raw, Known::Hashed);
         if !durable {
-            let mut pending = self.unsynced.lock();
-            if appended.new_pack && !pending.contains(&Pending::PacksDir) {
-                pending.push(Pending::PacksDir);
-            }
-            let pack = Pending::Pack(appended.pack);
-            if !pending.contains(&pack) {
-                pending.push(pack);
-            }
+            self.note_appended(appended);
         }
         Ok(())
+    }
+
+    /// Makes the pack an append (not durable) wrote part of the next
+    /// durability point.
+    fn note_appended(&self, appended: crate::packs::Appended) {
+        let mut pending = self.unsynced.lock();
+        if appended.new_pack && !pending.contains(&Pending::PacksDir) {
+            pending.push(Pending::PacksDir);
+        }
+        let pack = Pending::Pack(appended.pack);
+        if !pending.contains(&pack) {
+            pending.push(pack);
+        }
     }
 
     /// Hashes the whole of `src` (read with `pread`, so the caller's offset is
@@ -263,7 +253,7 @@ impl BlobStore {
         let id = hex(hasher.finalize().as_slice());
         let size = off;
         if !self.has_intact(&id, size) {
-            self.write_new(&id, durable, |tmp| copy_range(src, tmp, size))?;
+            self.put_file_chunked(src, &id, size, durable)?;
         } else if durable {
             // Present, but maybe stored without a sync (by a plain close, or
             // by a daemon that died): sync it before relying on it.
@@ -282,7 +272,7 @@ impl BlobStore {
             if data.len() as u64 <= PACK_MAX {
                 self.put_packed(&id, data, durable)?;
             } else {
-                self.write_new(&id, durable, |tmp| tmp.write_all_at(data, 0))?;
+                self.put_chunks(data, durable)?;
             }
         }
         Ok(id)
@@ -309,159 +299,26 @@ impl BlobStore {
             head.truncate(got);
             return Ok((self.put_bytes(&head, false)?, got as u64));
         }
-        let (tmp_name, tmp) = self.new_tmp()?;
-        let mut installed = false;
-        let result = (|| {
-            let mut hasher = Sha256::new();
-            // A full disk stops the copy, not the hash: a content stored
-            // already needs no room (a park unparked on a full disk).
-            let mut full: Option<io::Error> = None;
-            let mut copy = |data: &[u8], off: u64| -> io::Result<()> {
-                if full.is_none()
-                    && let Err(e) = tmp.write_all_at(data, off)
-                {
-                    if !matches!(
-                        e.kind(),
-                        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-                    ) {
-                        return Err(e);
-                    }
-                    full = Some(e);
-                }
-                Ok(())
-            };
-            hasher.update(&head[..got]);
-            copy(&head[..got], 0)?;
-            let mut off = got as u64;
-            let mut buf = vec![0u8; CHUNK];
-            loop {
-                let n = fill(&mut r, &mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
-                copy(&buf[..n], off)?;
-                off += n as u64;
-            }
-            let id = hex(hasher.finalize().as_slice());
-            if !self.has_intact(&id, off) {
-                if let Some(e) = full {
-                    return Err(e);
-                }
-                self.install(&tmp_name, &id, false)?;
-                installed = true;
-            }
-            Ok((id, off))
-        })();
-        if !installed {
-            let _ = tmp_name.remove();
-        }
-        result
-    }
-
-    fn tmp_name(&self) -> String {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        format!("blob.{}.{n}", std::process::id())
-    }
-
-    /// An empty file to fill, from the spares where there are any.
-    fn new_tmp(&self) -> io::Result<(Named, File)> {
-        let Some(spares) = &self.spares else {
-            let name = self.tmp_name();
-            let file = self.tmp.create_new(&name, fsutil::SEALED_MODE)?;
-            return Ok((Named::new(&self.tmp, name), file));
-        };
-        let (path, file) = spares.take()?;
-        let ready = (|| {
-            // A recycled inode still has its last writer's owner and mode.
-            let st = sys::fstat(&file)?;
-            let euid = sys::geteuid();
-            let egid = sys::getegid();
-            if st.st_uid != euid || st.st_gid != egid {
-                sys::fchown(&file, euid, egid)?;
-            }
-            sys::fchmod(&file, fsutil::SEALED_MODE)
-        })();
-        match ready {
-            Ok(()) => Ok((path, file)),
-            Err(e) => {
-                let _ = path.remove();
-                Err(e)
-            }
-        }
-    }
-
-    fn write_new(
-        &self,
-        id: &str,
-        durable: bool,
-        fill: impl FnOnce(&File) -> io::Result<()>,
-    ) -> io::Result<()> {
-        let (tmp_name, tmp) = self.new_tmp()?;
-        let result = (|| {
-            fill(&tmp)?;
-            if durable {
-                self.io.sync_all(&tmp, &tmp_name.path())?;
-                mark_durable(&tmp);
-            }
-            self.install(&tmp_name, id, durable)
-        })();
-        if result.is_err() {
-            let _ = tmp_name.remove();
-        }
-        result
-    }
-
-    /// Renames a complete temp file to its content address.
-    fn install(&self, tmp: &Named, id: &str, durable: bool) -> io::Result<()> {
-        let fan_name = &id[..2];
-        let mut created_fan = false;
-        let known = u8::from_str_radix(fan_name, 16).is_ok_and(|b| self.fans.lock()[b as usize]);
-        if !known {
-            created_fan = self.dir.make_sub(fan_name)?;
-            if let Ok(b) = u8::from_str_radix(fan_name, 16) {
-                self.fans.lock()[b as usize] = true;
-            }
-        }
-        let fan = self.dir.sub(fan_name)?;
-        if !durable {
-            // Pending before it is visible: a durable writer that finds it
-            // by name also finds it here, and syncs it first.
-            let mut pending = self.unsynced.lock();
-            if created_fan {
-                pending.push(Pending::Fan(fan_name.to_string()));
-            }
-            pending.push(Pending::Loose(id.to_string()));
-            drop(pending);
-            crate::durable::test_delay("SKILLFS_TEST_INSTALL_DELAY_MS");
-        }
-        // Replaces only a damaged copy (callers checked `has_intact`); two
-        // writers of the same content write the same bytes.
-        tmp.dir.rename(&tmp.name, &fan, id, 0)?;
-        if let Some(raw) = raw_id(id) {
-            self.known.lock().insert(raw, Known::Hashed);
-        }
-        if durable {
-            self.io.sync_dir(&fan)?;
-            if created_fan {
-                self.io.sync_dir(&self.dir)?;
-            }
-        }
-        Ok(())
+        head.truncate(got);
+        self.put_chunks(io::Cursor::new(head).chain(r), false)
     }
 }
 
 /// A blob opened for reading at offsets.
 pub enum Opened {
+    /// A loose blob (stored by an earlier build).
     File(File),
     /// A packed blob, read whole (it is small) and checked.
     Bytes(Vec<u8>),
+    /// A chunked blob, read a chunk at a time.
+    Chunks(Chunks),
 }
 
 impl Opened {
     pub fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
         match self {
             Opened::File(f) => f.read_at(buf, off),
+            Opened::Chunks(c) => c.read_at(buf, off),
             Opened::Bytes(b) => {
                 let start = (off as usize).min(b.len());
                 let n = buf.len().min(b.len() - start);
@@ -477,6 +334,8 @@ mod tests {
     use super::*;
     use std::fs;
 
+    const MAX_CHUNK: u64 = chunked::MAX as u64;
+
     fn tempdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("skillfs-blobs-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
@@ -485,10 +344,157 @@ mod tests {
         d
     }
 
+    /// A loose blob as builds before chunks stored a large content: the
+    /// bytes `stored` under the name of `content`.
+    fn plant_loose(blobs: &Path, content: &[u8], stored: &[u8]) -> (BlobId, PathBuf) {
+        let id = hash_bytes(content);
+        let fan = blobs.join(&id[..2]);
+        fs::create_dir_all(&fan).unwrap();
+        let path = fan.join(&id);
+        fs::write(&path, stored).unwrap();
+        (id, path)
+    }
+
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    fn pack_bytes(blobs: &Path) -> u64 {
+        fs::read_dir(blobs.join("packs"))
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .map(|e| e.metadata().unwrap().len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn an_earlier_builds_loose_blob_is_read_and_deduplicated_onto() {
+        let d = tempdir("legacy-loose");
+        let big = noise(PACK_MAX as usize * 3, 7);
+        let (id, _) = plant_loose(&d.join("blobs"), &big, &big);
+        let bs = BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap();
+        assert_eq!(bs.read(&id).unwrap(), big);
+        let mut buf = vec![0u8; 10];
+        assert_eq!(bs.open(&id).unwrap().read_at(&mut buf, 5).unwrap(), 10);
+        assert_eq!(buf, big[5..15]);
+        assert!(bs.has_intact(&id, big.len() as u64));
+        // The same content again is not stored a second time: a file's
+        // whole content is hashed before it is chunked (a stream's chunks
+        // are stored as they come, and its list is not).
+        let src = d.join("src");
+        fs::write(&src, &big).unwrap();
+        let (again, _) = bs.put_file(&File::open(&src).unwrap(), true).unwrap();
+        assert_eq!(again, id);
+        assert_eq!(pack_bytes(&d.join("blobs")), 0);
+        let (again, _) = bs.put_reader(&big[..]).unwrap();
+        assert_eq!(again, id);
+        assert!(!bs.packs.contains(&raw_id(&id).unwrap()));
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_small_change_to_a_large_content_stores_about_the_change() {
+        let d = tempdir("chunks");
+        let blobs = d.join("blobs");
+        let bs = BlobStore::open_path(&blobs, StoreIo::real()).unwrap();
+        let one = noise(2 << 20, 11);
+        let a = bs.put_bytes(&one, true).unwrap();
+        let first = pack_bytes(&blobs);
+        // (Headers and the list of chunks: ~100 bytes per 32 KiB.)
+        assert!(first < one.len() as u64 + 16384, "{first} bytes for 2 MiB");
+        // 100 bytes changed in the middle, and 50 inserted near the start.
+        let mut two = one.clone();
+        two[1 << 20..(1 << 20) + 100].fill(0xAA);
+        two.splice(1000..1000, [0x55u8; 50]);
+        let src = d.join("src");
+        fs::write(&src, &two).unwrap();
+        let (b, _) = bs.put_file(&File::open(&src).unwrap(), true).unwrap();
+        let grown = pack_bytes(&blobs) - first;
+        assert!(
+            grown < 4 * MAX_CHUNK,
+            "{grown} bytes stored for a change of 150 bytes"
+        );
+        // Both read back whole and at offsets across chunk boundaries, in
+        // this process and the next.
+        for store in [bs, BlobStore::open_path(&blobs, StoreIo::real()).unwrap()] {
+            assert_eq!(store.read(&a).unwrap(), one);
+            assert_eq!(store.read(&b).unwrap(), two);
+            let opened = store.open(&b).unwrap();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 40_000];
+            loop {
+                let n = opened.read_at(&mut buf, got.len() as u64).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(got, two);
+            assert!(store.has_intact(&b, two.len() as u64));
+            assert!(!store.has_intact(&b, two.len() as u64 - 1));
+        }
+        // Compressible contents are stored compressed.
+        let text = b"- step: read the skill, then act on it\n".repeat(20_000);
+        let before = pack_bytes(&blobs);
+        bs_put(&blobs, &text);
+        assert!(pack_bytes(&blobs) - before < text.len() as u64 / 5);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn bs_put(blobs: &Path, data: &[u8]) -> BlobId {
+        let bs = BlobStore::open_path(blobs, StoreIo::real()).unwrap();
+        let id = bs.put_bytes(data, true).unwrap();
+        assert_eq!(bs.read(&id).unwrap(), data);
+        id
+    }
+
+    #[test]
+    fn a_damaged_chunk_is_an_error_and_storing_again_repairs_it() {
+        let d = tempdir("bad-chunk");
+        let blobs = d.join("blobs");
+        let big = noise(600_000, 5);
+        let id = bs_put(&blobs, &big);
+        // One byte of the first pack's middle flips.
+        let pack = fs::read_dir(blobs.join("packs"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let mut raw = fs::read(&pack).unwrap();
+        let mid = raw.len() / 2;
+        raw[mid] ^= 0x40;
+        fs::set_permissions(&pack, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        fs::write(&pack, &raw).unwrap();
+        let fresh = BlobStore::open_path(&blobs, StoreIo::real()).unwrap();
+        let e = fresh.read(&id).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(fresh.open(&id).is_err(), "served a damaged content");
+        assert!(
+            !fresh.has_intact(&id, big.len() as u64),
+            "deduplicated onto damage"
+        );
+        fresh.put_reader(&big[..]).unwrap();
+        fresh.sync_pending().unwrap();
+        let third = BlobStore::open_path(&blobs, StoreIo::real()).unwrap();
+        assert_eq!(third.read(&id).unwrap(), big);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn dedups_and_names_by_sha256() {
         let d = tempdir("dedup");
-        let bs = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
+        let bs = BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap();
         let a = bs.put_bytes(b"hello", false).unwrap();
         assert_eq!(
             a,
@@ -507,20 +513,20 @@ mod tests {
         let (c, size) = bs.put_file(&File::open(&src).unwrap(), true).unwrap();
         assert_eq!((c, size), (a.clone(), 5));
 
-        // Larger than a pack takes: a file named by its hash.
+        // Larger than a pack takes: chunks in the packs, no file of its own.
         let big = vec![b'x'; PACK_MAX as usize + 1];
         fs::write(&src, &big).unwrap();
         let (id, size) = bs.put_file(&File::open(&src).unwrap(), false).unwrap();
         assert_eq!((id.clone(), size), (hash_bytes(&big), big.len() as u64));
-        assert_eq!(fs::read(bs.path(&id)).unwrap(), big);
+        assert!(!bs.path(&id).exists());
+        assert_eq!(bs.read(&id).unwrap(), big);
         let (again, _) = bs.put_reader(&big[..]).unwrap();
         assert_eq!(again, id);
         let (small, _) = bs.put_reader(&b"hello"[..]).unwrap();
         assert_eq!(small, a);
 
         // A new store reads both kinds back.
-        let fresh =
-            BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
+        let fresh = BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap();
         assert_eq!(fresh.read(&a).unwrap(), b"hello");
         assert_eq!(fresh.read(&id).unwrap(), big);
         let mut buf = [0u8; 3];
@@ -537,23 +543,13 @@ mod tests {
         let big: Vec<u8> = (0..PACK_MAX as usize + 5000)
             .map(|i| (i % 251) as u8)
             .collect();
-        let id = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real())
-            .unwrap()
-            .put_bytes(&big, false)
-            .unwrap();
-        // Right size, wrong bytes: what a power loss can leave of a blob
-        // renamed into place but never synced.
-        let path = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real())
-            .unwrap()
-            .path(&id);
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
-            .unwrap();
+        // Right size, wrong bytes: what a power loss can leave of a loose
+        // blob (an earlier build's) renamed into place but never synced.
         let mut bad = big.clone();
         bad[1000] ^= 1;
-        fs::write(&path, &bad).unwrap();
+        let (id, _) = plant_loose(&d.join("blobs"), &big, &bad);
 
-        let fresh =
-            BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
+        let fresh = BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap();
         for e in [
             match fresh.read(&id) {
                 Ok(_) => panic!("read a damaged blob"),
@@ -571,20 +567,21 @@ mod tests {
             !fresh.has_intact(&id, big.len() as u64),
             "deduplicated onto damage"
         );
-        // Storing the content again repairs it.
+        // Storing the content again repairs it: as chunks, which are read
+        // before any loose copy.
         let src = d.join("src");
         fs::write(&src, &big).unwrap();
         let (again, _) = fresh.put_file(&File::open(&src).unwrap(), true).unwrap();
         assert_eq!(again, id);
-        let third =
-            BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
+        let third = BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap();
         assert_eq!(third.read(&id).unwrap(), big);
         assert!(third.has_intact(&id, big.len() as u64));
-        // Synced, it is marked, so a later mount trusts its size without
-        // reading it (serving it still hashes it).
-        use std::os::unix::fs::MetadataExt;
-        let md = fs::metadata(&path).unwrap();
-        assert_eq!((md.mtime(), md.mtime_nsec()), DURABLE_MTIME);
+        let mut buf = vec![0u8; 3000];
+        assert_eq!(
+            third.open(&id).unwrap().read_at(&mut buf, 500).unwrap(),
+            3000
+        );
+        assert_eq!(buf, big[500..3500]);
         fs::remove_dir_all(&d).unwrap();
     }
 
@@ -594,21 +591,16 @@ mod tests {
         let big: Vec<u8> = (0..PACK_MAX as usize + 5000)
             .map(|i| (i % 253) as u8)
             .collect();
-        let bs = BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
-        let id = bs.put_bytes(&big, true).unwrap();
-        let path = bs.path(&id);
-        // One bit rots; the durable mark (its mtime) stays.
+        // A loose blob of an earlier build; one bit rots, the durable mark
+        // (its mtime) stays.
         let mut bad = big.clone();
         bad[1000] ^= 1;
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
-            .unwrap();
-        fs::write(&path, &bad).unwrap();
+        let (id, path) = plant_loose(&d.join("blobs"), &big, &bad);
         mark_durable(&File::open(&path).unwrap());
 
         // A mount's scan finds it on its size, as designed; serving it
         // hashes it all the same, and it is trusted no more after.
-        let fresh =
-            BlobStore::open_paths(&d.join("blobs"), &d.join("tmp"), StoreIo::real()).unwrap();
+        let fresh = BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap();
         assert!(fresh.has_intact(&id, big.len() as u64));
         let e = fresh.open(&id).err().expect("served a rotted blob");
         assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");

@@ -34,7 +34,7 @@ pub enum Pending {
     Loose(String),
     /// A fan-out directory just made, `blobs/ab/` (its entry in `blobs/`).
     Fan(String),
-    /// Pack `n`, `blobs/packs/<n>.pack`.
+    /// Pack `n`, `blobs/packs/<n>.zpack` (or an earlier build's `.pack`).
     Pack(u32),
     /// The entry of a new pack in `blobs/packs/` (and of a new `packs/` in
     /// `blobs/`).
@@ -45,12 +45,18 @@ impl BlobStore {
     /// Makes `id` part of the next durability point, even though it was
     /// found already stored (deduplicated).
     pub fn mark_pending(&self, id: &str) {
-        let p = raw_id(id)
+        let raw = raw_id(id);
+        let p = raw
             .and_then(|raw| self.packs.pack_of(&raw))
             .map_or_else(|| Pending::Loose(id.to_string()), Pending::Pack);
+        // A chunked content is durable with its chunks.
+        let mut all = raw.map(|r| self.chunk_packs(&r)).unwrap_or_default();
+        all.push(p);
         let mut pending = self.unsynced.lock();
-        if !pending.contains(&p) {
-            pending.push(p);
+        for p in all {
+            if !pending.contains(&p) {
+                pending.push(p);
+            }
         }
     }
 

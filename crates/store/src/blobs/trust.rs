@@ -13,7 +13,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use super::{BlobStore, CHUNK, DURABLE_MTIME, raw_id};
-use crate::packs::PACK_MAX;
+use crate::packs::{Codec, PACK_MAX};
 use skillfs_base::sys;
 
 /// What this process knows of a blob in `known`.
@@ -40,6 +40,13 @@ impl BlobStore {
         // Every store and dedup asks here first: pinned before it looks, a
         // content a prune is about to remove is either kept or not found.
         self.pin(&raw);
+        if size > PACK_MAX
+            && let Some((_, Codec::Chunked)) = self.packs.stat(&raw)
+        {
+            // Never on `known` alone: its chunks are pinned and looked for
+            // each time (see `chunked`).
+            return self.chunked_intact(&raw, size);
+        }
         match self.known.lock().get(&raw) {
             Some(Known::OnSize | Known::Hashed) => return true,
             Some(Known::Damaged) => return false,

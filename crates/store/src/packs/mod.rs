@@ -5,9 +5,13 @@
 //! inodes), a directory entry, a rename. So a blob of at most [`PACK_MAX`]
 //! bytes is appended to a pack, `blobs/packs/<n>.pack`:
 //!
-//! ```text
-//! entry = "SKB1" | sha256 (32 bytes) | length (u64, little-endian) | content
-//! ```
+//! An entry is a header (magic, sha256, body length) and a body: the
+//! content, plain or LZ4-compressed, or the list of chunks a large content
+//! is made of; the bytes are `format`'s. Packs written by this format are
+//! `<n>.zpack`; the `<n>.pack` files of earlier builds (plain entries only)
+//! are read as they are and never appended to, so that a build from before
+//! compressed entries, which knows only `.pack` files, never meets (or
+//! rewrites without) an entry it cannot read.
 //!
 //! Invariants: packs are append-only and entries are never rewritten in
 //! place (a pack with forgotten entries is copied whole into a new pack and
@@ -29,7 +33,7 @@
 //! held fd of `packs/`) is a leaf below them. Packs are made, opened and
 //! listed only through the held fds of `blobs/` and `packs/` (`store::dir`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -43,28 +47,57 @@ use super::dir::Dir;
 use super::durable::StoreIo;
 use super::fsutil;
 
+pub mod format;
 mod rewrite;
+pub use format::{Codec, HEADER, Header, PACK_MAX, RawId};
 pub use rewrite::{Plan, Rewrite};
 
 /// The directory of the packs, in `blobs/`.
 pub const PACKS: &str = "packs";
 
-/// Largest blob kept in a pack.
-pub const PACK_MAX: u64 = 128 * 1024;
 /// A pack past this size is closed and the next one started.
 const PACK_ROTATE: u64 = 256 << 20;
-const MAGIC: &[u8; 4] = b"SKB1";
-const HEADER: u64 = 4 + 32 + 8;
-
-pub type RawId = [u8; 32];
 
 #[derive(Clone, Copy)]
 struct Entry {
     pack: u32,
+    /// Where the body starts.
     off: u64,
+    /// The body's length.
     len: u64,
+    /// The content's length.
+    size: u64,
+    codec: Codec,
     /// Hash checked (or written by this process).
     checked: bool,
+}
+
+impl Entry {
+    fn at(pack: u32, entry_off: u64, h: &Header, checked: bool) -> Entry {
+        Entry {
+            pack,
+            off: entry_off + HEADER,
+            len: h.len,
+            size: h.size,
+            codec: h.codec,
+            checked,
+        }
+    }
+
+    fn header(&self, id: &RawId) -> Header {
+        Header {
+            codec: self.codec,
+            id: *id,
+            len: self.len,
+            size: self.size,
+        }
+    }
+
+    fn body(&self, file: &File) -> io::Result<Vec<u8>> {
+        let mut body = vec![0u8; self.len as usize];
+        file.read_exact_at(&mut body, self.off)?;
+        Ok(body)
+    }
 }
 
 struct Writer {
@@ -88,6 +121,8 @@ struct Index {
     /// does not match its hash.
     spare_copies: HashMap<RawId, Vec<Entry>>,
     files: HashMap<u32, Arc<File>>,
+    /// Packs of earlier builds, named `<n>.pack`.
+    legacy: HashSet<u32>,
     last: u32,
 }
 
@@ -112,9 +147,26 @@ pub struct Appended {
     pub new_pack: bool,
 }
 
-/// The name of pack `n` in `packs/`.
+/// The name of pack `n` in `packs/`, as this build writes it.
 pub fn pack_name(n: u32) -> String {
+    format!("{n:08}.zpack")
+}
+
+/// The name of pack `n` as builds before compressed entries wrote it.
+pub fn legacy_pack_name(n: u32) -> String {
     format!("{n:08}.pack")
+}
+
+/// The number of a pack file named `name`, and whether it is a legacy one.
+pub fn pack_number(name: &str) -> Option<(u32, bool)> {
+    let (digits, legacy) = match name.strip_suffix(".zpack") {
+        Some(d) => (d, false),
+        None => (name.strip_suffix(".pack")?, true),
+    };
+    if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((digits.parse().ok()?, legacy))
 }
 
 impl Packs {
@@ -133,7 +185,16 @@ impl Packs {
 
     /// Where pack `n` is (for messages).
     pub fn path(&self, n: u32) -> PathBuf {
-        self.dir.join(pack_name(n))
+        self.dir.join(self.name_of(n))
+    }
+
+    /// The file name of pack `n`.
+    fn name_of(&self, n: u32) -> String {
+        if self.with_index(|ix| ix.legacy.contains(&n)) {
+            legacy_pack_name(n)
+        } else {
+            pack_name(n)
+        }
     }
 
     /// `packs/`, opened from `blobs/` (made first with `create`); `None`
@@ -163,7 +224,7 @@ impl Packs {
     /// Opens pack `n` for reading.
     pub fn open_pack(&self, n: u32) -> io::Result<File> {
         match self.packs_dir(false)? {
-            Some((d, _)) => d.read_file(&pack_name(n)),
+            Some((d, _)) => d.read_file(&self.name_of(n)),
             None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
         }
     }
@@ -175,49 +236,67 @@ impl Packs {
         f(index)
     }
 
+    /// Reads every pack's entries into an index. Runs under the index's
+    /// lock: it names packs itself (never `path` or `open_pack`).
     fn scan(&self) -> Index {
         let mut index = Index::default();
-        let Some(Ok(rd)) = self.packs_dir(false).ok().flatten().map(|(d, _)| d.list()) else {
+        let Some(Ok((dir, rd))) = self
+            .packs_dir(false)
+            .ok()
+            .flatten()
+            .map(|(d, _)| d.list().map(|l| (d, l)))
+        else {
             return index;
         };
-        let mut numbers: Vec<u32> = rd
+        let mut numbers: Vec<(u32, bool)> = rd
             .iter()
-            .filter_map(|e| {
-                let name = std::str::from_utf8(&e.name).ok()?;
-                name.strip_suffix(".pack")?.parse().ok()
-            })
+            .filter_map(|e| pack_number(std::str::from_utf8(&e.name).ok()?))
             .collect();
         numbers.sort_unstable();
-        for n in numbers {
+        numbers.dedup_by_key(|&mut (n, _)| n);
+        for (n, legacy) in numbers {
+            let name = if legacy {
+                legacy_pack_name(n)
+            } else {
+                pack_name(n)
+            };
+            let path = self.dir.join(&name);
+            if legacy {
+                // (A number both names have, a `.zpack` comes first; the
+                // `.pack` was written by an earlier build after it.)
+                if dir.lstat(&pack_name(n)).is_ok() {
+                    tracing::error!(
+                        "{}: pack number {n} is also a .zpack; this older pack is not read \
+                         (rename it to a free number to read it)",
+                        path.display()
+                    );
+                    continue;
+                }
+                index.legacy.insert(n);
+            }
             index.last = index.last.max(n);
-            let Ok(file) = self.open_pack(n) else {
+            let Ok(file) = dir.read_file(&name) else {
                 continue;
             };
             let size = file.metadata().map(|m| m.len()).unwrap_or(0);
             let mut off = 0u64;
-            let mut head = [0u8; HEADER as usize];
+            let mut probe = [0u8; format::PROBE];
             // Where a damaged stretch began, while looking for the entry
             // after it.
             let mut damaged_from: Option<u64> = None;
             while off + HEADER <= size {
-                let entry = file
-                    .read_exact_at(&mut head, off)
-                    .ok()
-                    .filter(|()| &head[..4] == MAGIC)
-                    .and_then(|()| {
-                        let mut id = [0u8; 32];
-                        id.copy_from_slice(&head[4..36]);
-                        let len = u64::from_le_bytes(head[36..44].try_into().expect("8 bytes"));
-                        let body = off + HEADER;
-                        (len <= PACK_MAX && body + len <= size).then_some((id, body, len))
-                    })
+                let got = file.read_at(&mut probe, off).unwrap_or(0);
+                let entry = Header::parse(&probe[..got])
+                    .filter(|h| off + HEADER + h.len <= size)
+                    .map(|h| Entry::at(n, off, &h, false))
                     // Past damage only an entry whose content matches its
                     // hash is taken as the next one (a header-like run of
                     // bytes inside some content is not).
-                    .filter(|&(id, body, len)| {
-                        damaged_from.is_none() || content_matches(&file, &id, body, len)
+                    .filter(|e| {
+                        let id = probe[4..36].try_into().expect("32 bytes");
+                        damaged_from.is_none() || entry_matches(&file, &id, e)
                     });
-                let Some((id, body, len)) = entry else {
+                let Some(e) = entry else {
                     let from = *damaged_from.get_or_insert(off);
                     match find_magic(&file, off + 1, size) {
                         Some(next) => {
@@ -235,16 +314,11 @@ impl Packs {
                         "{}: {} bytes at offset {from} are not a valid entry (damaged); \
                          the entries after them were found again by scanning, and a \
                          content stored in the damaged bytes is lost from this pack",
-                        self.path(n).display(),
+                        path.display(),
                         off - from
                     );
                 }
-                let e = Entry {
-                    pack: n,
-                    off: body,
-                    len,
-                    checked: false,
-                };
+                let id: RawId = probe[4..36].try_into().expect("32 bytes");
                 match index.entries.entry(id) {
                     std::collections::hash_map::Entry::Occupied(_) => {
                         index.spare_copies.entry(id).or_default().push(e)
@@ -253,13 +327,13 @@ impl Packs {
                         v.insert(e);
                     }
                 }
-                off = body + len;
+                off = e.off + e.len;
             }
             if off < size {
                 tracing::warn!(
                     "{}: {} bytes after offset {off} are not a whole entry and no entry \
                      follows them (cut off by a crash?); ignored",
-                    self.path(n).display(),
+                    path.display(),
                     size - off
                 );
             }
@@ -272,7 +346,7 @@ impl Packs {
     pub fn has_intact(&self, id: &RawId, len: u64) -> bool {
         let found = self.with_index(|ix| ix.entries.get(id).copied());
         match found {
-            Some(e) if e.len == len => e.checked || self.read(id).is_ok(),
+            Some(e) if e.size == len => e.checked || self.read(id).is_ok(),
             _ => false,
         }
     }
@@ -293,6 +367,64 @@ impl Packs {
         self.with_index(|ix| ix.entries.get(id).map(|e| e.pack))
     }
 
+    /// The content's length and kind of entry, if the packs hold `id`.
+    pub fn stat(&self, id: &RawId) -> Option<(u64, Codec)> {
+        self.with_index(|ix| ix.entries.get(id).map(|e| (e.size, e.codec)))
+    }
+
+    /// The chunks (id, offset, length) the chunked entry `id` names, in
+    /// order; `None` if `id` is no chunked entry here.
+    pub fn chunks_of(&self, id: &RawId) -> Option<io::Result<Vec<(RawId, u64, u32)>>> {
+        let (e, file) = self.with_index(|ix| {
+            let e = *ix.entries.get(id)?;
+            Some((e, Arc::clone(ix.files.get(&e.pack)?)))
+        })?;
+        if e.codec != Codec::Chunked {
+            return None;
+        }
+        Some(e.body(&file).and_then(|body| {
+            format::chunks(&e.header(id), &body).map_err(|err| {
+                io::Error::new(
+                    err.kind(),
+                    format!(
+                        "blob {} is damaged: {} at offset {}: {err}",
+                        skillfs_base::relpath::hex(id),
+                        self.path(e.pack).display(),
+                        e.off
+                    ),
+                )
+            })
+        }))
+    }
+
+    /// The content of a chunk (a plain or compressed entry), checked.
+    pub fn read_chunk(&self, id: &RawId, len: u32) -> io::Result<Vec<u8>> {
+        match self.stat(id) {
+            Some((size, codec)) if codec != Codec::Chunked && size == len as u64 => self.read(id),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "chunk {} of {len} bytes is missing from the packs",
+                    skillfs_base::relpath::hex(id)
+                ),
+            )),
+        }
+    }
+
+    /// The content of the entry `e` of `id` in `file` (unchecked).
+    fn content(&self, id: &RawId, e: &Entry, file: &File) -> io::Result<Vec<u8>> {
+        let body = e.body(file)?;
+        let h = e.header(id);
+        if e.codec != Codec::Chunked {
+            return format::decode(&h, &body);
+        }
+        let mut out = Vec::with_capacity(e.size as usize);
+        for (c, _, n) in format::chunks(&h, &body)? {
+            out.extend_from_slice(&self.read_chunk(&c, n)?);
+        }
+        Ok(out)
+    }
+
     /// The content of `id`, checked against its hash (a damaged copy is
     /// passed over for another one, which then becomes the one used).
     pub fn read(&self, id: &RawId) -> io::Result<Vec<u8>> {
@@ -302,20 +434,23 @@ impl Packs {
                 Some((e, Arc::clone(ix.files.get(&e.pack)?)))
             })
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        let mut data = vec![0u8; e.len as usize];
-        file.read_exact_at(&mut data, e.off)?;
-        if e.checked || Sha256::digest(&data).as_slice() == id {
-            self.with_index(|ix| {
-                if let Some(x) = ix.entries.get_mut(id) {
-                    x.checked = true;
-                }
-            });
-            return Ok(data);
-        }
+        let content = self.content(id, &e, &file);
+        let why = match &content {
+            Ok(data) if e.checked || Sha256::digest(data).as_slice() == id => {
+                self.with_index(|ix| {
+                    if let Some(x) = ix.entries.get_mut(id) {
+                        x.checked = true;
+                    }
+                });
+                return content;
+            }
+            Ok(_) => "content does not match its hash".to_string(),
+            Err(err) => err.to_string(),
+        };
         let damaged = io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "blob {} is damaged: {} at offset {}: content does not match its hash",
+                "blob {} is damaged: {} at offset {}: {why}",
                 skillfs_base::relpath::hex(id),
                 self.path(e.pack).display(),
                 e.off
@@ -326,8 +461,7 @@ impl Packs {
             let Some(file) = self.with_index(|ix| ix.files.get(&other.pack).cloned()) else {
                 continue;
             };
-            let mut data = vec![0u8; other.len as usize];
-            if file.read_exact_at(&mut data, other.off).is_ok()
+            if let Ok(data) = self.content(id, &other, &file)
                 && Sha256::digest(&data).as_slice() == id
             {
                 self.with_index(|ix| {
@@ -348,7 +482,23 @@ impl Packs {
     /// Appends `data` (whose hash is `id`) to this process's pack; with
     /// `durable`, it is on disk when this returns.
     pub fn append(&self, id: &RawId, data: &[u8], durable: bool) -> io::Result<Appended> {
-        debug_assert!(data.len() as u64 <= PACK_MAX);
+        self.append_entry(id, format::encode(id, data), durable)
+    }
+
+    /// Appends the chunked entry naming `id` (`size` bytes) by `chunks`,
+    /// each of which the packs hold already.
+    pub fn append_chunked(
+        &self,
+        id: &RawId,
+        size: u64,
+        chunks: &[(RawId, u32)],
+        durable: bool,
+    ) -> io::Result<Appended> {
+        self.append_entry(id, format::encode_chunked(id, size, chunks), durable)
+    }
+
+    fn append_entry(&self, id: &RawId, buf: Vec<u8>, durable: bool) -> io::Result<Appended> {
+        let h = Header::parse(&buf[..format::PROBE.min(buf.len())]).expect("well formed");
         let mut w = self.writer.lock();
         let mut new_pack = false;
         if w.as_ref().is_none_or(|w| w.end >= PACK_ROTATE) {
@@ -357,26 +507,17 @@ impl Packs {
         }
         let dir_durable = w.as_ref().is_some_and(|w| w.dir_synced);
         let wr = w.as_mut().expect("just started");
-        let mut buf = Vec::with_capacity(HEADER as usize + data.len());
-        buf.extend_from_slice(MAGIC);
-        buf.extend_from_slice(id);
-        buf.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        buf.extend_from_slice(data);
         if let Err(e) = wr.file.write_all_at(&buf, wr.end) {
             // Whatever part landed is a cut-off entry, where a scan stops:
             // nothing may follow it, so the next append starts a new pack.
             *w = None;
             return Err(e);
         }
-        let entry = Entry {
-            pack: wr.n,
-            off: wr.end + HEADER,
-            len: data.len() as u64,
-            checked: true,
-        };
+        let entry = Entry::at(wr.n, wr.end, &h, true);
         wr.end += buf.len() as u64;
         if durable {
-            self.io.sync_data(&wr.file, &self.path(wr.n))?;
+            self.io
+                .sync_data(&wr.file, &self.dir.join(pack_name(wr.n)))?;
             if !wr.dir_synced {
                 self.io.sync_dir(&wr.dir)?;
                 if wr.made_dir {
@@ -433,25 +574,26 @@ impl Packs {
     }
 }
 
-/// Whether `len` bytes at `body` hash to `id`.
-fn content_matches(file: &File, id: &RawId, body: u64, len: u64) -> bool {
-    let mut data = vec![0u8; len as usize];
-    file.read_exact_at(&mut data, body).is_ok() && Sha256::digest(&data).as_slice() == id
+/// Whether the entry `e` in `file` is whole (see `format::body_matches`).
+fn entry_matches(file: &File, id: &RawId, e: &Entry) -> bool {
+    e.body(file)
+        .is_ok_and(|body| format::body_matches(&e.header(id), &body))
 }
 
-/// The offset of the next `MAGIC` at or after `from` (and before `size`).
-fn find_magic(file: &File, from: u64, size: u64) -> Option<u64> {
+/// The offset of the next entry's magic at or after `from` (and before
+/// `size`).
+pub fn find_magic(file: &File, from: u64, size: u64) -> Option<u64> {
     const STEP: usize = 1 << 20;
-    let mut buf = vec![0u8; STEP + MAGIC.len()];
+    let mut buf = vec![0u8; STEP + 4];
     let mut at = from;
-    while at + MAGIC.len() as u64 <= size {
+    while at + 4 <= size {
         let want = ((size - at) as usize).min(buf.len());
         file.read_exact_at(&mut buf[..want], at).ok()?;
-        if let Some(i) = buf[..want].windows(MAGIC.len()).position(|w| w == MAGIC) {
+        if let Some(i) = buf[..want].windows(4).position(format::is_magic) {
             return Some(at + i as u64);
         }
         // The last bytes again next time: a header may straddle.
-        at += (want - (MAGIC.len() - 1)) as u64;
+        at += (want - 3) as u64;
     }
     None
 }
@@ -502,7 +644,7 @@ mod tests {
         let c = vec![9u8; 3000];
         let path = packs.path(1);
         let mut raw = fs::read(&path).unwrap();
-        raw.extend_from_slice(MAGIC);
+        raw.extend_from_slice(format::PLAIN);
         raw.extend_from_slice(&id_of(&c));
         raw.extend_from_slice(&3000u64.to_le_bytes());
         raw.extend_from_slice(&c[..100]);

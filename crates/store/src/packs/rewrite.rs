@@ -3,15 +3,18 @@
 //! copies, then the old pack removed.
 //!
 //! Invariants:
-//! - the new pack is written as `<n>.pack.new` and renamed to `<n>.pack`
+//! - the new pack is written as `<n>.zpack.new` and renamed to `<n>.zpack`
 //!   only once synced, its directory entry synced before the old pack is
 //!   unlinked: at every instant each live content has a whole copy under
-//!   a `.pack` name (a kill between leaves two copies, and the next scan
+//!   a pack's name (a kill between leaves two copies, and the next scan
 //!   takes the first as the one and the other as a spare);
 //! - an entry whose content has another copy in another pack is not copied
 //!   again (so a rerun after a kill converges instead of piling copies up);
 //! - a content is copied only after it matched its hash: a damaged entry
 //!   is read from a spare copy, and if none is sound the old pack is kept;
+//!   a sound entry is copied as it is stored (compressed or not; a
+//!   chunked one once its list of chunks is whole, as each chunk is an
+//!   entry of its own that the caller keeps live with it);
 //! - the pack being appended to is never rewritten (a prune seals it
 //!   first, so its entries are rewritten too);
 //! - the switch of the index is the caller's to guard (the blob store
@@ -25,9 +28,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
-use super::{Entry, HEADER, MAGIC, Packs, RawId, pack_name};
+use super::{Codec, Entry, Header, Packs, RawId, format, pack_name};
 use crate::fsutil;
 
 /// What to do with one pack.
@@ -164,7 +165,7 @@ impl Packs {
                     .copied()
             });
             match (file, mine) {
-                (Some(f), _) if super::content_matches(&f, &id, o.off, o.len) => {
+                (Some(f), _) if super::entry_matches(&f, &id, &o) => {
                     sound.push((id, Entry { checked: true, ..o }))
                 }
                 (_, Some(e)) => plan.copy.push((id, e)),
@@ -189,28 +190,26 @@ impl Packs {
             let mut end = 0u64;
             let mut placed = Vec::with_capacity(plan.copy.len());
             for (id, e) in &plan.copy {
-                let mut data = vec![0u8; e.len as usize];
-                old.read_exact_at(&mut data, e.off)?;
-                if Sha256::digest(&data).as_slice() != id {
+                let body = e.body(&old)?;
+                let buf = if format::body_matches(&e.header(id), &body) {
+                    let mut buf = format::encode_header(&e.header(id));
+                    buf.extend_from_slice(&body);
+                    buf
+                } else if e.codec == Codec::Chunked {
+                    // No spare copy of a list of chunks is looked for: the
+                    // old pack is kept.
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a chunked entry's list of chunks is damaged",
+                    ));
+                } else {
                     // The index's copy is damaged: the checked read finds a
                     // sound one, or the pack is left as it is.
-                    data = self.read(id)?;
-                }
-                let mut buf = Vec::with_capacity(HEADER as usize + data.len());
-                buf.extend_from_slice(MAGIC);
-                buf.extend_from_slice(id);
-                buf.extend_from_slice(&(data.len() as u64).to_le_bytes());
-                buf.extend_from_slice(&data);
+                    format::encode(id, &self.read(id)?)
+                };
                 file.write_all_at(&buf, end)?;
-                placed.push((
-                    *id,
-                    Entry {
-                        pack: n,
-                        off: end + HEADER,
-                        len: data.len() as u64,
-                        checked: true,
-                    },
-                ));
+                let h = Header::parse(&buf[..format::PROBE.min(buf.len())]).expect("well formed");
+                placed.push((*id, Entry::at(n, end, &h, true)));
                 end += buf.len() as u64;
             }
             self.io.sync_data(&file, &dir.join(&tmp))?;
@@ -279,7 +278,7 @@ impl Packs {
     /// reads already under way), durably.
     pub fn remove_old(&self, rw: &Rewrite) -> io::Result<()> {
         let (dir, _) = self.packs_dir(true)?.expect("made");
-        dir.unlink(&pack_name(rw.plan.pack))?;
+        dir.unlink(&self.name_of(rw.plan.pack))?;
         self.io.sync_dir(&dir)
     }
 
@@ -296,7 +295,8 @@ impl Packs {
         }
     }
 
-    /// Removes `<n>.pack.new` files a killed rewrite left (only a rewrite
+    /// Removes `<n>.zpack.new` (and earlier builds' `<n>.pack.new`) files a
+    /// killed rewrite left (only a rewrite
     /// makes them, and one runs at a time: under the store's lock).
     pub fn clear_unfinished(&self) {
         let Ok(Some((dir, _))) = self.packs_dir(false) else {
@@ -304,7 +304,7 @@ impl Packs {
         };
         for e in dir.list().unwrap_or_default() {
             if let Ok(name) = std::str::from_utf8(&e.name)
-                && name.ends_with(".pack.new")
+                && (name.ends_with(".zpack.new") || name.ends_with(".pack.new"))
             {
                 let _ = dir.unlink(name);
             }
