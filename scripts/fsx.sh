@@ -92,29 +92,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The operations and their weights: every kind the Rust fsx has but hole
+# The operations and their weights (scripts/fsx.toml, which
+# bench/store_size.py runs too): every kind the Rust fsx has but hole
 # punching (skillfs has no fallocate; docs/limits.md).
-cat >"$work/fsx.toml" <<EOF
-flen = 262144
-nomsyncafterwrite = $nomsync
-[opsize]
-max = 65536
-[weights]
-close_open = 2
-read = 10
-write = 10
-mapread = 10
-mapwrite = 10
-invalidate = 1
-truncate = 2
-fsync = 1
-fdatasync = 1
-posix_fallocate = 1
-punch_hole = 0
-sendfile = 1
-posix_fadvise = 1
-copy_file_range = 1
-EOF
+sed "s/^nomsyncafterwrite = .*/nomsyncafterwrite = $nomsync/" scripts/fsx.toml >"$work/fsx.toml"
 # One write of the whole length at step 1: the bytes fsx draws from its seed
 # (scripts/fsx_versions.py).
 cat >"$work/orig.toml" <<'EOF'

@@ -107,8 +107,9 @@ pub fn verify(layout: &Layout, root: &Path, full: bool, live_is_mounted: bool) -
     let mut progress = Progress::new();
     let records = check_journal(layout, &mut r);
     let mut present = HashSet::new();
-    check_packs(layout, full, &mut r, &mut present, &mut progress);
+    let findings = check_packs(layout, full, &mut r, &mut present, &mut progress);
     check_loose(layout, full, &mut r, &mut present, &mut progress);
+    findings.judge(records.as_deref(), &mut r);
     if let Some(records) = &records {
         check_contents(records, &mut r);
         let missing: Vec<&crate::store::journal::Record> = records
@@ -271,16 +272,85 @@ fn check_journal(layout: &Layout, r: &mut Report) -> Option<Vec<Record>> {
 /// the opened packs), its header and where its body starts.
 type Located = (usize, Header, u64);
 
+/// What the packs hold that only the journal can judge: a stretch that is
+/// no valid entry is damage, unless a power cut explains it (see
+/// `PackFindings::judge`).
+#[derive(Default)]
+struct PackFindings {
+    /// (what to say, the pack, where the stretch ends).
+    holes: Vec<(String, usize, u64)>,
+    /// Chunked contents with a chunk missing: (what to say, the content).
+    incomplete: Vec<(String, RawId)>,
+    /// Where each entry is: (the pack, its offset).
+    at: std::collections::HashMap<RawId, Vec<(usize, u64)>>,
+    /// The chunks each chunked content lists.
+    lists: std::collections::HashMap<RawId, Vec<RawId>>,
+}
+
+impl PackFindings {
+    /// A pack is synced whole before a record naming any of its entries
+    /// is acknowledged, so a stretch that is no valid entry, with no
+    /// content an acknowledged record names stored after it, can be bytes
+    /// the disk never wrote before a power cut (unsynced blocks are
+    /// written in any order): a note, not a problem. Likewise a chunked
+    /// content with a chunk missing that no acknowledged record names.
+    /// Without a journal every such finding is a problem.
+    fn judge(self, records: Option<&[Record]>, r: &mut Report) {
+        let acked: Option<HashSet<RawId>> = records.map(|records| {
+            // Records past the last watermark were not yet known durable
+            // (a store without watermarks: every record counts).
+            let mark = records.iter().filter_map(|rec| rec.acked_through).max();
+            records
+                .iter()
+                .filter(|rec| mark.is_none_or(|m| rec.seq <= m))
+                .filter_map(|rec| rec.state.as_ref()?.blob.as_deref())
+                .filter_map(crate::retention::prune::raw_of)
+                .flat_map(|b| {
+                    let chunks = self.lists.get(&b).cloned().unwrap_or_default();
+                    std::iter::once(b).chain(chunks)
+                })
+                .collect()
+        });
+        let unsynced = "; no acknowledged version is stored after them, so they can be \
+                        bytes a power cut left unwritten (never synced), not damage";
+        for (msg, pack, end) in self.holes {
+            let real = acked.as_ref().is_none_or(|acked| {
+                acked.iter().any(|b| {
+                    self.at
+                        .get(b)
+                        .is_some_and(|v| v.iter().any(|&(p, off)| p == pack && off >= end))
+                })
+            });
+            if real {
+                r.problems.push(msg);
+            } else {
+                r.notes.push(format!("{msg}{unsynced}"));
+            }
+        }
+        for (msg, id) in self.incomplete {
+            if acked.as_ref().is_none_or(|acked| acked.contains(&id)) {
+                r.problems.push(msg);
+            } else {
+                r.notes.push(format!(
+                    "{msg}; no acknowledged version names it (a store cut short by a power \
+                     cut)"
+                ));
+            }
+        }
+    }
+}
+
 fn check_packs(
     layout: &Layout,
     full: bool,
     r: &mut Report,
     present: &mut HashSet<String>,
     progress: &mut Progress,
-) {
+) -> PackFindings {
+    let mut found = PackFindings::default();
     let dir = layout.blobs().join(crate::store::packs::PACKS);
     let Ok(rd) = std::fs::read_dir(&dir) else {
-        return;
+        return found;
     };
     let mut packs: Vec<(u32, bool, PathBuf)> = rd
         .filter_map(Result::ok)
@@ -319,10 +389,14 @@ fn check_packs(
                 // entry (if any) tells.
                 match next_entry(&file, off + 1, size) {
                     Some(next) => {
-                        r.problems.push(format!(
-                            "{name}: {} bytes at offset {off} are not a valid entry (damaged); \
-                             a content stored there is lost from this pack",
-                            next - off
+                        found.holes.push((
+                            format!(
+                                "{name}: {} bytes at offset {off} are not a valid entry \
+                                 (damaged); a content stored there is lost from this pack",
+                                next - off
+                            ),
+                            files.len(),
+                            next,
                         ));
                         off = next;
                         continue;
@@ -347,6 +421,7 @@ fn check_packs(
                 let mut data = vec![0u8; h.len as usize];
                 let read = file.read_exact_at(&mut data, body).is_ok();
                 r.bytes_read += h.len;
+                found.at.entry(h.id).or_default().push((files.len(), off));
                 if !read || !format::body_matches(&h, &data) {
                     r.problems.push(format!(
                         "{name}: the entry at offset {off} ({id}, {} bytes) does not match its \
@@ -361,6 +436,9 @@ fn check_packs(
                     off = next;
                     continue;
                 }
+            }
+            if !full {
+                found.at.entry(h.id).or_default().push((files.len(), off));
             }
             located.entry(h.id).or_insert((files.len(), h, body));
             present.insert(id);
@@ -381,6 +459,9 @@ fn check_packs(
     for (name, off, h, body) in chunked {
         let id = hex(&h.id);
         let list = format::chunks(&h, &body).unwrap_or_default();
+        found
+            .lists
+            .insert(h.id, list.iter().map(|&(c, _, _)| c).collect());
         let mut whole = Sha256::new();
         let mut problem = None;
         for (c, _, n) in &list {
@@ -407,9 +488,12 @@ fn check_packs(
             problem = Some("its chunks do not make up its content".into());
         }
         match problem {
-            Some(why) => r.problems.push(format!(
-                "{name}: the chunked entry at offset {off} ({id}, {} bytes): {why}",
-                h.size
+            Some(why) => found.incomplete.push((
+                format!(
+                    "{name}: the chunked entry at offset {off} ({id}, {} bytes): {why}",
+                    h.size
+                ),
+                h.id,
             )),
             None => {
                 present.insert(id);
@@ -417,6 +501,7 @@ fn check_packs(
             }
         }
     }
+    found
 }
 
 /// The offset of the next well-formed entry after `from`.

@@ -521,7 +521,8 @@ fn a_full_disk_fails_calls_cleanly_and_never_kills_the_daemon() {
         .truncate(true)
         .open(&p)
         .unwrap();
-    w.write_all(&vec![b'y'; 2 << 20]).unwrap();
+    // (Bytes no compression or shared chunk makes smaller in the store.)
+    w.write_all(&common::noise(2 << 20, 77)).unwrap();
     let mut failed = w.sync_all().is_err();
     let close = unsafe { libc::close(std::os::fd::IntoRawFd::into_raw_fd(w)) };
     failed |= close != 0;

@@ -157,6 +157,33 @@ fn missing_and_damaged_blobs_are_named() {
     );
 }
 
+/// A stretch of a pack that is no valid entry, with entries of
+/// acknowledged versions after it, is damage (a power cut cannot leave a
+/// hole before bytes that were synced); `tests/power_loss_core.rs` checks
+/// that one a power cut left, with nothing acknowledged after it, is not.
+#[test]
+fn a_hole_before_acknowledged_entries_is_damage() {
+    let m = store_with_history("verify-hole");
+    let packs = m.store().join("blobs/packs");
+    let mut all: Vec<_> = fs::read_dir(&packs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    all.sort();
+    let first = &all[0];
+    let mut raw = fs::read(first).unwrap();
+    raw[..4].copy_from_slice(b"XXXX");
+    fs::set_permissions(first, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    fs::write(first, &raw).unwrap();
+    let out = verify(&m, false);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("at offset 0 are not a valid entry (damaged)") && !text.contains("power cut"),
+        "{text}"
+    );
+}
+
 /// The large content of `store_with_history`.
 fn big() -> Vec<u8> {
     common::noise(300_000, 21)

@@ -35,7 +35,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::{BlobId, BlobStore, Pending, raw_id};
-use crate::packs::{Codec, PACK_MAX, Packs, RawId};
+use crate::packs::{Codec, Located, PACK_MAX, RawId};
 use skillfs_base::relpath::hex;
 
 /// The bounds of a chunk: small enough that a change stores little, large
@@ -43,6 +43,8 @@ use skillfs_base::relpath::hex;
 pub const MIN: u32 = 8 * 1024;
 pub const AVG: u32 = 32 * 1024;
 pub const MAX: u32 = PACK_MAX as u32;
+/// Chunks held (at most) until a content's hash is known.
+const HELD: u64 = 64 << 20;
 
 /// Reads a file at offsets from its start, leaving its offset alone.
 struct Pread<'a> {
@@ -59,33 +61,23 @@ impl Read for Pread<'_> {
 }
 
 impl BlobStore {
-    /// Stores the large content of `src` (whose hash is `id` and length
-    /// `size`, as just read) as chunks.
-    pub(super) fn put_file_chunked(
-        &self,
-        src: &File,
-        id: &str,
-        size: u64,
-        durable: bool,
-    ) -> io::Result<()> {
-        let (got, got_size) = self.put_chunks(Pread { file: src, at: 0 }, durable)?;
-        if got != id || got_size != size {
-            // Changed under us between the hash and the chunking: what was
-            // stored is a content of its own, not `id`.
-            return Err(io::Error::other(format!(
-                "the file changed while it was stored ({size} bytes hashed as {id}, then \
-                 {got_size} bytes as {got})"
-            )));
-        }
-        Ok(())
+    /// Stores the large content of `src` as chunks, read once from its
+    /// start (its offset is left alone).
+    pub(super) fn put_file_chunked(&self, src: &File, durable: bool) -> io::Result<(BlobId, u64)> {
+        self.put_chunks(Pread { file: src, at: 0 }, durable)
     }
 
-    /// Cuts what `r` reads into chunks, stores each one not stored yet and
-    /// then the list; returns the content's id and length.
+    /// Cuts what `r` reads into chunks and stores each one not stored
+    /// yet, then the list; returns the content's id and length. Up to
+    /// [`HELD`] bytes of chunks are held until the whole content's hash is
+    /// known, so that a content stored already costs one read and no
+    /// append; past that, chunks are stored as they come (a content found
+    /// stored after all leaves them dead, for a prune).
     pub(super) fn put_chunks(&self, r: impl Read, durable: bool) -> io::Result<(BlobId, u64)> {
         let mut whole = Sha256::new();
         let mut list: Vec<(RawId, u32)> = Vec::new();
-        let mut size = 0u64;
+        let mut held: Vec<(RawId, Vec<u8>)> = Vec::new();
+        let (mut size, mut held_bytes, mut streaming) = (0u64, 0u64, false);
         // A full disk stops the storing, not the hash: a content stored
         // already needs no room (a park unparked on a full disk).
         let mut full: Option<io::Error> = None;
@@ -96,38 +88,45 @@ impl BlobStore {
             })?;
             whole.update(&c.data);
             let raw: RawId = Sha256::digest(&c.data).into();
-            let chunk_id = hex(&raw);
-            if !self.has_intact(&chunk_id, c.data.len() as u64) {
-                if full.is_none()
-                    && let Err(e) = self.put_packed(&chunk_id, &c.data, false)
-                {
-                    if !matches!(
-                        e.kind(),
-                        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-                    ) {
-                        return Err(e);
-                    }
-                    full = Some(e);
-                }
-            } else if durable {
-                self.mark_pending(&chunk_id);
-            }
             list.push((raw, c.data.len() as u32));
             size += c.data.len() as u64;
+            if streaming {
+                self.store_chunk(&raw, &c.data, durable, &mut full)?;
+                continue;
+            }
+            held_bytes += c.data.len() as u64;
+            held.push((raw, c.data));
+            if held_bytes > HELD {
+                streaming = true;
+                for (raw, data) in held.drain(..) {
+                    self.store_chunk(&raw, &data, durable, &mut full)?;
+                }
+            }
         }
         let id = hex(whole.finalize().as_slice());
         if size <= PACK_MAX {
-            // (A reader that grew no longer than a pack entry: one entry.)
-            return Err(io::Error::other("a content too small to chunk"));
+            // A file that shrank since its size was read: one entry, as a
+            // small content is (all of it is held).
+            let data: Vec<u8> = held.into_iter().flat_map(|(_, d)| d).collect();
+            if !self.has_intact(&id, size) {
+                self.put_packed(&id, &data, durable)?;
+            } else if durable {
+                self.mark_pending(&id);
+                self.sync_pending()?;
+            }
+            return Ok((id, size));
         }
         if !self.has_intact(&id, size) {
+            for (raw, data) in held {
+                self.store_chunk(&raw, &data, durable, &mut full)?;
+            }
             if let Some(e) = full {
                 return Err(e);
             }
             let raw = raw_id(&id).expect("hex of a sha256");
-            let appended = self.packs.append_chunked(&raw, size, &list, false)?;
+            self.packs
+                .append_chunked(&raw, size, &list, false, &|a| self.note_appended(a))?;
             self.known.lock().insert(raw, super::trust::Known::Hashed);
-            self.note_appended(appended);
         } else if durable {
             self.mark_pending(&id);
         }
@@ -137,9 +136,46 @@ impl BlobStore {
         Ok((id, size))
     }
 
+    /// Stores one chunk unless it is stored (then, with `durable`, its
+    /// pack joins the durability point); a full disk is kept in `full`
+    /// and stops the storing of the chunks after it.
+    fn store_chunk(
+        &self,
+        raw: &RawId,
+        data: &[u8],
+        durable: bool,
+        full: &mut Option<io::Error>,
+    ) -> io::Result<()> {
+        let id = hex(raw);
+        if self.has_intact(&id, data.len() as u64) {
+            if durable {
+                self.mark_pending(&id);
+            }
+            return Ok(());
+        }
+        if full.is_some() {
+            return Ok(());
+        }
+        match self.put_packed(&id, data, false) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+                ) =>
+            {
+                *full = Some(e);
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
     /// Whether the chunked content `raw` of `size` bytes is present: its
-    /// chunks are pinned (with it) and each is in the packs; its list is
-    /// read (and its whole content checked) once per process.
+    /// chunks are pinned (with it) and each is in the packs with its
+    /// length, and it was not found damaged here. As a loose blob found
+    /// on its size, that is enough to deduplicate onto, not to serve: the
+    /// whole content is hashed before it is served (`open_chunked`), so a
+    /// mount need not read every large version again.
     pub(super) fn chunked_intact(&self, raw: &RawId, size: u64) -> bool {
         let Some(Ok(list)) = self.packs.chunks_of(raw) else {
             return false;
@@ -154,16 +190,26 @@ impl BlobStore {
         });
         all_there
             && self.packs.stat(raw).is_some_and(|(s, _)| s == size)
-            && (self.hashed_here(raw) || self.check_chunked(raw, &list).is_ok())
+            && self.known.lock().get(raw) != Some(&super::trust::Known::Damaged)
     }
 
-    /// Hashes the chunked content `raw` chunk by chunk against its name.
+    /// Hashes the chunked content `raw` chunk by chunk against its name;
+    /// a failure marks it damaged (never deduplicated onto again here).
     fn check_chunked(&self, raw: &RawId, list: &[(RawId, u64, u32)]) -> io::Result<()> {
+        let id = hex(raw);
         let mut whole = Sha256::new();
         for (c, _, n) in list {
-            whole.update(self.packs.read_chunk(c, *n)?);
+            match self.packs.read_chunk(c, *n) {
+                Ok(data) => whole.update(data),
+                Err(e) => {
+                    self.mark_damaged(raw);
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("blob {id} is damaged: {e}"),
+                    ));
+                }
+            }
         }
-        let id = hex(raw);
         self.judge(&id, raw, whole.finalize().as_slice())
             .map_err(|_| {
                 io::Error::new(
@@ -171,6 +217,15 @@ impl BlobStore {
                     format!("blob {id} is damaged: its chunks do not make up its content"),
                 )
             })
+    }
+
+    /// The whole chunked content `raw`, checked; `None` if `raw` is no
+    /// chunked content of the packs. A failure marks it damaged.
+    pub(super) fn read_chunked(&self, raw: &RawId) -> Option<io::Result<Vec<u8>>> {
+        if self.packs.stat(raw)?.1 != Codec::Chunked {
+            return None;
+        }
+        Some(self.packs.read(raw).inspect_err(|_| self.mark_damaged(raw)))
     }
 
     /// The chunked content `raw`, to be read at offsets (checked whole
@@ -185,11 +240,16 @@ impl BlobStore {
         {
             return Some(Err(e));
         }
-        Some(Ok(super::Opened::Chunks(Chunks {
-            packs: Arc::clone(&self.packs),
-            list,
-            last: Mutex::new(None),
-        })))
+        let located = list
+            .iter()
+            .map(|&(c, start, n)| Ok((start, n, self.packs.locate_chunk(&c, n)?)))
+            .collect::<io::Result<Vec<_>>>();
+        Some(located.map(|list| {
+            super::Opened::Chunks(Chunks {
+                list,
+                last: Mutex::new(None),
+            })
+        }))
     }
 
     /// `live` and every chunk of a chunked content in it; an error if a
@@ -234,12 +294,13 @@ impl BlobStore {
     }
 }
 
-/// A chunked content opened for reading at offsets: the chunk last read
-/// is kept (reads come in order, a page or a few at a time).
+/// A chunked content opened for reading at offsets: each chunk was found
+/// at the open, in a pack file held open (a prune that rewrites the pack
+/// meanwhile does not take it away), and the chunk last read is kept
+/// (reads come in order, a page or a few at a time).
 pub struct Chunks {
-    packs: Arc<Packs>,
-    /// (id, offset, length) of each chunk, in order.
-    list: Vec<(RawId, u64, u32)>,
+    /// (offset, length, where) of each chunk, in order.
+    list: Vec<(u64, u32, Located)>,
     last: Mutex<Option<(usize, Arc<Vec<u8>>)>>,
 }
 
@@ -249,24 +310,33 @@ impl Chunks {
         while done < buf.len() {
             let at = off + done as u64;
             // The chunk that holds `at`: the last one starting at or before.
-            let i = self.list.partition_point(|&(_, start, _)| start <= at);
+            let i = self.list.partition_point(|&(start, _, _)| start <= at);
             if i == 0 {
                 break;
             }
             let i = i - 1;
-            let (c, start, n) = self.list[i];
+            let (start, n, ref located) = self.list[i];
             if at >= start + n as u64 {
                 break; // past the end
             }
-            let data = {
-                let mut last = self.last.lock();
-                match &*last {
-                    Some((j, d)) if *j == i => Arc::clone(d),
-                    _ => {
-                        let d = Arc::new(self.packs.read_chunk(&c, n)?);
-                        *last = Some((i, Arc::clone(&d)));
-                        d
+            // (The lock is not held across the read: reads of one handle
+            // run side by side.)
+            let cached = match &*self.last.lock() {
+                Some((j, d)) if *j == i => Some(Arc::clone(d)),
+                _ => None,
+            };
+            let data = match cached {
+                Some(d) => d,
+                None => {
+                    let d = Arc::new(located.read()?);
+                    if d.len() != n as usize {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a chunk of a blob has the wrong length",
+                        ));
                     }
+                    *self.last.lock() = Some((i, Arc::clone(&d)));
+                    d
                 }
             };
             let from = (at - start) as usize;

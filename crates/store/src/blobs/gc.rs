@@ -185,11 +185,16 @@ mod tests {
             assert_eq!(store.read(&b).unwrap(), two);
             assert!(store.read(&a).is_err());
         }
+        // A reader of b that opened it before the prune reads on.
+        let opened = bs.open(&b).unwrap();
         let r = bs.prune(HashSet::new).unwrap();
         assert!(
             r.entries_dropped >= 10,
             "{r:?}: the chunks and the list of b"
         );
+        let mut buf = vec![0u8; 1000];
+        assert_eq!(opened.read_at(&mut buf, 600_000).unwrap(), 1000);
+        assert_eq!(buf, two[600_000..601_000]);
         let fresh = BlobStore::open_path(&d.join("blobs"), StoreIo::real()).unwrap();
         assert!(fresh.read(&b).is_err());
         assert!(

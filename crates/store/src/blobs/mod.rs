@@ -154,6 +154,9 @@ impl BlobStore {
         let Some(raw) = raw_id(id) else {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         };
+        if let Some(r) = self.read_chunked(&raw) {
+            return r;
+        }
         if self.packs.contains(&raw) {
             return self.packs.read(&raw);
         }
@@ -186,17 +189,18 @@ impl BlobStore {
     /// new pack's directory) becomes part of the next durability point.
     fn put_packed(&self, id: &str, data: &[u8], durable: bool) -> io::Result<()> {
         let raw = raw_id(id).expect("hex of a sha256");
-        let appended = self.packs.append(&raw, data, durable)?;
+        self.packs.append_noting(&raw, data, durable, &|a| {
+            if !durable {
+                self.note_appended(a);
+            }
+        })?;
         self.known.lock().insert(raw, Known::Hashed);
-        if !durable {
-            self.note_appended(appended);
-        }
         Ok(())
     }
 
     /// Makes the pack an append (not durable) wrote part of the next
     /// durability point.
-    fn note_appended(&self, appended: crate::packs::Appended) {
+    fn note_appended(&self, appended: &crate::packs::Appended) {
         let mut pending = self.unsynced.lock();
         if appended.new_pack && !pending.contains(&Pending::PacksDir) {
             pending.push(Pending::PacksDir);
@@ -210,7 +214,6 @@ impl BlobStore {
     /// Hashes the whole of `src` (read with `pread`, so the caller's offset is
     /// untouched) and stores it unless a blob with that hash exists.
     pub fn put_file(&self, src: &File, durable: bool) -> io::Result<(BlobId, u64)> {
-        let mut hasher = Sha256::new();
         // Most files are a few KB: no need to clear 256 KB for each.
         let len = sys::fstat(src)?.st_size.max(0) as usize;
         let mut buf = vec![0u8; (len + 1).min(CHUNK)];
@@ -241,28 +244,9 @@ impl BlobStore {
                 return Ok((id, got as u64));
             }
         }
-        let mut off = 0u64;
-        loop {
-            let n = src.read_at(&mut buf, off)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-            off += n as u64;
-        }
-        let id = hex(hasher.finalize().as_slice());
-        let size = off;
-        if !self.has_intact(&id, size) {
-            self.put_file_chunked(src, &id, size, durable)?;
-        } else if durable {
-            // Present, but maybe stored without a sync (by a plain close, or
-            // by a daemon that died): sync it before relying on it.
-            self.mark_pending(&id);
-        }
-        if durable {
-            self.sync_pending()?;
-        }
-        Ok((id, size))
+        // Large: cut into chunks as it is read (the whole content's hash
+        // comes with the last chunk).
+        self.put_file_chunked(src, durable)
     }
 
     /// Stores `data` (hash computed here).

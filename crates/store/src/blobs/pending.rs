@@ -1,9 +1,11 @@
 //! Blobs stored without `durable`, until they are made durable: the list
 //! of pending blobs and the syncs that empty it.
 //!
-//! Invariants: a blob is pending before it is visible under its final name
-//! (see `install`), so a durable writer that finds it by name syncs it
-//! first; blobs written without `durable` are remembered until
+//! Invariants: a blob is pending before it is visible: a pack entry's pack
+//! is made pending before the entry is in the packs' index
+//! (`Packs::append_noting`), so that any writer who finds it there and
+//! deduplicates onto it has it synced by the durability point that makes
+//! its record durable; blobs written without `durable` are remembered until
 //! [`BlobStore::sync_pending`] makes them durable (or the caller's `fsync`
 //! commits what [`BlobStore::write_out_pending`] wrote out), which must
 //! happen before any journal record naming them is made durable (the
@@ -220,6 +222,16 @@ impl BlobStore {
             // A directory: metadata, in the commit.
             let Some(opened) = self.open_pending(p) else {
                 continue;
+            };
+            let opened = match (p, opened) {
+                // Rewritten by a prune since it was marked (as in
+                // `sync_pending`).
+                (Pending::Pack(n), Err(e))
+                    if e.kind() == io::ErrorKind::NotFound && !self.packs.holds(*n) =>
+                {
+                    continue;
+                }
+                (_, opened) => opened,
             };
             if let Err(e) = opened.and_then(|f| self.io.write_out(&f, &self.pending_path(p))) {
                 self.unsynced.lock().extend(pending.iter().cloned());

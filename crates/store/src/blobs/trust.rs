@@ -111,6 +111,11 @@ impl BlobStore {
         self.judge(id, raw, hasher.finalize().as_slice())
     }
 
+    /// Records that `raw`'s content was found damaged here.
+    pub(super) fn mark_damaged(&self, raw: &[u8; 32]) {
+        self.known.lock().insert(*raw, Known::Damaged);
+    }
+
     /// Whether this process has hashed `raw`'s content (or stored it).
     pub(super) fn hashed_here(&self, raw: &[u8; 32]) -> bool {
         self.known.lock().get(raw) == Some(&Known::Hashed)

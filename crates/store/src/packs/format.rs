@@ -5,8 +5,9 @@
 //! entry   = magic (4) | sha256 of the content (32) | body length (u64 LE) | body
 //! "SKB1"  body = the content                                     (plain)
 //! "SKZ1"  body = content length (u64 LE) | LZ4 block of it        (compressed)
-//! "SKC1"  body = content length (u64 LE) | chunk*                 (chunked)
+//! "SKC1"  body = content length (u64 LE) | CRC-32 (u32 LE) | chunk* (chunked)
 //! chunk   = sha256 of the chunk (32) | chunk length (u32 LE)
+//! (the CRC-32 covers the content length and the chunks)
 //! ```
 //!
 //! A chunked entry names a large content by the chunks it is made of, in
@@ -25,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 /// Largest content of a plain or compressed entry (and of a chunk).
 pub const PACK_MAX: u64 = 128 * 1024;
-/// Largest body of a chunked entry: 8 + 36 bytes per chunk, ~466,000
+/// Largest body of a chunked entry: 12 + 36 bytes per chunk, ~466,000
 /// chunks, contents up to ~14 GiB at the average chunk size.
 pub const CHUNKED_MAX: u64 = 16 << 20;
 /// magic, sha256, body length.
@@ -104,7 +105,18 @@ impl Header {
                 let size = u64::from_le_bytes(probe[44..52].try_into().expect("8 bytes"));
                 let ok = match codec {
                     Codec::Lz4 => size <= PACK_MAX && size > len - 8,
-                    _ => (len - 8) % CHUNK_REF as u64 == 0 && size > PACK_MAX,
+                    // Each chunk holds 1 to PACK_MAX bytes: a size its
+                    // chunks cannot hold is refused before anything is
+                    // read (or allocated) for it.
+                    _ => {
+                        let body = len.saturating_sub(12);
+                        let count = body / CHUNK_REF as u64;
+                        len >= 12 + CHUNK_REF as u64
+                            && body % CHUNK_REF as u64 == 0
+                            && size > PACK_MAX
+                            && size >= count
+                            && size <= count * PACK_MAX
+                    }
                 };
                 if !ok {
                     return None;
@@ -157,17 +169,27 @@ pub fn encode(id: &RawId, data: &[u8]) -> Vec<u8> {
 
 /// The entry naming the content `id` of `size` bytes by its `chunks`.
 pub fn encode_chunked(id: &RawId, size: u64, chunks: &[(RawId, u32)]) -> Vec<u8> {
-    let len = 8 + (CHUNK_REF * chunks.len()) as u64;
+    let len = 12 + (CHUNK_REF * chunks.len()) as u64;
+    let mut refs = Vec::with_capacity(CHUNK_REF * chunks.len());
+    for (c, n) in chunks {
+        refs.extend_from_slice(c);
+        refs.extend_from_slice(&n.to_le_bytes());
+    }
     let mut buf = Vec::with_capacity(HEADER as usize + len as usize);
     buf.extend_from_slice(CHUNKED);
     buf.extend_from_slice(id);
     buf.extend_from_slice(&len.to_le_bytes());
     buf.extend_from_slice(&size.to_le_bytes());
-    for (c, n) in chunks {
-        buf.extend_from_slice(c);
-        buf.extend_from_slice(&n.to_le_bytes());
-    }
+    buf.extend_from_slice(&list_crc(size, &refs).to_le_bytes());
+    buf.extend_from_slice(&refs);
     buf
+}
+
+fn list_crc(size: u64, refs: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&size.to_le_bytes());
+    h.update(refs);
+    h.finalize()
 }
 
 fn invalid(what: String) -> io::Error {
@@ -197,9 +219,16 @@ pub fn decode(h: &Header, body: &[u8]) -> io::Result<Vec<u8>> {
 /// The chunks a chunked entry's `body` names, with the offset each starts
 /// at; their lengths must add up to the content's.
 pub fn chunks(h: &Header, body: &[u8]) -> io::Result<Vec<(RawId, u64, u32)>> {
-    let mut out = Vec::with_capacity(body.len().saturating_sub(8) / CHUNK_REF);
+    if body.len() < 12 {
+        return Err(invalid("a list of chunks cut short".into()));
+    }
+    let crc = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
+    if crc != list_crc(h.size, &body[12..]) {
+        return Err(invalid("a list of chunks that fails its check".into()));
+    }
+    let mut out = Vec::with_capacity((body.len() - 12) / CHUNK_REF);
     let mut at = 0u64;
-    for r in body[8..].chunks_exact(CHUNK_REF) {
+    for r in body[12..].chunks_exact(CHUNK_REF) {
         let mut c = [0u8; 32];
         c.copy_from_slice(&r[..32]);
         let n = u32::from_le_bytes(r[32..].try_into().expect("4 bytes"));
@@ -219,8 +248,8 @@ pub fn chunks(h: &Header, body: &[u8]) -> io::Result<Vec<(RawId, u64, u32)>> {
 }
 
 /// Whether `body` is the entry `h` whole: a content that matches its hash,
-/// or (chunked) a list of chunks that adds up to the content's length
-/// (each chunk is checked where it is stored).
+/// or (chunked) a list of chunks that passes its CRC-32 and adds up to the
+/// content's length (each chunk is checked where it is stored).
 pub fn body_matches(h: &Header, body: &[u8]) -> bool {
     match h.codec {
         Codec::Chunked => chunks(h, body).is_ok(),
@@ -309,5 +338,16 @@ mod tests {
         let short = encode_chunked(&id(&whole), 170_000, &list);
         let h = header_of(&short);
         assert!(!body_matches(&h, &short[HEADER as usize..]));
+        // A chunk's id damaged: the list fails its check.
+        let mut bad = e.clone();
+        bad[HEADER as usize + 12 + 5] ^= 1;
+        let h = header_of(&bad);
+        assert!(!body_matches(&h, &bad[HEADER as usize..]));
+        // A size no list of this length can hold is refused as a header.
+        let mut bad = e.clone();
+        bad[44..52].copy_from_slice(&(3 * PACK_MAX).to_le_bytes());
+        assert!(Header::parse(&bad[..PROBE]).is_none());
+        bad[44..52].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Header::parse(&bad[..PROBE]).is_none());
     }
 }

@@ -46,6 +46,7 @@ use sha2::{Digest, Sha256};
 use super::dir::Dir;
 use super::durable::StoreIo;
 use super::fsutil;
+use skillfs_base::sys;
 
 pub mod format;
 mod rewrite;
@@ -146,6 +147,36 @@ pub struct Appended {
     /// be made durable too.
     pub new_pack: bool,
 }
+
+/// A chunk found in the packs, read from the file it was found in.
+pub struct Located {
+    id: RawId,
+    entry: Entry,
+    file: Arc<File>,
+}
+
+impl Located {
+    /// The chunk's content, checked against its hash.
+    pub fn read(&self) -> io::Result<Vec<u8>> {
+        let data = format::decode(&self.entry.header(&self.id), &self.entry.body(&self.file)?)?;
+        if self.entry.checked || Sha256::digest(&data).as_slice() == self.id {
+            return Ok(data);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "a chunk of a blob ({}) is damaged: content does not match its hash",
+                skillfs_base::relpath::hex(&self.id)
+            ),
+        ))
+    }
+}
+
+/// The number the first pack of this format gets: far above any number
+/// an earlier build gives its `.pack` files (the highest it sees plus
+/// one), so that a build run on the store before this one and this one
+/// again never name two packs alike.
+pub const FIRST_ZPACK: u32 = 10_000_000;
 
 /// The name of pack `n` in `packs/`, as this build writes it.
 pub fn pack_name(n: u32) -> String {
@@ -252,8 +283,8 @@ impl Packs {
             .iter()
             .filter_map(|e| pack_number(std::str::from_utf8(&e.name).ok()?))
             .collect();
+        // (A `.zpack` before a `.pack` of the same number.)
         numbers.sort_unstable();
-        numbers.dedup_by_key(|&mut (n, _)| n);
         for (n, legacy) in numbers {
             let name = if legacy {
                 legacy_pack_name(n)
@@ -264,7 +295,7 @@ impl Packs {
             if legacy {
                 // (A number both names have, a `.zpack` comes first; the
                 // `.pack` was written by an earlier build after it.)
-                if dir.lstat(&pack_name(n)).is_ok() {
+                if index.files.contains_key(&n) || dir.lstat(&pack_name(n)).is_ok() {
                     tracing::error!(
                         "{}: pack number {n} is also a .zpack; this older pack is not read \
                          (rename it to a free number to read it)",
@@ -382,33 +413,68 @@ impl Packs {
         if e.codec != Codec::Chunked {
             return None;
         }
-        Some(e.body(&file).and_then(|body| {
-            format::chunks(&e.header(id), &body).map_err(|err| {
-                io::Error::new(
-                    err.kind(),
-                    format!(
-                        "blob {} is damaged: {} at offset {}: {err}",
-                        skillfs_base::relpath::hex(id),
-                        self.path(e.pack).display(),
-                        e.off
-                    ),
-                )
-            })
-        }))
+        let list = |e: &Entry, file: &File| {
+            e.body(file)
+                .and_then(|body| format::chunks(&e.header(id), &body))
+        };
+        let err = match list(&e, &file) {
+            Ok(l) => return Some(Ok(l)),
+            Err(err) => err,
+        };
+        // Another copy of the list, sound, takes the damaged one's place.
+        let spares = self.with_index(|ix| {
+            ix.spare_copies
+                .get(id)
+                .into_iter()
+                .flatten()
+                .filter_map(|o| Some((*o, Arc::clone(ix.files.get(&o.pack)?))))
+                .collect::<Vec<_>>()
+        });
+        for (other, f) in spares {
+            if let Ok(l) = list(&other, &f) {
+                self.with_index(|ix| ix.entries.insert(*id, other));
+                return Some(Ok(l));
+            }
+        }
+        Some(Err(io::Error::new(
+            err.kind(),
+            format!(
+                "blob {} is damaged: {} at offset {}: {err}",
+                skillfs_base::relpath::hex(id),
+                self.path(e.pack).display(),
+                e.off
+            ),
+        )))
+    }
+
+    /// Where the chunk `id` of `len` bytes is, to be read later even if a
+    /// prune rewrites its pack meanwhile (the open file stays readable).
+    pub fn locate_chunk(&self, id: &RawId, len: u32) -> io::Result<Located> {
+        self.with_index(|ix| {
+            let e = *ix.entries.get(id)?;
+            (e.codec != Codec::Chunked && e.size == len as u64)
+                .then(|| Some((e, Arc::clone(ix.files.get(&e.pack)?))))?
+        })
+        .map(|(entry, file)| Located {
+            id: *id,
+            entry,
+            file,
+        })
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a chunk of a blob ({}, {len} bytes) is missing from the packs",
+                    skillfs_base::relpath::hex(id)
+                ),
+            )
+        })
     }
 
     /// The content of a chunk (a plain or compressed entry), checked.
     pub fn read_chunk(&self, id: &RawId, len: u32) -> io::Result<Vec<u8>> {
-        match self.stat(id) {
-            Some((size, codec)) if codec != Codec::Chunked && size == len as u64 => self.read(id),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "chunk {} of {len} bytes is missing from the packs",
-                    skillfs_base::relpath::hex(id)
-                ),
-            )),
-        }
+        self.locate_chunk(id, len)?;
+        self.read(id)
     }
 
     /// The content of the entry `e` of `id` in `file` (unchecked).
@@ -418,8 +484,9 @@ impl Packs {
         if e.codec != Codec::Chunked {
             return format::decode(&h, &body);
         }
+        let list = format::chunks(&h, &body)?;
         let mut out = Vec::with_capacity(e.size as usize);
-        for (c, _, n) in format::chunks(&h, &body)? {
+        for (c, _, n) in list {
             out.extend_from_slice(&self.read_chunk(&c, n)?);
         }
         Ok(out)
@@ -482,7 +549,22 @@ impl Packs {
     /// Appends `data` (whose hash is `id`) to this process's pack; with
     /// `durable`, it is on disk when this returns.
     pub fn append(&self, id: &RawId, data: &[u8], durable: bool) -> io::Result<Appended> {
-        self.append_entry(id, format::encode(id, data), durable)
+        self.append_entry(id, format::encode(id, data), durable, &|_| {})
+    }
+
+    /// [`Packs::append`], with `before_visible` told what it wrote before
+    /// the entry is in the index (where another writer can find it and
+    /// deduplicate onto it): the blob store makes the pack pending there,
+    /// so that a record of that other writer is never made durable before
+    /// the pack is.
+    pub fn append_noting(
+        &self,
+        id: &RawId,
+        data: &[u8],
+        durable: bool,
+        before_visible: &dyn Fn(&Appended),
+    ) -> io::Result<Appended> {
+        self.append_entry(id, format::encode(id, data), durable, before_visible)
     }
 
     /// Appends the chunked entry naming `id` (`size` bytes) by `chunks`,
@@ -493,11 +575,19 @@ impl Packs {
         size: u64,
         chunks: &[(RawId, u32)],
         durable: bool,
+        before_visible: &dyn Fn(&Appended),
     ) -> io::Result<Appended> {
-        self.append_entry(id, format::encode_chunked(id, size, chunks), durable)
+        let buf = format::encode_chunked(id, size, chunks);
+        self.append_entry(id, buf, durable, before_visible)
     }
 
-    fn append_entry(&self, id: &RawId, buf: Vec<u8>, durable: bool) -> io::Result<Appended> {
+    fn append_entry(
+        &self,
+        id: &RawId,
+        buf: Vec<u8>,
+        durable: bool,
+        before_visible: &dyn Fn(&Appended),
+    ) -> io::Result<Appended> {
         let h = Header::parse(&buf[..format::PROBE.min(buf.len())]).expect("well formed");
         let mut w = self.writer.lock();
         let mut new_pack = false;
@@ -509,8 +599,12 @@ impl Packs {
         let wr = w.as_mut().expect("just started");
         if let Err(e) = wr.file.write_all_at(&buf, wr.end) {
             // Whatever part landed is a cut-off entry, where a scan stops:
-            // nothing may follow it, so the next append starts a new pack.
-            *w = None;
+            // it is cut away, or, if that fails too, nothing may follow it
+            // and the next append starts a new pack. (Not a new pack for
+            // every failed append: a full disk would leave one per try.)
+            if sys::ftruncate(&*wr.file, wr.end).is_err() {
+                *w = None;
+            }
             return Err(e);
         }
         let entry = Entry::at(wr.n, wr.end, &h, true);
@@ -528,6 +622,11 @@ impl Packs {
         }
         let (n, file) = (wr.n, Arc::clone(&wr.file));
         drop(w);
+        let appended = Appended {
+            pack: n,
+            new_pack: !durable && (new_pack || !dir_durable),
+        };
+        before_visible(&appended);
         self.with_index(|ix| {
             ix.files.entry(n).or_insert(file);
             // A copy already indexed that failed its check (or was never
@@ -539,10 +638,7 @@ impl Packs {
                 }
             }
         });
-        Ok(Appended {
-            pack: n,
-            new_pack: !durable && (new_pack || !dir_durable),
-        })
+        Ok(appended)
     }
 
     /// The directory entries of the pack being appended to were made
@@ -556,12 +652,17 @@ impl Packs {
         }
     }
 
+    /// The number of the next pack this process makes.
+    fn next_number(&self) -> u32 {
+        self.with_index(|ix| {
+            ix.last = (ix.last + 1).max(FIRST_ZPACK);
+            ix.last
+        })
+    }
+
     fn start_pack(&self) -> io::Result<Writer> {
         let (dir, made_dir) = self.packs_dir(true)?.expect("made");
-        let n = self.with_index(|ix| {
-            ix.last += 1;
-            ix.last
-        });
+        let n = self.next_number();
         let file = dir.create_new(&pack_name(n), fsutil::SEALED_MODE)?;
         Ok(Writer {
             n,
@@ -642,7 +743,7 @@ mod tests {
 
         // A crash cut the next entry short.
         let c = vec![9u8; 3000];
-        let path = packs.path(1);
+        let path = packs.path(FIRST_ZPACK);
         let mut raw = fs::read(&path).unwrap();
         raw.extend_from_slice(format::PLAIN);
         raw.extend_from_slice(&id_of(&c));
@@ -658,8 +759,43 @@ mod tests {
         // New entries go to a new pack, never after the cut-off tail.
         let appended = again.append(&id_of(&c), &c, false).unwrap();
         assert!(appended.new_pack);
-        assert_eq!(appended.pack, 2);
+        assert_eq!(appended.pack, FIRST_ZPACK + 1);
         assert_eq!(again.read(&id_of(&c)).unwrap(), c);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_earlier_builds_pack_is_read_and_never_appended_to() {
+        let dir = std::env::temp_dir().join(format!("skillfs-packs-legacy-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        // What a build before `.zpack` files wrote: plain entries in
+        // `00000001.pack` and `00000002.pack`.
+        let old = b"an old version".to_vec();
+        let mut raw = format::PLAIN.to_vec();
+        raw.extend_from_slice(&id_of(&old));
+        raw.extend_from_slice(&(old.len() as u64).to_le_bytes());
+        raw.extend_from_slice(&old);
+        fs::create_dir_all(dir.join(PACKS)).unwrap();
+        for n in [1, 2] {
+            fs::write(dir.join(PACKS).join(legacy_pack_name(n)), &raw).unwrap();
+        }
+        let packs = packs_in(&dir);
+        assert_eq!(packs.read(&id_of(&old)).unwrap(), old);
+        let new = b"a new version".to_vec();
+        let appended = packs.append(&id_of(&new), &new, true).unwrap();
+        assert_eq!(
+            appended.pack, FIRST_ZPACK,
+            "numbered apart from an earlier build's"
+        );
+        assert!(dir.join(PACKS).join(pack_name(FIRST_ZPACK)).exists());
+        assert_eq!(
+            fs::read(dir.join(PACKS).join(legacy_pack_name(2))).unwrap(),
+            raw
+        );
+        // Read again by the next process, both kinds.
+        let again = packs_in(&dir);
+        assert_eq!(again.read(&id_of(&old)).unwrap(), old);
+        assert_eq!(again.read(&id_of(&new)).unwrap(), new);
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -669,7 +805,7 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         let a = b"stored twice".to_vec();
         packs_in(&dir).append(&id_of(&a), &a, true).unwrap();
-        let path = packs_in(&dir).path(1);
+        let path = packs_in(&dir).path(FIRST_ZPACK);
         damage_last_byte(&path);
         // The next daemon finds it damaged and stores it again.
         let again = packs_in(&dir);
@@ -691,7 +827,7 @@ mod tests {
         let packs = packs_in(&dir);
         let a = b"precious".to_vec();
         packs.append(&id_of(&a), &a, true).unwrap();
-        let path = packs.path(1);
+        let path = packs.path(FIRST_ZPACK);
         damage_last_byte(&path);
         let again = packs_in(&dir);
         assert!(!again.has_intact(&id_of(&a), a.len() as u64));
@@ -711,7 +847,7 @@ mod tests {
             offsets.push(packs.writer.lock().as_ref().map_or(0, |w| w.end));
             packs.append(&id_of(c), c, false).unwrap();
         }
-        let path = packs.path(1);
+        let path = packs.path(FIRST_ZPACK);
         let good = fs::read(&path).unwrap();
         for (bad_len, magic) in [(u64::MAX, false), (PACK_MAX, false), (10, false), (0, true)] {
             let mut raw = good.clone();

@@ -180,10 +180,7 @@ impl Packs {
         let old = self
             .with_index(|ix| ix.files.get(&plan.pack).cloned())
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        let n = self.with_index(|ix| {
-            ix.last += 1;
-            ix.last
-        });
+        let n = self.next_number();
         let tmp = format!("{}.new", pack_name(n));
         let file = dir.create_new(&tmp, fsutil::SEALED_MODE)?;
         let result = (|| {
