@@ -117,7 +117,7 @@ class Mount:
     def ids(self, name):
         out = subprocess.run([self.bin, "log", "--json", "--all", name], cwd=self.root,
                              capture_output=True, text=True, check=True)
-        return [json.loads(l)["id"] for l in out.stdout.splitlines() if l.strip()]
+        return [json.loads(l)["seq"] for l in out.stdout.splitlines() if l.strip()]
 
 
 def run_fsx(binary, base, ops, seed, sample):
@@ -129,7 +129,7 @@ def run_fsx(binary, base, ops, seed, sample):
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
         ids = m.ids("fsx.0")
         picked = ids[::max(1, sample)]
-        tars = [tarball([("fsx.0", (m.root / ".history" / i / "fsx.0").read_bytes())])
+        tars = [tarball([("fsx.0", (m.root / ".history" / str(i) / "fsx.0").read_bytes())])
                 for i in picked]
         curator = int(sum(tars) / max(1, len(tars)) * len(ids))
     finally:

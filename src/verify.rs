@@ -359,8 +359,21 @@ fn check_packs(
             Some((n, legacy, e.path()))
         })
         .collect();
-    // (A `.zpack` before a `.pack` of the same number, as the daemon reads.)
+    // (A `.zpack` before a `.pack` of the same number; the daemon reads
+    // only the first, and so does this.)
     packs.sort_by_key(|&(n, legacy, _)| (n, legacy));
+    let mut seen = HashSet::new();
+    packs.retain(|(n, _, path)| {
+        let first = seen.insert(*n);
+        if !first {
+            r.problems.push(format!(
+                "{}: pack number {n} is also a .zpack: this older pack is not read (rename it \
+                 to a free number to read it)",
+                path.display()
+            ));
+        }
+        first
+    });
     let mut files: Vec<(String, File)> = Vec::new();
     // Contents that can be chunks, and the chunked entries to check after.
     let mut located: std::collections::HashMap<RawId, Located> = Default::default();

@@ -504,25 +504,35 @@ fn restore_of_a_deleted_skill_makes_its_missing_category_and_undo_takes_it_all_o
     common::assert_enoent(m.path("social"));
 }
 
-/// A large blob (in chunks) found whole by the mount's scan (its chunks
-/// present at their lengths, as a loose blob was on its size) is still
-/// hashed before `.history` serves it: one rotted bit in one of its chunks
-/// is `EIO`, and a `cp -a` out of it fails instead of copying the damage
-/// (README: hashed, once per daemon before it is served).
+/// A large blob (in chunks) is hashed before `.history` serves it: one
+/// rotted bit in one of its chunks is `EIO`, and a `cp -a` out of it fails
+/// instead of copying the damage (README: hashed, once per daemon before
+/// it is served). The same damage to the live file's own content is
+/// repaired by the mount, which hashes each chunk of what it finds stored
+/// and stores the live file's bytes again.
 #[test]
-fn a_rotted_large_blob_of_a_live_file_is_not_served() {
+fn a_rotted_large_blob_is_not_served() {
     let mut m = Mount::new("rotted");
     let big = common::noise(200_000, 3);
     fs::write(m.path("big.bin"), &big).unwrap();
     let id = last_id(&m);
+    let now = common::noise(200_000, 4);
+    fs::write(m.path("big.bin"), &now).unwrap();
+    let live_id = last_id(&m);
     m.umount();
     common::damage_stored(&m.store(), &big, 1000);
+    common::damage_stored(&m.store(), &now, 1000);
 
     m.remount();
     assert_eq!(
         fs::read(m.path("big.bin")).unwrap(),
-        big,
+        now,
         "the live file is whole"
+    );
+    assert_eq!(
+        fs::read(m.path(&format!(".history/{live_id}/big.bin"))).unwrap(),
+        now,
+        "stored again from the live file"
     );
     let old = m.path(&format!(".history/{id}/big.bin"));
     assert_eq!(errno(fs::read(&old)), libc::EIO);

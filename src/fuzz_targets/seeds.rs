@@ -213,7 +213,7 @@ fn sample_pack() -> Vec<u8> {
             .append(&Sha256::digest(data).into(), data, false)
             .unwrap();
     }
-    std::fs::read(packs.path(1)).unwrap()
+    std::fs::read(packs.path(crate::store::packs::FIRST_ZPACK)).unwrap()
 }
 
 fn sample_checkpoint() -> Vec<u8> {

@@ -30,6 +30,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -43,8 +44,43 @@ use skillfs_base::relpath::hex;
 pub const MIN: u32 = 8 * 1024;
 pub const AVG: u32 = 32 * 1024;
 pub const MAX: u32 = PACK_MAX as u32;
-/// Chunks held (at most) until a content's hash is known.
-const HELD: u64 = 64 << 20;
+/// Chunks held, by all the writers of a store together, until their
+/// content's hash is known.
+pub(super) const HELD: u64 = 128 << 20;
+/// The most chunks a list names (`format::CHUNKED_MAX`): contents of
+/// ~14 GiB at the average chunk size.
+const MAX_CHUNKS: usize = ((crate::packs::format::CHUNKED_MAX - 12) / 36) as usize;
+
+/// A writer's share of the bytes of chunks a store holds at once.
+struct Budget<'a> {
+    left: &'a AtomicU64,
+    taken: u64,
+}
+
+impl Budget<'_> {
+    /// Takes `n` bytes if the store has them left.
+    fn take(&mut self, n: u64) -> bool {
+        let ok = self
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_sub(n))
+            .is_ok();
+        if ok {
+            self.taken += n;
+        }
+        ok
+    }
+
+    fn give_back(&mut self) {
+        self.left
+            .fetch_add(std::mem::take(&mut self.taken), Ordering::AcqRel);
+    }
+}
+
+impl Drop for Budget<'_> {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
 
 /// Reads a file at offsets from its start, leaving its offset alone.
 struct Pread<'a> {
@@ -77,7 +113,14 @@ impl BlobStore {
         let mut whole = Sha256::new();
         let mut list: Vec<(RawId, u32)> = Vec::new();
         let mut held: Vec<(RawId, Vec<u8>)> = Vec::new();
-        let (mut size, mut held_bytes, mut streaming) = (0u64, 0u64, false);
+        // What `held` takes of the store's budget, given back on every way
+        // out (errors included).
+        let mut budget = Budget {
+            left: &self.held_left,
+            taken: 0,
+        };
+        let mut size = 0u64;
+        let mut streaming = false;
         // A full disk stops the storing, not the hash: a content stored
         // already needs no room (a park unparked on a full disk).
         let mut full: Option<io::Error> = None;
@@ -86,28 +129,44 @@ impl BlobStore {
                 fastcdc::v2020::Error::IoError(e) => e,
                 e => io::Error::other(e.to_string()),
             })?;
+            if list.len() >= MAX_CHUNKS {
+                return Err(io::Error::new(
+                    io::ErrorKind::FileTooLarge,
+                    format!(
+                        "a content of more than {size} bytes cannot be stored (its list of \
+                         chunks would pass {MAX_CHUNKS} chunks)"
+                    ),
+                ));
+            }
             whole.update(&c.data);
             let raw: RawId = Sha256::digest(&c.data).into();
             list.push((raw, c.data.len() as u32));
             size += c.data.len() as u64;
-            if streaming {
-                self.store_chunk(&raw, &c.data, durable, &mut full)?;
+            // (The first 256 KiB are held outside the budget: a content
+            // that ends up no larger than a pack entry is stored whole.)
+            if !streaming && (size <= 2 * PACK_MAX || budget.take(c.data.len() as u64)) {
+                held.push((raw, c.data));
                 continue;
             }
-            held_bytes += c.data.len() as u64;
-            held.push((raw, c.data));
-            if held_bytes > HELD {
+            if !streaming {
+                // Past the budget: what was held is stored, and every
+                // chunk after it as it comes.
                 streaming = true;
                 for (raw, data) in held.drain(..) {
                     self.store_chunk(&raw, &data, durable, &mut full)?;
                 }
+                budget.give_back();
             }
+            self.store_chunk(&raw, &c.data, durable, &mut full)?;
         }
         let id = hex(whole.finalize().as_slice());
         if size <= PACK_MAX {
             // A file that shrank since its size was read: one entry, as a
             // small content is (all of it is held).
             let data: Vec<u8> = held.into_iter().flat_map(|(_, d)| d).collect();
+            if data.len() as u64 != size {
+                return Err(io::Error::other("a content read in part"));
+            }
             if !self.has_intact(&id, size) {
                 self.put_packed(&id, &data, durable)?;
             } else if durable {
@@ -172,10 +231,11 @@ impl BlobStore {
 
     /// Whether the chunked content `raw` of `size` bytes is present: its
     /// chunks are pinned (with it) and each is in the packs with its
-    /// length, and it was not found damaged here. As a loose blob found
-    /// on its size, that is enough to deduplicate onto, not to serve: the
-    /// whole content is hashed before it is served (`open_chunked`), so a
-    /// mount need not read every large version again.
+    /// length and matches its hash, and it was not found damaged here.
+    /// Each chunk is hashed once per process, as a small content is: a
+    /// pack entry carries no mark that it was ever synced, so one a power
+    /// cut left half written must not be deduplicated onto (the whole is
+    /// hashed again before it is served, `open_chunked`).
     pub(super) fn chunked_intact(&self, raw: &RawId, size: u64) -> bool {
         let Some(Ok(list)) = self.packs.chunks_of(raw) else {
             return false;
@@ -183,14 +243,15 @@ impl BlobStore {
         if let Some(p) = self.pins.lock().as_mut() {
             p.extend(list.iter().map(|(c, _, _)| *c));
         }
-        let all_there = list.iter().all(|(c, _, n)| {
+        let sound = |c: &RawId, n: u32| {
             self.packs
                 .stat(c)
-                .is_some_and(|(s, codec)| s == *n as u64 && codec != Codec::Chunked)
-        });
-        all_there
-            && self.packs.stat(raw).is_some_and(|(s, _)| s == size)
+                .is_some_and(|(s, codec)| s == n as u64 && codec != Codec::Chunked)
+                && self.packs.has_intact(c, n as u64)
+        };
+        self.packs.stat(raw).is_some_and(|(s, _)| s == size)
             && self.known.lock().get(raw) != Some(&super::trust::Known::Damaged)
+            && list.iter().all(|&(c, _, n)| sound(&c, n))
     }
 
     /// Hashes the chunked content `raw` chunk by chunk against its name;

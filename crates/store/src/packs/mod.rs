@@ -432,7 +432,22 @@ impl Packs {
         });
         for (other, f) in spares {
             if let Ok(l) = list(&other, &f) {
-                self.with_index(|ix| ix.entries.insert(*id, other));
+                // It takes the damaged one's place only if the index still
+                // names that one and still reads the other's pack (a prune
+                // may have switched either meanwhile).
+                self.with_index(|ix| {
+                    let same = ix
+                        .entries
+                        .get(id)
+                        .is_some_and(|x| x.pack == e.pack && x.off == e.off);
+                    if same && ix.files.contains_key(&other.pack) {
+                        ix.entries.insert(*id, other);
+                        if let Some(v) = ix.spare_copies.get_mut(id) {
+                            v.retain(|x| !(x.pack == other.pack && x.off == other.off));
+                        }
+                        ix.spare_copies.retain(|_, v| !v.is_empty());
+                    }
+                });
                 return Some(Ok(l));
             }
         }
