@@ -398,7 +398,7 @@ mod tests {
         let one = noise(2 << 20, 11);
         let a = bs.put_bytes(&one, true).unwrap();
         let first = pack_bytes(&blobs);
-        // (Headers and the list of chunks: ~100 bytes per 32 KiB.)
+        // (Headers and the list of chunks: ~100 bytes per 16 KiB.)
         assert!(first < one.len() as u64 + 16384, "{first} bytes for 2 MiB");
         // 100 bytes changed in the middle, and 50 inserted near the start.
         let mut two = one.clone();

@@ -26,9 +26,9 @@ use sha2::{Digest, Sha256};
 
 /// Largest content of a plain or compressed entry (and of a chunk).
 pub const PACK_MAX: u64 = 128 * 1024;
-/// Largest body of a chunked entry: 12 + 36 bytes per chunk, ~466,000
+/// Largest body of a chunked entry: 12 + 36 bytes per chunk, ~932,000
 /// chunks, contents up to ~14 GiB at the average chunk size.
-pub const CHUNKED_MAX: u64 = 16 << 20;
+pub const CHUNKED_MAX: u64 = 32 << 20;
 /// magic, sha256, body length.
 pub const HEADER: u64 = 4 + 32 + 8;
 /// What a scan reads of each entry: the header and, for the kinds that
