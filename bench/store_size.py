@@ -18,13 +18,17 @@ versions recorded (journal records that name a new content of a path),
 their bytes (the sum of each such version's size: what keeping every
 version whole costs), and what the agent's curator would keep for the same
 history: `agent.curator_backup` snapshots the whole skills tree as a
-tar.gz (gzip level 6) before each mutating pass. Here one such tarball is
-made per version for fsx (estimated from every --sample-th version, read
-back from .history, times the number of versions) and one per phase for
-the workload (made after each phase, from the live tree).
+tar.gz (gzip level 6) before each mutating pass. For the workload, the
+agent's own `snapshot_skills()` makes one after each phase (with
+--agent-python, the interpreter of a venv holding hermes-agent, as
+scripts/test.sh makes it; else the same tarball made here, as its code
+does). For fsx, one tarball per version (made here; estimated from every
+--sample-th version, read back from .history, times the number of
+versions).
 
 usage: bench/store_size.py [--bin BIN ...] [--fsx-ops 8000] [--fsx-seed 1]
                            [--skills 1000] [--sample 50] [--json FILE]
+                           [--agent-python PY]
   --bin: a skillfs binary; repeat it to compare builds (default: the
   release build). fsx is installed into target/fsx as scripts/fsx.sh does.
 Needs root (the mounts); the machine's default transport is used.
@@ -139,7 +143,24 @@ def run_fsx(binary, base, ops, seed, sample):
             "version_bytes": size, "curator": curator}
 
 
-def run_workload(binary, base, skills):
+SNAPSHOT = """
+import sys
+from agent.curator_backup import snapshot_skills
+d = snapshot_skills("bench")
+if d is None:
+    sys.exit("snapshot_skills made no snapshot")
+print((d / "skills.tar.gz").stat().st_size)
+"""
+
+
+def curator_snapshot(agent_python, home):
+    """Bytes of the agent's own snapshot of HOME/skills."""
+    out = subprocess.run([agent_python, "-c", SNAPSHOT], env=dict(os.environ, HERMES_HOME=str(home)),
+                         capture_output=True, text=True, check=True, timeout=600)
+    return int(out.stdout.split()[-1])
+
+
+def run_workload(binary, base, skills, agent_python):
     m = Mount(binary, base)
     curator = 0
     try:
@@ -149,7 +170,10 @@ def run_workload(binary, base, skills):
                             "--skills", str(skills), "--phases", phase, "--label", "size",
                             "--json-out", str(out)], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            curator += tarball(m.root)
+            if agent_python:
+                curator += curator_snapshot(agent_python, base)
+            else:
+                curator += tarball(m.root)
     finally:
         m.umount()
     n, size = versions(m.store)
@@ -169,13 +193,14 @@ def main():
     ap.add_argument("--skills", type=int, default=1000)
     ap.add_argument("--sample", type=int, default=50)
     ap.add_argument("--json")
+    ap.add_argument("--agent-python", help="a venv's python with hermes-agent (its own curator snapshots)")
     args = ap.parse_args()
     bins = args.bin or [str(REPO / "target" / "release" / "skillfs")]
     results = {}
     with tempfile.TemporaryDirectory(prefix="skillfs-size-") as tmp:
         for k, b in enumerate(bins):
             for what, run in [("fsx", lambda base: run_fsx(b, base, args.fsx_ops, args.fsx_seed, args.sample)),
-                              ("workload", lambda base: run_workload(b, base, args.skills))]:
+                              ("workload", lambda base: run_workload(b, base, args.skills, args.agent_python))]:
                 base = Path(tmp) / f"{what}-{k}"
                 base.mkdir()
                 results[(b, what)] = run(base)
