@@ -512,7 +512,7 @@ def run_all(args, base, uring):
         if what == "store_bytes":
             written = statistics.median(extras[(system, skills, "versioned_bytes")])
             stored = statistics.median(vals)
-            w("- %s, %d skills: store (blobs + journal) %.1f MiB for %.1f MiB of versioned content: %.2f (deduplicated by content hash, not compressed)" % (
+            w("- %s, %d skills: store (blobs + journal) %.1f MiB for %.1f MiB of versioned content: %.2f (deduplicated by content hash; small contents compressed, large ones chunked since b33cb91)" % (
                 system, skills, stored / 2**20, written / 2**20, stored / written if written else 0))
         if what == "rss_kib":
             w("- %s, %d skills: daemon resident memory after the workload %.1f MiB" % (system, skills, statistics.median(vals) / 1024))
