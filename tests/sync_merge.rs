@@ -1061,6 +1061,55 @@ fn three_replicas_with(seed: u64) {
     }
 }
 
+/// A removal one replica learned through another is not undone by a
+/// third that still holds the older state: a and c hold a's skill, a
+/// removes it, and b, which never held it, merges both in one sync. The
+/// merge of c once took the skill for c's addition, because the base
+/// came from b's pushed branch alone, which did not know yet what b had
+/// just merged of a (found by the three-replica test under load): b then
+/// kept the skill, the others did not, and no replica listed it.
+#[test]
+fn a_removal_learned_through_one_replica_is_not_undone_by_another() {
+    let [a, b, c] = ["mergethirdA", "mergethirdB", "mergethirdC"].map(Mount::new);
+    let remote = hub(&a, &b);
+    let out = skillfs(&[
+        "remote",
+        "add",
+        "hub",
+        remote.to_str().unwrap(),
+        "--root",
+        &root_arg(&c),
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    fs::create_dir_all(b.path("k/b")).unwrap();
+    fs::write(b.path("k/b/SKILL.md"), skill("b", "b\n")).unwrap();
+    sync(&b);
+    fs::create_dir_all(a.path("k/s")).unwrap();
+    fs::write(a.path("k/s/SKILL.md"), skill("s", "1\n2\n")).unwrap();
+    sync(&a);
+    // c takes it, and pushes its merge.
+    sync(&c);
+    sync(&c);
+    assert_eq!(read(&c, "k/s/SKILL.md"), skill("s", "1\n2\n"));
+    fs::remove_dir_all(a.path("k/s")).unwrap();
+    sync(&a);
+    // b merges a's removal and c's older state in one sync.
+    sync(&b);
+    common::assert_enoent(b.path("k/s"));
+    for _ in 0..3 {
+        for m in [&a, &b, &c] {
+            sync(m);
+        }
+    }
+    for m in [&a, &b, &c] {
+        common::assert_enoent(m.path("k/s"));
+        assert_eq!(read(m, "k/b/SKILL.md"), skill("b", "b\n"));
+        let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
+        assert!(out.stdout.is_empty(), "{}", describe(&out));
+        verify_full(m);
+    }
+}
+
 /// One replica edits a file again and again while both sync in turn: the
 /// merges recorded as parents made two merge bases (a criss-cross), and
 /// a base made of the two by a merge against nothing hid an edit, which

@@ -18,13 +18,15 @@
 //!
 //! The base. Each merge made here that changed something becomes a
 //! parent of this replica's next pushed commit (`sync/merges` until
-//! then), so the base of a merge
-//! of replica R's tip is git's merge base of this replica's branch and
-//! that tip (several, in a criss-cross: made one by `virtual_base`). While
-//! this store's own last merge of R is newer than what its branch shows
-//! (not pushed yet, or with units still waiting), that merge's commit is
-//! the base, each waiting unit keeping its own older one. Without a
-//! common history: what R's tip says it merged of this store
+//! then), so the base of a merge of replica R's tip is git's merge base
+//! of that tip and this replica's history: its branch, and the newest
+//! commit of every other replica merged here whole, which the branch
+//! shows only once pushed (and a merge that changed nothing, never).
+//! Several merge bases, a criss-cross, are made one by `virtual_base`.
+//! While this store's own last merge of R is newer than what its branch
+//! shows (not pushed yet, or with units still waiting), that merge's
+//! commit is the base, each waiting unit keeping its own older one.
+//! Without a common history: what R's tip says it merged of this store
 //! (`skillfs-merged:` trailers), else an empty tree. Where R kept its own
 //! side in a conflict with this store and the two still differ
 //! (`skillfs-kept:` trailers), R's side is taken for no change of R's.
@@ -164,16 +166,22 @@ fn note_merge(dir: &crate::store::Dir, commit: &str) -> Result<(), String> {
 }
 
 /// The base git's history gives a merge of `tip` into this replica,
-/// whose branch is `own_branch`: the tree of their merge base, or, when
-/// there are several (a criss-cross), those trees merged together.
+/// whose history is `own` (its branch, and what it merged since that
+/// the branch does not show yet): the tree of their merge base (with
+/// several heads, of `tip` and a merge of them all), or, when there are
+/// several (a criss-cross), those trees merged together.
 fn graph_base(
     blobs: &mut GitBlobs,
     repo: &Path,
-    (own_branch, tip): (&str, &str),
+    (own, tip): (&[String], &str),
     made: &mut Vec<(String, Vec<u8>)>,
 ) -> Option<(Tree, Vec<String>)> {
+    if own.is_empty() {
+        return None;
+    }
     let out = git(Some(repo))
-        .args(["merge-base", "--all", own_branch, tip])
+        .args(["merge-base", "--all", tip])
+        .args(own)
         .output()
         .ok()?;
     let bases: Vec<String> = String::from_utf8_lossy(&out.stdout)
@@ -494,11 +502,12 @@ fn graft(t: &Tree, path: &[u8], from: &Tree) -> Tree {
 
 /// The base of a merge of a replica at `tip` (see "The base"): the tree,
 /// the commit it is mostly made from (`None`: an empty tree), and whether
-/// the units that wait keep their own bases.
+/// the units that wait keep their own bases. `others` are the commits of
+/// the other replicas merged here whole (see [`merged_elsewhere`]).
 fn base_tree(
     blobs: &mut GitBlobs,
     (repo, own, made): (&Path, &str, &mut Vec<(String, Vec<u8>)>),
-    (base, tip): (Option<&Base>, &str),
+    (base, tip, others): (Option<&Base>, &str, &[String]),
     said: Option<Said>,
     (ours, theirs): (&Tree, &Tree),
 ) -> Result<(Tree, Option<String>, bool), String> {
@@ -514,14 +523,18 @@ fn base_tree(
     // The graph knows what came from whom (merges are parents), unless
     // this store's last merge of them is newer than what its branch shows
     // (a merge not exported yet, or one with units still waiting).
-    let graph =
-        graph_base(blobs, repo, (&super::branch_of(own), tip), made).filter(|(_, commits)| {
-            base.is_none_or(|b| {
-                !commits.iter().all(|c| {
-                    *c != b.commit && kept::is_ancestor(repo, c, &b.commit).unwrap_or(false)
-                })
-            })
-        });
+    // A store that never pushed has no branch: what it merged is all.
+    let heads: Vec<String> = kept::resolve(repo, &super::branch_of(own))
+        .into_iter()
+        .chain(others.iter().cloned())
+        .collect();
+    let graph = graph_base(blobs, repo, (&heads, tip), made).filter(|(_, commits)| {
+        base.is_none_or(|b| {
+            !commits
+                .iter()
+                .all(|c| *c != b.commit && kept::is_ancestor(repo, c, &b.commit).unwrap_or(false))
+        })
+    });
     let (from, mut t) = match (base, said) {
         _ if graph.is_some() => (base.map(|b| b.commit.clone()), graph.expect("matched").0),
         // They merged this store after this store last merged them: that
@@ -578,6 +591,24 @@ fn base_tree(
     Ok((t, from, base.is_some()))
 }
 
+/// The newest commit of each replica but `replica` merged here whole (no
+/// unit of it waiting): part of this replica's history for the base of a
+/// merge of `replica`, though its branch shows it only once pushed, and
+/// not at all for a merge that changed nothing here. Without them, a
+/// replica merged after another in one sync was merged against a base
+/// that did not know what the first had brought: a removal that came
+/// through the first was undone by the older state of the second (found
+/// by the three-replica test). The replica's own base is left to
+/// [`base_tree`]'s rules.
+fn merged_elsewhere(repo: &Path, bases: &BTreeMap<String, Base>, replica: &str) -> Vec<String> {
+    bases
+        .iter()
+        .filter(|(r, b)| r.as_str() != replica && b.pending.is_empty())
+        .filter(|(_, b)| kept::resolve(repo, &b.commit).is_some())
+        .map(|(_, b)| b.commit.clone())
+        .collect()
+}
+
 /// Merges `replica`'s commit `tip` into the live tree, and moves its base.
 fn merge_one(
     (layout, root, dir): (&Layout, &Path, &crate::store::Dir),
@@ -595,10 +626,11 @@ fn merge_one(
     let old = bases.get(replica).cloned();
     // Texts a virtual base made (see `virtual_base`), read by the merge.
     let mut base_made = Vec::new();
+    let others = merged_elsewhere(&repo, bases, replica);
     let (base, base_commit, keep_pending) = base_tree(
         blobs,
         (&repo, own, &mut base_made),
-        (old.as_ref(), tip),
+        (old.as_ref(), tip, &others),
         said,
         (&ours, &theirs),
     )?;

@@ -112,7 +112,9 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         // Only when nothing is mounted below it any more.
         let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        if !mounts.contains(self.dir.to_str().unwrap_or("\0")) {
+        // SKILLFS_KEEP_FAILED keeps a failed test's directory to read.
+        let keep = std::thread::panicking() && std::env::var_os("SKILLFS_KEEP_FAILED").is_some();
+        if !keep && !mounts.contains(self.dir.to_str().unwrap_or("\0")) {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
