@@ -272,6 +272,64 @@ fn the_lock_files_of_a_killed_git_do_not_stop_the_next_sync() {
     );
 }
 
+/// A push to a remote on a path runs git's receive-pack on this host, in
+/// the sync's process group: a sync killed whole kills it holding the
+/// lock of the replica's own ref there, and every later push failed with
+/// "cannot lock ref" (found by the three-replica test, seed 33). The next
+/// sync removes that lock when no process works in the remote; another
+/// ref's lock there is not its own and stays.
+#[test]
+fn a_killed_push_to_a_path_remote_does_not_stop_the_next() {
+    let (a, b, remote) = two_replicas("syncremotelock");
+    for m in [&a, &b] {
+        let out = skillfs(&["sync", "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    fs::write(a.path("x.md"), "from a, again").unwrap();
+    let own = remote.join(format!("refs/heads/skillfs/{}.lock", replica(&a)));
+    let other = remote.join(format!("refs/heads/skillfs/{}.lock", replica(&b)));
+    for p in [&own, &other] {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, "").unwrap();
+    }
+    let out = skillfs(&["sync", "--root", &root_arg(&a)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    common::assert_enoent(&own);
+    assert!(other.exists(), "b's lock is b's");
+    let branch = format!("refs/heads/skillfs/{}", replica(&a));
+    assert_eq!(
+        git(&remote, &["rev-parse", &branch]),
+        git(&a.store().join("sync/repo.git"), &["rev-parse", &branch]),
+        "a's newest commit was pushed"
+    );
+}
+
+/// A sync killed inside its first `git init` left a `repo.git` holding
+/// only a `config`, which every later sync refused as "neither a git
+/// repository nor empty" (found by the three-replica test, seed 13). The
+/// repository is now made beside and renamed into place, and one a build
+/// before left half made, with nothing in it, is made again.
+#[test]
+fn a_sync_killed_in_its_first_git_init_does_not_stop_the_next() {
+    let (a, _b, remote) = two_replicas("syncinit");
+    let sync = a.store().join("sync");
+    fs::create_dir_all(sync.join("repo.git")).unwrap();
+    fs::write(
+        sync.join("repo.git/config"),
+        "[core]\n\trepositoryformatversion = 0\n",
+    )
+    .unwrap();
+    fs::create_dir_all(sync.join(".repo.git.new/objects")).unwrap();
+    let out = skillfs(&["sync", "--root", &root_arg(&a)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    common::assert_enoent(sync.join(".repo.git.new"));
+    let branch = format!("refs/heads/skillfs/{}", replica(&a));
+    assert_eq!(
+        git(&remote, &["rev-parse", &branch]),
+        git(&sync.join("repo.git"), &["rev-parse", &branch]),
+    );
+}
+
 /// `skillfs sync` killed alone (its pid, not its process group): the git
 /// it was running ends with it (its parent-death signal), even while what
 /// that git started lives on, and the next sync runs at once.

@@ -266,6 +266,52 @@ fn clear_stale_git_locks(repo: &Path) {
     }
 }
 
+/// Removes the lock of this replica's own ref in a remote on a path of
+/// this host (`/...` or `file:///...`) when no process works in that
+/// repository (waiting a few seconds for one that ends): it is a killed
+/// push's. A push to such a remote runs git's receive-pack here, in the
+/// sync's process group, so a sync killed whole (a script's Ctrl-C, the
+/// schedule's deadline) kills it holding the ref's lock, and every later
+/// push failed with "cannot lock ref" until a user removed it. Only this
+/// replica pushes this ref, and it holds `sync/lock`; git's upkeep
+/// (`pack-refs`) takes the lock too, for a moment, in a process that
+/// names the repository, which is waited for. Another ref's lock, or
+/// `packed-refs.lock`, is someone else's and left.
+fn clear_own_ref_lock(url: &str, branch: &str) {
+    let path = match url.strip_prefix("file://") {
+        Some(p) => p,
+        None => url,
+    };
+    if !path.starts_with('/') {
+        return;
+    }
+    let path = Path::new(path);
+    let git_dir = if path.join(".git").is_dir() {
+        path.join(".git")
+    } else {
+        path.to_path_buf()
+    };
+    let lock = git_dir.join(format!("{branch}.lock"));
+    if std::fs::symlink_metadata(&lock).is_err() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while git_at_work(&git_dir).is_some() || git_at_work(path).is_some() {
+        if std::time::Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    match std::fs::remove_file(&lock) {
+        Ok(()) => tracing::info!(
+            "sync: removed '{}', left by a push that was killed",
+            lock.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("sync: could not remove '{}': {e}", lock.display()),
+    }
+}
+
 /// Takes `sync/lock` (one sync, or one change of the remotes, at a time):
 /// held while the returned file is open; what a killed sync's git left
 /// locked in `repo.git` is cleared once no git works there ([`settle`]).
@@ -527,6 +573,7 @@ fn with_remote(
     };
     let fail = |exit, m: String| Some((exit, m));
     if tip.is_some() {
+        clear_own_ref_lock(url, branch);
         // Never forced: not a fast-forward of what the remote holds is
         // refused by git, and the remote compares and swaps the ref.
         let mut push = git(Some(repo));

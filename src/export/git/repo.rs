@@ -2,6 +2,12 @@
 //! missing or empty (and removed again if the run fails); the change its
 //! branch holds, read from the newest commit's trailers.
 //!
+//! A private repository (the store's, for `sync`, made under its lock) is
+//! made whole beside DIR and renamed into place, so that a run killed
+//! part way through `git init` leaves no half-made DIR that the next run
+//! would refuse; a half-made one a build before this left (no object, no
+//! ref in it) is made again.
+//!
 //! Invariant: git is always run with an explicit `--git-dir` and none of
 //! the environment that could send it to another repository.
 
@@ -79,6 +85,37 @@ fn run(mut cmd: Command, what: &str, dir: &Path) -> Result<Vec<u8>, Failure> {
     Ok(out.stdout)
 }
 
+/// Whether `dir` is what a killed `git init` leaves: a directory git does
+/// not take for a repository, with no object and no ref in it (so nothing
+/// in it was ever fetched or exported).
+fn killed_init(dir: &Path) -> bool {
+    fn holds_a_file(d: &Path) -> bool {
+        std::fs::read_dir(d).is_ok_and(|rd| {
+            rd.flatten().any(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => holds_a_file(&e.path()),
+                _ => true,
+            })
+        })
+    }
+    std::fs::symlink_metadata(dir).is_ok_and(|md| md.is_dir())
+        && holds_a_file(dir)
+        && !is_repository(dir)
+        && !holds_a_file(&dir.join("objects"))
+        && !holds_a_file(&dir.join("refs"))
+        && !dir.join("packed-refs").exists()
+}
+
+/// Whether git takes `dir` for a repository.
+fn is_repository(dir: &Path) -> bool {
+    git(Some(dir))
+        .args(["rev-parse", "--git-dir"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// A repository to export into, and what this run made of it (removed
 /// again if the run fails).
 pub struct Repo {
@@ -97,6 +134,14 @@ impl Repo {
     /// it (files 0600, directories 0700, as the store's audit wants).
     pub fn open(dir: &Path, branch: &str, private: bool) -> Result<Repo, Failure> {
         let usage = |m: String| Failure::new(Exit::Usage, m);
+        if private && killed_init(dir) {
+            tracing::info!(
+                "removed '{}', left by a git init that was killed",
+                dir.display()
+            );
+            std::fs::remove_dir_all(dir)
+                .map_err(|e| Failure::io(Exit::BadStore, "remove", dir, &e))?;
+        }
         let empty = match std::fs::symlink_metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Failure::io(Exit::Usage, "examine", dir, &e)),
@@ -116,12 +161,7 @@ impl Repo {
         if empty == Some(false) {
             let dot = dir.join(".git");
             let git_dir = if dot.exists() { dot } else { dir.to_path_buf() };
-            let mut c = git(Some(&git_dir));
-            c.args(["rev-parse", "--git-dir"]);
-            if c.stdin(Stdio::null())
-                .output()
-                .is_ok_and(|o| o.status.success())
-            {
+            if is_repository(&git_dir) {
                 return Ok(Repo {
                     git_dir,
                     branch: branch.to_string(),
@@ -148,20 +188,48 @@ impl Repo {
             made: Some(dir.to_path_buf()),
             made_dir: empty.is_none(),
         };
+        // Private and missing: made beside DIR, then renamed into place.
+        let at = match (private, empty) {
+            (true, None) => {
+                let name = dir.file_name().unwrap_or_default().to_string_lossy();
+                let new = dir.with_file_name(format!(".{name}.new"));
+                // A killed run's; the caller's lock says no other runs.
+                match std::fs::remove_dir_all(&new) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(Failure::io(Exit::BadStore, "remove", &new, &e));
+                    }
+                    _ => {}
+                }
+                new
+            }
+            _ => dir.to_path_buf(),
+        };
         let mut c = git(None);
         c.args(["init", "--bare", "--quiet"]);
         if private {
             c.args(["--shared=0600", "--template="]);
         }
-        c.arg(dir);
-        let made = run(c, "make a git repository in", dir).and_then(|_| {
-            let mut c = git(Some(&repo.git_dir));
-            c.args(["symbolic-ref", "HEAD", branch]);
-            run(c, "set HEAD of", dir)
-        });
+        c.arg(&at);
+        let made = run(c, "make a git repository in", &at)
+            .and_then(|_| {
+                let mut c = git(Some(&at));
+                c.args(["symbolic-ref", "HEAD", branch]);
+                run(c, "set HEAD of", &at)
+            })
+            .and_then(|_| {
+                if at == dir {
+                    return Ok(());
+                }
+                std::fs::rename(&at, dir)
+                    .and_then(|_| std::fs::File::open(parent)?.sync_all())
+                    .map_err(|e| Failure::io(Exit::BadStore, "move into place", &at, &e))
+            });
         match made {
             Ok(_) => Ok(repo),
             Err(f) => {
+                if at != dir {
+                    let _ = std::fs::remove_dir_all(&at);
+                }
                 repo.unmake();
                 Err(f)
             }
