@@ -17,19 +17,23 @@
 //! ```
 //!
 //! The base. Each merge made here that changed something becomes a
-//! parent of this replica's next pushed commit (`sync/merges` until
+//! parent of this replica's next exported commit (`sync/merges` until
 //! then), so the base of a merge of replica R's tip is git's merge base
 //! of that tip and this replica's history: its branch, and the newest
-//! commit of every other replica merged here whole, which the branch
-//! shows only once pushed (and a merge that changed nothing, never).
-//! Several merge bases, a criss-cross, are made one by `virtual_base`.
-//! While this store's own last merge of R is newer than what its branch
-//! shows (not pushed yet, or with units still waiting), that merge's
-//! commit is the base, each waiting unit keeping its own older one.
-//! Without a common history: what R's tip says it merged of this store
-//! (`skillfs-merged:` trailers), else an empty tree. Where R kept its own
-//! side in a conflict with this store and the two still differ
-//! (`skillfs-kept:` trailers), R's side is taken for no change of R's.
+//! commit of every other replica merged here, which the branch shows
+//! only once exported (and a merge that changed nothing, never). Several
+//! merge bases, a criss-cross, are made one by `virtual_base`. At a path
+//! where a conflict kept this tree's side (against any replica) or a
+//! unit waits, the other replicas' merged commits do not say what this
+//! tree holds, and the base there is the one of this replica's branch
+//! alone (see `merged_elsewhere`). While this store's own last merge of R
+//! is newer than what its branch shows (not exported yet, or with units
+//! still waiting), that merge's commit is the base, each waiting unit
+//! keeping its own older one. Without a common history: what R's tip
+//! says it merged of this store (`skillfs-merged:` trailers), else an
+//! empty tree. Where R kept its own side in a conflict with this store
+//! and the two still differ (`skillfs-kept:` trailers), R's side is taken
+//! for no change of R's.
 //!
 //! Invariants: a base moves only when every unit of its merge was applied
 //! (a busy one is merged again at the next sync, where the applied units
@@ -279,6 +283,7 @@ const KEPT_TRAILER: &str = "skillfs-kept";
 /// What another replica's tip says of this store: the commit of this
 /// store's branch it merged last (with the change id that commit holds),
 /// and the paths where it kept its own side against this store.
+#[derive(Clone)]
 struct Said {
     commit: String,
     id: u64,
@@ -536,7 +541,21 @@ fn base_tree(
         })
     });
     let (from, mut t) = match (base, said) {
-        _ if graph.is_some() => (base.map(|b| b.commit.clone()), graph.expect("matched").0),
+        // The commit a unit left for later keeps as its base: the merge
+        // base this merge used (of several, the last merged one; none
+        // merged yet, the first). It was the last merged commit even on a
+        // first merge, where there is none: the unit was later merged
+        // against an empty tree, and a skill unchanged here listed as
+        // both changed (found by a three-replica test).
+        _ if graph.is_some() => {
+            let (t, commits) = graph.expect("matched");
+            let from = match (commits.as_slice(), base) {
+                ([one], _) => Some(one.clone()),
+                (_, Some(b)) => Some(b.commit.clone()),
+                (many, None) => many.first().cloned(),
+            };
+            (from, t)
+        }
         // They merged this store after this store last merged them: that
         // state of ours is the newer common one.
         (Some(b), Some(s)) if s.id >= b.id => {
@@ -591,22 +610,42 @@ fn base_tree(
     Ok((t, from, base.is_some()))
 }
 
-/// The newest commit of each replica but `replica` merged here whole (no
-/// unit of it waiting): part of this replica's history for the base of a
-/// merge of `replica`, though its branch shows it only once pushed, and
-/// not at all for a merge that changed nothing here. Without them, a
-/// replica merged after another in one sync was merged against a base
-/// that did not know what the first had brought: a removal that came
-/// through the first was undone by the older state of the second (found
-/// by the three-replica test). The replica's own base is left to
-/// [`base_tree`]'s rules.
-fn merged_elsewhere(repo: &Path, bases: &BTreeMap<String, Base>, replica: &str) -> Vec<String> {
-    bases
+/// What this replica merged of the others, for the base of a merge of
+/// `replica`: the newest commit of each other replica merged here, part
+/// of this replica's history though its branch shows it only once
+/// exported (and a merge that changed nothing, never), and the paths
+/// where that knowledge is not to be used: where a conflict kept this
+/// tree's side against any replica, or a unit waits. Without the
+/// commits, a replica merged after another in one sync was merged against
+/// a base that did not know what the first had brought: a removal that
+/// came through the first was undone by the older state of the second
+/// (found by the three-replica test). At the paths, a merged commit does
+/// not say what this tree holds: its side was not taken there, and a
+/// base made of it would take this tree's side for no change against
+/// the replica that made the other (found by review).
+fn merged_elsewhere(
+    repo: &Path,
+    bases: &BTreeMap<String, Base>,
+    replica: &str,
+) -> (Vec<String>, Vec<ByteString>) {
+    let commits = bases
         .iter()
-        .filter(|(r, b)| r.as_str() != replica && b.pending.is_empty())
+        .filter(|(r, _)| r.as_str() != replica)
         .filter(|(_, b)| kept::resolve(repo, &b.commit).is_some())
         .map(|(_, b)| b.commit.clone())
-        .collect()
+        .collect();
+    let mut masked: Vec<ByteString> = bases
+        .values()
+        .flat_map(|b| {
+            b.kept
+                .iter()
+                .cloned()
+                .chain(b.pending.iter().map(|(u, _)| u.clone()))
+        })
+        .collect();
+    masked.sort_by(|a, b| a.0.cmp(&b.0));
+    masked.dedup_by(|a, b| a.0 == b.0);
+    (commits, masked)
 }
 
 /// Merges `replica`'s commit `tip` into the live tree, and moves its base.
@@ -626,14 +665,26 @@ fn merge_one(
     let old = bases.get(replica).cloned();
     // Texts a virtual base made (see `virtual_base`), read by the merge.
     let mut base_made = Vec::new();
-    let others = merged_elsewhere(&repo, bases, replica);
-    let (base, base_commit, keep_pending) = base_tree(
+    let (others, masked) = merged_elsewhere(&repo, bases, replica);
+    let (mut base, base_commit, keep_pending) = base_tree(
         blobs,
         (&repo, own, &mut base_made),
-        (old.as_ref(), tip, &others),
-        said,
+        (old.as_ref(), tip, &[]),
+        said.clone(),
         (&ours, &theirs),
     )?;
+    // The same, knowing what was merged of the others, except where that
+    // knowledge does not hold (see `merged_elsewhere`).
+    if !others.is_empty() {
+        let (wide, _, _) = base_tree(
+            blobs,
+            (&repo, own, &mut base_made),
+            (old.as_ref(), tip, &others),
+            said,
+            (&ours, &theirs),
+        )?;
+        base = masked.iter().fold(wide, |t, p| graft(&t, &p.0, &base));
+    }
     let old_pending = match (&old, keep_pending) {
         (Some(b), true) => b.pending.clone(),
         _ => Vec::new(),

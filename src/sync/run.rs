@@ -267,36 +267,42 @@ fn clear_stale_git_locks(repo: &Path) {
 }
 
 /// Removes the lock of this replica's own ref in a remote on a path of
-/// this host (`/...` or `file:///...`) when no process works in that
-/// repository (waiting a few seconds for one that ends): it is a killed
-/// push's. A push to such a remote runs git's receive-pack here, in the
-/// sync's process group, so a sync killed whole (a script's Ctrl-C, the
-/// schedule's deadline) kills it holding the ref's lock, and every later
-/// push failed with "cannot lock ref" until a user removed it. Only this
-/// replica pushes this ref, and it holds `sync/lock`; git's upkeep
-/// (`pack-refs`) takes the lock too, for a moment, in a process that
-/// names the repository, which is waited for. Another ref's lock, or
-/// `packed-refs.lock`, is someone else's and left.
+/// this host (`/...` or `file:///...`) when this user made it and no
+/// process works in that repository (waiting a few seconds for one that
+/// ends): it is a killed push's. A push to such a remote runs git's
+/// receive-pack here, as this user and in the sync's process group, so a
+/// sync killed whole (a script's Ctrl-C, the schedule's deadline) kills
+/// it holding the ref's lock, and every later push failed with "cannot
+/// lock ref" until a user removed it. Only this replica pushes this ref,
+/// and it holds `sync/lock`; git's upkeep there (`pack-refs` of a `gc`)
+/// takes the lock too, for a moment: as this user, in a process whose
+/// working directory is the repository, which is waited for; as another
+/// user (whose processes this one may not see), in a lock file it owns,
+/// which is left. Another ref's lock, or `packed-refs.lock`, is someone
+/// else's and left.
 fn clear_own_ref_lock(url: &str, branch: &str) {
-    let path = match url.strip_prefix("file://") {
-        Some(p) => p,
-        None => url,
-    };
+    use std::os::unix::fs::MetadataExt;
+    let path = url.strip_prefix("file://").unwrap_or(url);
     if !path.starts_with('/') {
         return;
     }
-    let path = Path::new(path);
+    let Ok(path) = std::fs::canonicalize(path) else {
+        return;
+    };
     let git_dir = if path.join(".git").is_dir() {
         path.join(".git")
     } else {
-        path.to_path_buf()
+        path.clone()
     };
     let lock = git_dir.join(format!("{branch}.lock"));
-    if std::fs::symlink_metadata(&lock).is_err() {
-        return;
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    match std::fs::symlink_metadata(&lock) {
+        Ok(md) if md.is_file() && md.uid() == me => {}
+        _ => return,
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while git_at_work(&git_dir).is_some() || git_at_work(path).is_some() {
+    while git_at_work(&git_dir).is_some() || git_at_work(&path).is_some() {
         if std::time::Instant::now() >= deadline {
             return;
         }

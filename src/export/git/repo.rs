@@ -85,35 +85,49 @@ fn run(mut cmd: Command, what: &str, dir: &Path) -> Result<Vec<u8>, Failure> {
     Ok(out.stdout)
 }
 
-/// Whether `dir` is what a killed `git init` leaves: a directory git does
-/// not take for a repository, with no object and no ref in it (so nothing
-/// in it was ever fetched or exported).
+/// Whether `dir` is what a killed `git init` leaves: a directory that git
+/// ran and said is no repository, with no object and no ref in it (so
+/// nothing in it was ever fetched or exported). Anything it cannot read
+/// or run counts against: a repository is never removed on a guess.
 fn killed_init(dir: &Path) -> bool {
+    /// Whether `d` holds a file, below it too (missing: no; unreadable: yes).
     fn holds_a_file(d: &Path) -> bool {
-        std::fs::read_dir(d).is_ok_and(|rd| {
-            rd.flatten().any(|e| match e.file_type() {
-                Ok(t) if t.is_dir() => holds_a_file(&e.path()),
-                _ => true,
-            })
-        })
+        match std::fs::read_dir(d) {
+            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+            Ok(rd) => rd.into_iter().any(|e| match e {
+                Err(_) => true,
+                Ok(e) => match e.file_type() {
+                    Ok(t) if t.is_dir() => holds_a_file(&e.path()),
+                    _ => true,
+                },
+            }),
+        }
     }
     std::fs::symlink_metadata(dir).is_ok_and(|md| md.is_dir())
-        && holds_a_file(dir)
-        && !is_repository(dir)
+        && is_repository(dir) == Some(false)
         && !holds_a_file(&dir.join("objects"))
         && !holds_a_file(&dir.join("refs"))
-        && !dir.join("packed-refs").exists()
+        && std::fs::symlink_metadata(dir.join("packed-refs"))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
-/// Whether git takes `dir` for a repository.
-fn is_repository(dir: &Path) -> bool {
-    git(Some(dir))
+/// Whether git takes `dir` for a repository (`None`: git did not run, or
+/// said something else than that it is none).
+fn is_repository(dir: &Path) -> Option<bool> {
+    let out = git(Some(dir))
         .args(["rev-parse", "--git-dir"])
+        // Its message untranslated, to be read.
+        .env("LC_ALL", "C")
+        .env_remove("LANGUAGE")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .output()
+        .ok()?;
+    if out.status.success() {
+        return Some(true);
+    }
+    String::from_utf8_lossy(&out.stderr)
+        .contains("not a git repository")
+        .then_some(false)
 }
 
 /// A repository to export into, and what this run made of it (removed
@@ -161,7 +175,7 @@ impl Repo {
         if empty == Some(false) {
             let dot = dir.join(".git");
             let git_dir = if dot.exists() { dot } else { dir.to_path_buf() };
-            if is_repository(&git_dir) {
+            if is_repository(&git_dir) == Some(true) {
                 return Ok(Repo {
                     git_dir,
                     branch: branch.to_string(),
@@ -194,12 +208,12 @@ impl Repo {
                 let name = dir.file_name().unwrap_or_default().to_string_lossy();
                 let new = dir.with_file_name(format!(".{name}.new"));
                 // A killed run's; the caller's lock says no other runs.
-                match std::fs::remove_dir_all(&new) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(Failure::io(Exit::BadStore, "remove", &new, &e));
-                    }
-                    _ => {}
-                }
+                let gone = match std::fs::symlink_metadata(&new) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Ok(md) if md.is_dir() => std::fs::remove_dir_all(&new),
+                    _ => std::fs::remove_file(&new),
+                };
+                gone.map_err(|e| Failure::io(Exit::BadStore, "remove", &new, &e))?;
                 new
             }
             _ => dir.to_path_buf(),
