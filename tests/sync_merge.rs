@@ -1061,6 +1061,28 @@ fn three_replicas_with(seed: u64) {
     }
 }
 
+/// Three mounts whose remote `hub` is beside the first; with `ids`, each
+/// replica's id is its digit 32 times (a sync merges the others in the
+/// order of their ids).
+fn three(tags: [&str; 3], ids: Option<[&str; 3]>) -> [Mount; 3] {
+    let ms = tags.map(Mount::new);
+    let remote = hub(&ms[0], &ms[1]);
+    let url = remote.to_str().unwrap();
+    let out = skillfs(&["remote", "add", "hub", url, "--root", &root_arg(&ms[2])]);
+    assert!(out.status.success(), "{}", describe(&out));
+    for (m, id) in ms.iter().zip(ids.into_iter().flatten()) {
+        fs::write(m.store().join("REPLICA"), format!("{}\n", id.repeat(32))).unwrap();
+    }
+    ms
+}
+
+/// `m` lists no conflict, and `verify --full` passes.
+fn settled(m: &Mount) {
+    let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
+    assert!(out.stdout.is_empty(), "{}", describe(&out));
+    verify_full(m);
+}
+
 /// A removal one replica learned through another is not undone by a
 /// third that still holds the older state: a and c hold a's skill, a
 /// removes it, and b, which never held it, merges both in one sync. The
@@ -1070,17 +1092,7 @@ fn three_replicas_with(seed: u64) {
 /// kept the skill, the others did not, and no replica listed it.
 #[test]
 fn a_removal_learned_through_one_replica_is_not_undone_by_another() {
-    let [a, b, c] = ["mergethirdA", "mergethirdB", "mergethirdC"].map(Mount::new);
-    let remote = hub(&a, &b);
-    let out = skillfs(&[
-        "remote",
-        "add",
-        "hub",
-        remote.to_str().unwrap(),
-        "--root",
-        &root_arg(&c),
-    ]);
-    assert!(out.status.success(), "{}", describe(&out));
+    let [a, b, c] = three(["mergethirdA", "mergethirdB", "mergethirdC"], None);
     fs::create_dir_all(b.path("k/b")).unwrap();
     fs::write(b.path("k/b/SKILL.md"), skill("b", "b\n")).unwrap();
     sync(&b);
@@ -1104,9 +1116,52 @@ fn a_removal_learned_through_one_replica_is_not_undone_by_another() {
     for m in [&a, &b, &c] {
         common::assert_enoent(m.path("k/s"));
         assert_eq!(read(m, "k/b/SKILL.md"), skill("b", "b\n"));
-        let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
-        assert!(out.stdout.is_empty(), "{}", describe(&out));
-        verify_full(m);
+        settled(m);
+    }
+}
+
+/// `k/p/SKILL.md` with `line` as its second line.
+fn p_text(line: &str) -> String {
+    skill("p", &format!("1\n{line}\n3\n"))
+}
+
+/// `k/p` made on `maker` and synced in `order` until all three hold it.
+fn p_everywhere(maker: &Mount, order: [&Mount; 3]) {
+    fs::create_dir_all(maker.path("k/p")).unwrap();
+    fs::write(maker.path("k/p/SKILL.md"), p_text("2")).unwrap();
+    for _ in 0..2 {
+        for m in order {
+            sync(m);
+        }
+    }
+    for m in order {
+        assert_eq!(read(m, "k/p/SKILL.md"), p_text("2"));
+    }
+}
+
+/// x edits p's line; c takes it, makes `q` and pushes both; then b edits
+/// the same line and syncs twice (merging what it can reach of the two,
+/// and pushing that).
+fn both_edit_p([x, b, c]: [&Mount; 3]) {
+    fs::write(x.path("k/p/SKILL.md"), p_text("2 by x")).unwrap();
+    sync(x);
+    sync(c);
+    fs::create_dir_all(c.path("k/q")).unwrap();
+    fs::write(c.path("k/q/SKILL.md"), skill("q", "q\n")).unwrap();
+    sync(c);
+    assert_eq!(read(c, "k/p/SKILL.md"), p_text("2 by x"));
+    fs::write(b.path("k/p/SKILL.md"), p_text("2 by b")).unwrap();
+    sync(b);
+    sync(b);
+}
+
+/// x and c hold x's line, b its own, and c's skill `q` is everywhere.
+fn kept_apart([x, b, c]: [&Mount; 3], text: impl Fn(&str) -> String) {
+    assert_eq!(read(x, "k/p/SKILL.md"), text("2 by x"), "x keeps its own");
+    assert_eq!(read(c, "k/p/SKILL.md"), text("2 by x"));
+    assert_eq!(read(b, "k/p/SKILL.md"), text("2 by b"), "b keeps its own");
+    for m in [x, b, c] {
+        assert_eq!(read(m, "k/q/SKILL.md"), skill("q", "q\n"));
     }
 }
 
@@ -1120,52 +1175,19 @@ fn a_removal_learned_through_one_replica_is_not_undone_by_another() {
 /// before x.
 #[test]
 fn a_side_kept_against_one_replica_is_kept_against_its_author_too() {
-    let [x, b, c] = ["mergekeptX", "mergekeptB", "mergekeptC"].map(Mount::new);
-    let remote = hub(&x, &b);
-    let out = skillfs(&[
-        "remote",
-        "add",
-        "hub",
-        remote.to_str().unwrap(),
-        "--root",
-        &root_arg(&c),
-    ]);
-    assert!(out.status.success(), "{}", describe(&out));
-    for (m, id) in [(&x, "f"), (&b, "8"), (&c, "1")] {
-        fs::write(m.store().join("REPLICA"), format!("{}\n", id.repeat(32))).unwrap();
-    }
-    let text = |line: &str| skill("p", &format!("1\n{line}\n3\n"));
-    fs::create_dir_all(x.path("k/p")).unwrap();
-    fs::write(x.path("k/p/SKILL.md"), text("2")).unwrap();
-    for _ in 0..2 {
-        for m in [&x, &b, &c] {
-            sync(m);
-        }
-    }
-    for m in [&x, &b, &c] {
-        assert_eq!(read(m, "k/p/SKILL.md"), text("2"));
-    }
-    fs::write(x.path("k/p/SKILL.md"), text("2 by x")).unwrap();
-    sync(&x);
-    sync(&c);
-    fs::create_dir_all(c.path("k/q")).unwrap();
-    fs::write(c.path("k/q/SKILL.md"), skill("q", "q\n")).unwrap();
-    sync(&c);
-    assert_eq!(read(&c, "k/p/SKILL.md"), text("2 by x"));
-    fs::write(b.path("k/p/SKILL.md"), text("2 by b")).unwrap();
-    sync(&b);
-    sync(&b);
+    let [x, b, c] = three(
+        ["mergekeptX", "mergekeptB", "mergekeptC"],
+        Some(["f", "8", "1"]),
+    );
+    let text = p_text;
+    p_everywhere(&x, [&x, &b, &c]);
+    both_edit_p([&x, &b, &c]);
     for _ in 0..2 {
         for m in [&x, &c, &b] {
             sync(m);
         }
     }
-    assert_eq!(read(&x, "k/p/SKILL.md"), text("2 by x"), "x keeps its own");
-    assert_eq!(read(&c, "k/p/SKILL.md"), text("2 by x"));
-    assert_eq!(read(&b, "k/p/SKILL.md"), text("2 by b"), "b keeps its own");
-    for m in [&x, &b, &c] {
-        assert_eq!(read(m, "k/q/SKILL.md"), skill("q", "q\n"));
-    }
+    kept_apart([&x, &b, &c], text);
     let listed = |m: &Mount| {
         let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -1183,20 +1205,10 @@ fn a_side_kept_against_one_replica_is_kept_against_its_author_too() {
 /// that a is merged before c.
 #[test]
 fn a_removal_learned_from_a_replica_with_a_skill_waiting_is_not_undone() {
-    let [a, b, c] = ["mergewaitA", "mergewaitB", "mergewaitC"].map(Mount::new);
-    let remote = hub(&a, &b);
-    let out = skillfs(&[
-        "remote",
-        "add",
-        "hub",
-        remote.to_str().unwrap(),
-        "--root",
-        &root_arg(&c),
-    ]);
-    assert!(out.status.success(), "{}", describe(&out));
-    for (m, id) in [(&a, "1"), (&b, "8"), (&c, "f")] {
-        fs::write(m.store().join("REPLICA"), format!("{}\n", id.repeat(32))).unwrap();
-    }
+    let [a, b, c] = three(
+        ["mergewaitA", "mergewaitB", "mergewaitC"],
+        Some(["1", "8", "f"]),
+    );
     fs::create_dir_all(b.path("k/t")).unwrap();
     fs::write(b.path("k/t/SKILL.md"), skill("t", "1\n")).unwrap();
     for _ in 0..2 {
@@ -1227,8 +1239,67 @@ fn a_removal_learned_from_a_replica_with_a_skill_waiting_is_not_undone() {
     for m in [&a, &b, &c] {
         common::assert_enoent(m.path("k/s"));
         assert_eq!(read(m, "k/t/SKILL.md"), skill("t", "1 by a\n"));
+        settled(m);
+    }
+}
+
+/// The case before, with b's merge of c exported before b first merges
+/// x (x reaches b later, through another remote that c also syncs with):
+/// b's branch itself then shows x's edit, so b lists no conflict with x
+/// and names x in no `skillfs-kept:` trailer. x sees that b kept its
+/// side against c, and that what c held there is what x holds: b's side
+/// is no change of b's, and x keeps its own (it took b's, silently).
+#[test]
+fn a_side_kept_against_a_third_is_kept_against_its_author_too() {
+    // Each merges the other two in both orders.
+    for (n, ids) in [["f", "8", "1"], ["1", "8", "f"]].into_iter().enumerate() {
+        kept_against_a_third(n, ids);
+    }
+}
+
+fn kept_against_a_third(n: usize, ids: [&str; 3]) {
+    let [x, b, c] = three(
+        [
+            &format!("mergethirdkept{n}X"),
+            &format!("mergethirdkept{n}B"),
+            &format!("mergethirdkept{n}C"),
+        ],
+        Some(ids),
+    );
+    // x and c also share xhub; x leaves hub until later.
+    let out = skillfs(&["remote", "remove", "hub", "--root", &root_arg(&x)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let xhub = x.root().parent().unwrap().join("xhub.git");
+    common::bare_repo(&xhub);
+    for m in [&x, &c] {
+        let url = xhub.to_str().unwrap();
+        let out = skillfs(&["remote", "add", "xhub", url, "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    let text = p_text;
+    p_everywhere(&b, [&b, &c, &x]);
+    both_edit_p([&x, &b, &c]);
+    assert_eq!(read(&b, "k/q/SKILL.md"), skill("q", "q\n"));
+    let url = x.root().parent().unwrap().join("hub.git");
+    let url = url.to_str().unwrap().to_string();
+    let out = skillfs(&["remote", "add", "hub", &url, "--root", &root_arg(&x)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    for _ in 0..2 {
+        for m in [&x, &b, &c] {
+            sync(m);
+        }
+    }
+    kept_apart([&x, &b, &c], text);
+    // Both list it: b against c, x against b.
+    for m in [&b, &x] {
         let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
-        assert!(out.stdout.is_empty(), "{}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("k/p/SKILL.md"),
+            "{}",
+            describe(&out)
+        );
+    }
+    for m in [&x, &b, &c] {
         verify_full(m);
     }
 }

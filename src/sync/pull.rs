@@ -33,7 +33,9 @@
 //! says it merged of this store (`skillfs-merged:` trailers), else an
 //! empty tree. Where R kept its own side in a conflict with this store
 //! and the two still differ (`skillfs-kept:` trailers), R's side is taken
-//! for no change of R's.
+//! for no change of R's; so too where R kept it against a third replica
+//! whose side (as R merged it) this tree holds, which is then a conflict
+//! here, listed and published in turn.
 //!
 //! Invariants: a base moves only when every unit of its merge was applied
 //! (a busy one is merged again at the next sync, where the applied units
@@ -290,25 +292,45 @@ struct Said {
     kept: Vec<Vec<u8>>,
 }
 
+/// The `<replica> <value>` trailers `key` of commit `tip`.
+fn replica_trailers(repo: &Path, tip: &str, key: &str) -> Vec<(String, String)> {
+    git(Some(repo))
+        .args(["log", "-1"])
+        .arg(format!("--format=%(trailers:key={key},valueonly)"))
+        .arg(tip)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| {
+                    let (r, v) = l.trim().split_once(' ')?;
+                    Some((r.to_string(), v.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Where `tip` kept its side against a replica other than `own`: each
+/// path with the commit of that replica it had merged (whose side it did
+/// not take there).
+fn kept_against_others(repo: &Path, tip: &str, own: &str) -> Vec<(String, Vec<u8>)> {
+    let merged = replica_trailers(repo, tip, MERGED_TRAILER);
+    replica_trailers(repo, tip, KEPT_TRAILER)
+        .into_iter()
+        .filter(|(r, _)| r != own)
+        .filter_map(|(r, h)| {
+            let (_, c) = merged.iter().find(|(m, _)| *m == r)?;
+            let sound = c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit());
+            let p = crate::relpath::unhex(&h).filter(|p| skillfs_sync::tree::valid_path(p))?;
+            sound.then(|| (c.clone(), p))
+        })
+        .collect()
+}
+
 /// What `tip` says of this store (`own`, whose branch is `own_branch`).
 fn merged_by_them(repo: &Path, tip: &str, own: &str, own_branch: &str) -> Option<Said> {
-    let trailers = |key: &str| -> Vec<(String, String)> {
-        git(Some(repo))
-            .args(["log", "-1"])
-            .arg(format!("--format=%(trailers:key={key},valueonly)"))
-            .arg(tip)
-            .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .filter_map(|l| {
-                        let (r, v) = l.trim().split_once(' ')?;
-                        Some((r.to_string(), v.to_string()))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let trailers = |key: &str| replica_trailers(repo, tip, key);
     let commit = trailers(MERGED_TRAILER).into_iter().find_map(|(r, c)| {
         (r == own && c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit())).then_some(c)
     })?;
@@ -685,6 +707,30 @@ fn merge_one(
         )?;
         base = masked.iter().fold(wide, |t, p| graft(&t, &p.0, &base));
     }
+    // Where they kept their side against a third replica, and this tree
+    // holds that replica's side (made it, or took it): their side is no
+    // change of theirs here either, and it is a conflict here, listed and
+    // published (`skillfs-kept:`), so that they keep theirs in turn.
+    // Their branch may show the third's commit (merged, for what else it
+    // brought), which made the base this tree's side, and theirs a change
+    // to take (found by review).
+    let mut sides: BTreeMap<String, Option<Tree>> = BTreeMap::new();
+    let mut kept_too: Vec<Vec<u8>> = Vec::new();
+    for (commit, p) in kept_against_others(&repo, tip, own) {
+        if ours.subtree(&p) == theirs.subtree(&p) || kept_too.contains(&p) {
+            continue;
+        }
+        let side = sides
+            .entry(commit)
+            .or_insert_with_key(|c| blobs.tree(c, &mut Vec::new()).ok());
+        if side
+            .as_ref()
+            .is_some_and(|s| s.subtree(&p) == ours.subtree(&p))
+        {
+            base = graft(&base, &p, &theirs);
+            kept_too.push(p);
+        }
+    }
     let old_pending = match (&old, keep_pending) {
         (Some(b), true) => b.pending.clone(),
         _ => Vec::new(),
@@ -728,6 +774,26 @@ fn merge_one(
         .filter(|c| !waits(&c.path))
         .cloned()
         .collect();
+    let listed: Vec<Vec<u8>> = decided.iter().map(|c| c.path.clone()).collect();
+    decided.extend(
+        kept_too
+            .iter()
+            .filter(|p| !waits(p) && !listed.iter().any(|l| within(p, l)))
+            .map(|p| Conflict {
+                path: p.clone(),
+                reason: Reason::Check(
+                    "both changed it: the other replica kept its side against the one this \
+                     side came from"
+                        .into(),
+                ),
+                lost: Side::Theirs,
+                entries: theirs
+                    .subtree(p)
+                    .into_iter()
+                    .map(|(q, e)| (q.to_vec(), e.clone()))
+                    .collect(),
+            }),
+    );
     decided.extend(applied.failed.iter().map(|(u, why)| Conflict {
         path: u.clone(),
         reason: Reason::Check(format!("could not be written here: {why}")),
