@@ -1243,67 +1243,6 @@ fn a_removal_learned_from_a_replica_with_a_skill_waiting_is_not_undone() {
     }
 }
 
-/// The case before, with b's merge of c exported before b first merges
-/// x (x reaches b later, through another remote that c also syncs with):
-/// b's branch itself then shows x's edit, so b lists no conflict with x
-/// and names x in no `skillfs-kept:` trailer. x sees that b kept its
-/// side against c, and that what c held there is what x holds: b's side
-/// is no change of b's, and x keeps its own (it took b's, silently).
-#[test]
-fn a_side_kept_against_a_third_is_kept_against_its_author_too() {
-    // Each merges the other two in both orders.
-    for (n, ids) in [["f", "8", "1"], ["1", "8", "f"]].into_iter().enumerate() {
-        kept_against_a_third(n, ids);
-    }
-}
-
-fn kept_against_a_third(n: usize, ids: [&str; 3]) {
-    let [x, b, c] = three(
-        [
-            &format!("mergethirdkept{n}X"),
-            &format!("mergethirdkept{n}B"),
-            &format!("mergethirdkept{n}C"),
-        ],
-        Some(ids),
-    );
-    // x and c also share xhub; x leaves hub until later.
-    let out = skillfs(&["remote", "remove", "hub", "--root", &root_arg(&x)]);
-    assert!(out.status.success(), "{}", describe(&out));
-    let xhub = x.root().parent().unwrap().join("xhub.git");
-    common::bare_repo(&xhub);
-    for m in [&x, &c] {
-        let url = xhub.to_str().unwrap();
-        let out = skillfs(&["remote", "add", "xhub", url, "--root", &root_arg(m)]);
-        assert!(out.status.success(), "{}", describe(&out));
-    }
-    let text = p_text;
-    p_everywhere(&b, [&b, &c, &x]);
-    both_edit_p([&x, &b, &c]);
-    assert_eq!(read(&b, "k/q/SKILL.md"), skill("q", "q\n"));
-    let url = x.root().parent().unwrap().join("hub.git");
-    let url = url.to_str().unwrap().to_string();
-    let out = skillfs(&["remote", "add", "hub", &url, "--root", &root_arg(&x)]);
-    assert!(out.status.success(), "{}", describe(&out));
-    for _ in 0..2 {
-        for m in [&x, &b, &c] {
-            sync(m);
-        }
-    }
-    kept_apart([&x, &b, &c], text);
-    // Both list it: b against c, x against b.
-    for m in [&b, &x] {
-        let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("k/p/SKILL.md"),
-            "{}",
-            describe(&out)
-        );
-    }
-    for m in [&x, &b, &c] {
-        verify_full(m);
-    }
-}
-
 /// One replica edits a file again and again while both sync in turn: the
 /// merges recorded as parents made two merge bases (a criss-cross), and
 /// a base made of the two by a merge against nothing hid an edit, which

@@ -33,9 +33,7 @@
 //! says it merged of this store (`skillfs-merged:` trailers), else an
 //! empty tree. Where R kept its own side in a conflict with this store
 //! and the two still differ (`skillfs-kept:` trailers), R's side is taken
-//! for no change of R's; so too where R kept it against a third replica
-//! whose side (as R merged it) this tree holds, which is then a conflict
-//! here, listed and published in turn.
+//! for no change of R's.
 //!
 //! Invariants: a base moves only when every unit of its merge was applied
 //! (a busy one is merged again at the next sync, where the applied units
@@ -292,45 +290,25 @@ struct Said {
     kept: Vec<Vec<u8>>,
 }
 
-/// The `<replica> <value>` trailers `key` of commit `tip`.
-fn replica_trailers(repo: &Path, tip: &str, key: &str) -> Vec<(String, String)> {
-    git(Some(repo))
-        .args(["log", "-1"])
-        .arg(format!("--format=%(trailers:key={key},valueonly)"))
-        .arg(tip)
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter_map(|l| {
-                    let (r, v) = l.trim().split_once(' ')?;
-                    Some((r.to_string(), v.to_string()))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Where `tip` kept its side against a replica other than `own`: each
-/// path with the commit of that replica it had merged (whose side it did
-/// not take there).
-fn kept_against_others(repo: &Path, tip: &str, own: &str) -> Vec<(String, Vec<u8>)> {
-    let merged = replica_trailers(repo, tip, MERGED_TRAILER);
-    replica_trailers(repo, tip, KEPT_TRAILER)
-        .into_iter()
-        .filter(|(r, _)| r != own)
-        .filter_map(|(r, h)| {
-            let (_, c) = merged.iter().find(|(m, _)| *m == r)?;
-            let sound = c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit());
-            let p = crate::relpath::unhex(&h).filter(|p| skillfs_sync::tree::valid_path(p))?;
-            sound.then(|| (c.clone(), p))
-        })
-        .collect()
-}
-
 /// What `tip` says of this store (`own`, whose branch is `own_branch`).
 fn merged_by_them(repo: &Path, tip: &str, own: &str, own_branch: &str) -> Option<Said> {
-    let trailers = |key: &str| replica_trailers(repo, tip, key);
+    let trailers = |key: &str| -> Vec<(String, String)> {
+        git(Some(repo))
+            .args(["log", "-1"])
+            .arg(format!("--format=%(trailers:key={key},valueonly)"))
+            .arg(tip)
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .filter_map(|l| {
+                        let (r, v) = l.trim().split_once(' ')?;
+                        Some((r.to_string(), v.to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
     let commit = trailers(MERGED_TRAILER).into_iter().find_map(|(r, c)| {
         (r == own && c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit())).then_some(c)
     })?;
@@ -527,6 +505,28 @@ fn graft(t: &Tree, path: &[u8], from: &Tree) -> Tree {
     out
 }
 
+/// `t`, except at and below each of `paths`, where it is `from`: in one
+/// pass over each (a graft per path would copy the tree once per path,
+/// and a store may keep many conflicts).
+fn overlay(t: &Tree, paths: &[ByteString], from: &Tree) -> Tree {
+    let set: std::collections::BTreeSet<&[u8]> = paths.iter().map(|p| p.0.as_slice()).collect();
+    // Whether `p` or a directory above it is one of `paths`.
+    let under = |p: &[u8]| {
+        set.contains(p)
+            || p.iter()
+                .enumerate()
+                .any(|(i, &b)| b == b'/' && set.contains(&p[..i]))
+    };
+    let mut out = Tree::new();
+    for (p, e) in t.iter().filter(|(p, _)| !under(p)) {
+        out.insert(p, e.clone());
+    }
+    for (p, e) in from.iter().filter(|(p, _)| under(p)) {
+        out.insert(p, e.clone());
+    }
+    out
+}
+
 /// The base of a merge of a replica at `tip` (see "The base"): the tree,
 /// the commit it is mostly made from (`None`: an empty tree), and whether
 /// the units that wait keep their own bases. `others` are the commits of
@@ -610,8 +610,10 @@ fn base_tree(
         }
         (None, None) => (None, Tree::new()),
     };
-    // A unit left for later keeps the base it had.
-    if let Some(b) = base {
+    // A unit left for later keeps the base it had. (Not in a base that
+    // knows the others: the caller takes the one without them at every
+    // waiting unit, see `merged_elsewhere`.)
+    if let Some(b) = base.filter(|_| others.is_empty()) {
         for (u, c) in &b.pending {
             let older = if c.is_empty() {
                 Tree::new()
@@ -705,31 +707,7 @@ fn merge_one(
             said,
             (&ours, &theirs),
         )?;
-        base = masked.iter().fold(wide, |t, p| graft(&t, &p.0, &base));
-    }
-    // Where they kept their side against a third replica, and this tree
-    // holds that replica's side (made it, or took it): their side is no
-    // change of theirs here either, and it is a conflict here, listed and
-    // published (`skillfs-kept:`), so that they keep theirs in turn.
-    // Their branch may show the third's commit (merged, for what else it
-    // brought), which made the base this tree's side, and theirs a change
-    // to take (found by review).
-    let mut sides: BTreeMap<String, Option<Tree>> = BTreeMap::new();
-    let mut kept_too: Vec<Vec<u8>> = Vec::new();
-    for (commit, p) in kept_against_others(&repo, tip, own) {
-        if ours.subtree(&p) == theirs.subtree(&p) || kept_too.contains(&p) {
-            continue;
-        }
-        let side = sides
-            .entry(commit)
-            .or_insert_with_key(|c| blobs.tree(c, &mut Vec::new()).ok());
-        if side
-            .as_ref()
-            .is_some_and(|s| s.subtree(&p) == ours.subtree(&p))
-        {
-            base = graft(&base, &p, &theirs);
-            kept_too.push(p);
-        }
+        base = overlay(&wide, &masked, &base);
     }
     let old_pending = match (&old, keep_pending) {
         (Some(b), true) => b.pending.clone(),
@@ -774,26 +752,6 @@ fn merge_one(
         .filter(|c| !waits(&c.path))
         .cloned()
         .collect();
-    let listed: Vec<Vec<u8>> = decided.iter().map(|c| c.path.clone()).collect();
-    decided.extend(
-        kept_too
-            .iter()
-            .filter(|p| !waits(p) && !listed.iter().any(|l| within(p, l)))
-            .map(|p| Conflict {
-                path: p.clone(),
-                reason: Reason::Check(
-                    "both changed it: the other replica kept its side against the one this \
-                     side came from"
-                        .into(),
-                ),
-                lost: Side::Theirs,
-                entries: theirs
-                    .subtree(p)
-                    .into_iter()
-                    .map(|(q, e)| (q.to_vec(), e.clone()))
-                    .collect(),
-            }),
-    );
     decided.extend(applied.failed.iter().map(|(u, why)| Conflict {
         path: u.clone(),
         reason: Reason::Check(format!("could not be written here: {why}")),
@@ -850,4 +808,47 @@ fn merge_one(
         skipped,
         error: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(blob: &str) -> Entry {
+        Entry::File {
+            blob: blob.to_string(),
+            exec: false,
+        }
+    }
+
+    /// One pass gives what a graft per path gives, nested paths included.
+    #[test]
+    fn overlay_is_a_graft_per_path() {
+        let mut wide = Tree::new();
+        let mut plain = Tree::new();
+        for (p, w, b) in [
+            ("k/a/SKILL.md", "w1", "p1"),
+            ("k/a/x/y.md", "w2", "p2"),
+            ("k/ab/SKILL.md", "w3", "p3"),
+            ("k/b/SKILL.md", "w4", "p4"),
+            ("top.md", "w5", "p5"),
+        ] {
+            wide.insert(p.as_bytes(), file(w));
+            plain.insert(p.as_bytes(), file(b));
+        }
+        wide.insert(b"k/only-wide/SKILL.md", file("w6"));
+        plain.insert(b"k/a/only-plain.md", file("p6"));
+        let paths: Vec<ByteString> = ["k/a", "k/a/x", "top.md", "k/none"]
+            .iter()
+            .map(|p| ByteString(p.as_bytes().to_vec()))
+            .collect();
+        let folded = paths
+            .iter()
+            .fold(wide.clone(), |t, p| graft(&t, &p.0, &plain));
+        let one = overlay(&wide, &paths, &plain);
+        assert!(one == folded, "{one:?} != {folded:?}");
+        // k/ab is not under k/a.
+        assert_eq!(one.get(b"k/ab/SKILL.md"), Some(&file("w3")));
+        assert_eq!(one.get(b"k/a/only-plain.md"), Some(&file("p6")));
+    }
 }
