@@ -45,6 +45,7 @@
 //! refs.
 
 mod apply;
+mod base;
 mod child;
 mod conflicts;
 mod gittree;
