@@ -962,7 +962,11 @@ fn three_replicas_with(seed: u64) {
         assert!(out.status.success(), "{}", describe(&out));
     }
     let lines = |tag: &str| -> String { (0..8).map(|l| format!("{tag} line {l}\n")).collect() };
-    for step in 0..60 {
+    let steps: u64 = std::env::var("SKILLFS_SYNC_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    for step in 0..steps {
         let m = &ms[next(3) as usize];
         let s = format!("k/s{}", next(5));
         let md = m.path(&format!("{s}/SKILL.md"));
