@@ -1130,7 +1130,7 @@ fn p_text(line: &str) -> String {
 }
 
 /// `k/p` made on `maker` and synced in `order` until all three hold it.
-fn p_everywhere(maker: &Mount, order: [&Mount; 3]) {
+fn p_everywhere(maker: &Mount, order: &[&Mount]) {
     fs::create_dir_all(maker.path("k/p")).unwrap();
     fs::write(maker.path("k/p/SKILL.md"), p_text("2")).unwrap();
     for _ in 0..2 {
@@ -1184,7 +1184,7 @@ fn a_side_kept_against_one_replica_is_kept_against_its_author_too() {
         Some(["f", "8", "1"]),
     );
     let text = p_text;
-    p_everywhere(&x, [&x, &b, &c]);
+    p_everywhere(&x, &[&x, &b, &c]);
     both_edit_p([&x, &b, &c]);
     for _ in 0..2 {
         for m in [&x, &c, &b] {
@@ -1244,6 +1244,106 @@ fn a_removal_learned_from_a_replica_with_a_skill_waiting_is_not_undone() {
         common::assert_enoent(m.path("k/s"));
         assert_eq!(read(m, "k/t/SKILL.md"), skill("t", "1 by a\n"));
         settled(m);
+    }
+}
+
+/// A side kept because the other replica said it kept its own (its
+/// `skillfs-kept:` trailer) is recorded as kept here too: b and c edit
+/// one line; c merges b (a conflict, listed on c) and exports that; b
+/// merges c, keeping its side by c's trailer, and exports. b's commit
+/// (with c's as a parent) once named nothing kept, so c's next merge of
+/// it had c's own side as the base and took b's, silently, though c still
+/// listed the conflict as its side live (found by review).
+#[test]
+fn a_side_kept_by_the_other_replicas_word_stays_kept_on_both() {
+    let Pair { a: b, b: c } = pair("mergeword");
+    p_everywhere(&c, &[&c, &b]);
+    fs::write(b.path("k/p/SKILL.md"), p_text("2 by b")).unwrap();
+    fs::create_dir_all(b.path("k/t")).unwrap();
+    fs::write(b.path("k/t/SKILL.md"), skill("t", "t\n")).unwrap();
+    sync(&b);
+    fs::write(c.path("k/p/SKILL.md"), p_text("2 by c")).unwrap();
+    fs::create_dir_all(c.path("k/q")).unwrap();
+    fs::write(c.path("k/q/SKILL.md"), skill("q", "q\n")).unwrap();
+    sync(&c);
+    sync(&c);
+    sync(&b);
+    sync(&b);
+    for _ in 0..3 {
+        sync(&c);
+        sync(&b);
+    }
+    assert_eq!(
+        read(&b, "k/p/SKILL.md"),
+        p_text("2 by b"),
+        "b keeps its own"
+    );
+    assert_eq!(
+        read(&c, "k/p/SKILL.md"),
+        p_text("2 by c"),
+        "c keeps its own"
+    );
+    for m in [&b, &c] {
+        assert_eq!(read(m, "k/t/SKILL.md"), skill("t", "t\n"));
+        assert_eq!(read(m, "k/q/SKILL.md"), skill("q", "q\n"));
+        verify_full(m);
+    }
+    let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(&c)]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("k/p/SKILL.md"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// The case before with a third replica: x and c share a remote that b
+/// reaches x through only later. c keeps x's side against b (listed on
+/// c); b keeps its own by c's word and, in the same sync, first merges
+/// x. Unless that side counts as kept on b (masked), x's merge base is
+/// x's own edit, so b tells x nothing, and x took b's side (found by
+/// review).
+#[test]
+fn a_side_kept_by_word_is_kept_against_a_third_in_the_same_sync() {
+    let [x, b, c] = three(
+        ["mergewordX", "mergewordB", "mergewordC"],
+        Some(["f", "8", "1"]),
+    );
+    let out = skillfs(&["remote", "remove", "hub", "--root", &root_arg(&x)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let xhub = x.root().parent().unwrap().join("xhub.git");
+    common::bare_repo(&xhub);
+    for m in [&x, &c] {
+        let url = xhub.to_str().unwrap();
+        let out = skillfs(&["remote", "add", "xhub", url, "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    p_everywhere(&b, &[&b, &c, &x]);
+    fs::write(x.path("k/p/SKILL.md"), p_text("2 by x")).unwrap();
+    sync(&x);
+    sync(&c);
+    fs::write(b.path("k/p/SKILL.md"), p_text("2 by b")).unwrap();
+    fs::create_dir_all(b.path("k/t")).unwrap();
+    fs::write(b.path("k/t/SKILL.md"), skill("t", "t\n")).unwrap();
+    sync(&b);
+    fs::create_dir_all(c.path("k/q")).unwrap();
+    fs::write(c.path("k/q/SKILL.md"), skill("q", "q\n")).unwrap();
+    sync(&c);
+    sync(&c);
+    assert_eq!(read(&c, "k/t/SKILL.md"), skill("t", "t\n"));
+    let url = x.root().parent().unwrap().join("hub.git");
+    let url = url.to_str().unwrap().to_string();
+    let out = skillfs(&["remote", "add", "hub", &url, "--root", &root_arg(&x)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    sync(&x);
+    sync(&b);
+    for _ in 0..2 {
+        for m in [&b, &x, &c] {
+            sync(m);
+        }
+    }
+    kept_apart([&x, &b, &c], p_text);
+    for m in [&x, &b, &c] {
+        verify_full(m);
     }
 }
 

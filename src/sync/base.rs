@@ -1,21 +1,24 @@
-//! The base of a merge of another replica's tip into this tree. Each merge made here that changed something becomes a
-//! parent of this replica's next exported commit (`sync/merges` until
-//! then), so the base of a merge of replica R's tip is git's merge base
-//! of that tip and this replica's history: its branch, and the newest
-//! commit of every other replica merged here, which the branch shows
-//! only once exported (and a merge that changed nothing, never). Several
-//! merge bases, a criss-cross, are made one by `virtual_base`. At a path
-//! where a conflict kept this tree's side (against any replica) or a
-//! unit waits, the other replicas' merged commits do not say what this
-//! tree holds, and the base there is the one of this replica's branch
-//! alone (see `merged_elsewhere`). While this store's own last merge of R
-//! is newer than what its branch shows (not exported yet, or with units
-//! still waiting), that merge's commit is the base, each waiting unit
-//! keeping its own older one. Without a common history: what R's tip
-//! says it merged of this store (`skillfs-merged:` trailers), else an
-//! empty tree. Where R kept its own side in a conflict with this store
-//! and the two still differ (`skillfs-kept:` trailers), R's side is taken
-//! for no change of R's.
+//! The base of a merge of another replica's tip into this tree.
+//!
+//! Each merge made here that changed something becomes a parent of this
+//! replica's next exported commit (`sync/merges` until then), so the base
+//! of a merge of replica R's tip is git's merge base of that tip and this
+//! replica's history: its branch, and the newest commit of every other
+//! replica merged here, which the branch shows only once exported (and a
+//! merge that changed nothing, never). Several merge bases, a
+//! criss-cross, are made one by `virtual_base`. At a path where this
+//! tree kept its side (a conflict listed here, or one the other replica
+//! listed and said so), or a unit waits, the other replicas' merged
+//! commits do not say what this tree holds, and the base there is the
+//! one without them (see `merged_elsewhere`). While this store's own last
+//! merge of R is newer than what its branch shows (not exported yet, or
+//! with units still waiting), that merge's commit is the base, each
+//! waiting unit keeping its own older one. Without a common history:
+//! what R's tip says it merged of this store (`skillfs-merged:`
+//! trailers), else an empty tree. Where R kept its own side in a
+//! conflict with this store and the two still differ (`skillfs-kept:`
+//! trailers), R's side is taken for no change of R's, and this tree's
+//! side counts as kept here too (`pull`).
 //!
 //! Everything here only reads: the trees come from the store's sync
 //! repository (`gittree`), the states of this tree from the journal.
@@ -148,7 +151,7 @@ pub(super) const KEPT_TRAILER: &str = "skillfs-kept";
 pub(super) struct Said {
     commit: String,
     id: u64,
-    kept: Vec<Vec<u8>>,
+    pub(super) kept: Vec<Vec<u8>>,
 }
 
 /// What `tip` says of this store (`own`, whose branch is `own_branch`).
@@ -346,8 +349,8 @@ pub(super) fn base_tree(
 /// `replica`: the newest commit of each other replica merged here, part
 /// of this replica's history though its branch shows it only once
 /// exported (and a merge that changed nothing, never), and the paths
-/// where that knowledge is not to be used: where a conflict kept this
-/// tree's side against any replica, or a unit waits. Without the
+/// where that knowledge is not to be used: where this tree kept its side
+/// against any replica (`Base::kept`), or a unit waits. Without the
 /// commits, a replica merged after another in one sync was merged against
 /// a base that did not know what the first had brought: a removal that
 /// came through the first was undone by the older state of the second

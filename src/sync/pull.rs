@@ -320,6 +320,7 @@ fn merge_one(
     let store = Store::open(layout.clone()).map_err(|f| f.to_string())?;
     let (ours, since, meta) = ours(&store);
     let said = merged_by_them(&repo, tip, own, &super::branch_of(own));
+    let kept_by_them: Vec<Vec<u8>> = said.as_ref().map(|s| s.kept.clone()).unwrap_or_default();
     let old = bases.get(replica).cloned();
     // Texts a virtual base made (see `virtual_base`), read by the merge.
     let mut base_made = Vec::new();
@@ -409,6 +410,18 @@ fn merge_one(
             .iter()
             .filter(|c| c.lost == Side::Theirs)
             .map(|c| ByteString(c.path.clone())),
+    );
+    // Where they kept their side against this store and this merge kept
+    // this tree's (their side taken for no change of theirs): kept here
+    // too, though listed only there. Published, they keep theirs in turn
+    // (else this tree's commit, a parent of their next merge of it, was
+    // their base, and its side a change they took); masked, a merge of a
+    // third replica's older state does not decide it (found by review).
+    kept.extend(
+        kept_by_them
+            .into_iter()
+            .filter(|p| !waits(p))
+            .map(ByteString),
     );
     kept.sort_by(|a, b| a.0.cmp(&b.0));
     kept.dedup_by(|a, b| a.0 == b.0);
