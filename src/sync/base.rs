@@ -26,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use skillfs_sync::tree::{Entry, Tree, within};
+use skillfs_sync::tree::{Entry, Tree};
 
 use super::gittree::GitBlobs;
 use super::pull::{Base, MERGED_TRAILER};
@@ -204,18 +204,6 @@ pub(super) fn merged_by_them(repo: &Path, tip: &str, own: &str, own_branch: &str
     Some(Said { commit, id, kept })
 }
 
-/// `t` with everything at and below `path` taken from `from`.
-fn graft(t: &Tree, path: &[u8], from: &Tree) -> Tree {
-    let mut out = Tree::new();
-    for (p, e) in t.iter().filter(|(p, _)| !within(p, path)) {
-        out.insert(p, e.clone());
-    }
-    for (p, e) in from.subtree(path) {
-        out.insert(p, e.clone());
-    }
-    out
-}
-
 /// `t`, except at and below each of `paths`, where it is `from`: in one
 /// pass over each (a graft per path would copy the tree once per path,
 /// and a store may keep many conflicts).
@@ -325,22 +313,30 @@ pub(super) fn base_tree(
     // knows the others: the caller takes the one without them at every
     // waiting unit, see `merged_elsewhere`.)
     if let Some(b) = base.filter(|_| others.is_empty()) {
-        for (u, c) in &b.pending {
+        // One pass per run of units that kept one base (a merge's units
+        // share it), in their order: an inner skill's own base is laid
+        // over an outer one's, as a graft per unit would.
+        for run in b.pending.chunk_by(|x, y| x.1 == y.1) {
+            let c = &run[0].1;
             let older = if c.is_empty() {
                 Tree::new()
             } else {
                 blobs.tree(c, &mut Vec::new())?
             };
-            t = graft(&t, &u.0, &older);
+            let units: Vec<ByteString> = run.iter().map(|(u, _)| u.clone()).collect();
+            t = overlay(&t, &units, &older);
         }
     }
     // Where they kept their side against this store and the two still
     // differ, their side is no change of theirs: each keeps its own until
     // one takes the other's.
-    for p in kept {
-        if ours.subtree(&p) != theirs.subtree(&p) {
-            t = graft(&t, &p, theirs);
-        }
+    let apart: Vec<ByteString> = kept
+        .into_iter()
+        .filter(|p| ours.subtree(p) != theirs.subtree(p))
+        .map(ByteString)
+        .collect();
+    if !apart.is_empty() {
+        t = overlay(&t, &apart, theirs);
     }
     Ok((t, from, base.is_some()))
 }
@@ -392,6 +388,22 @@ mod tests {
             blob: blob.to_string(),
             exec: false,
         }
+    }
+
+    /// `t` with everything at and below `path` taken from `from`: the
+    /// plain definition `overlay` keeps in one pass.
+    fn graft(t: &Tree, path: &[u8], from: &Tree) -> Tree {
+        let mut out = Tree::new();
+        for (p, e) in t
+            .iter()
+            .filter(|(p, _)| !skillfs_sync::tree::within(p, path))
+        {
+            out.insert(p, e.clone());
+        }
+        for (p, e) in from.subtree(path) {
+            out.insert(p, e.clone());
+        }
+        out
     }
 
     /// One pass gives what a graft per path gives, nested paths included.

@@ -198,26 +198,34 @@ fn git_at_work(repo: &Path) -> Option<u32> {
     None
 }
 
-/// Waits (a few seconds at most) until no process works in `repo` (see
-/// [`git_at_work`]): a git of a sync killed a moment ago is ending
-/// (its parent-death signal); one still there is said.
-fn settle(repo: &Path, layout: &Layout) -> Result<(), Failure> {
+/// Waits a few seconds at most until no process works in any of `dirs`
+/// (see [`git_at_work`]): a git of a sync killed a moment ago is ending
+/// (its parent-death signal). `Err` names one still at work then.
+fn wait_quiet(dirs: &[&Path]) -> Result<(), u32> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while let Some(pid) = git_at_work(repo) {
+    while let Some(pid) = dirs.iter().find_map(|d| git_at_work(d)) {
         if std::time::Instant::now() >= deadline {
-            return Err(Failure::new(
-                Exit::Busy,
-                format!(
-                    "a git (pid {pid}) works in '{}' of the store of '{}': a sync starts once it \
-                     has ended",
-                    repo.display(),
-                    layout.dir.display()
-                ),
-            ));
+            return Err(pid);
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     Ok(())
+}
+
+/// Waits until no process works in `repo` ([`wait_quiet`]); one still
+/// there is said.
+fn settle(repo: &Path, layout: &Layout) -> Result<(), Failure> {
+    wait_quiet(&[repo]).map_err(|pid| {
+        Failure::new(
+            Exit::Busy,
+            format!(
+                "a git (pid {pid}) works in '{}' of the store of '{}': a sync starts once it \
+                 has ended",
+                repo.display(),
+                layout.dir.display()
+            ),
+        )
+    })
 }
 
 /// Removes the lock files a killed git left in the store's `repo.git`
@@ -301,12 +309,8 @@ fn clear_own_ref_lock(url: &str, branch: &str) {
         Ok(md) if md.is_file() && md.uid() == me => {}
         _ => return,
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while git_at_work(&git_dir).is_some() || git_at_work(&path).is_some() {
-        if std::time::Instant::now() >= deadline {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    if wait_quiet(&[&git_dir, &path]).is_err() {
+        return;
     }
     match std::fs::remove_file(&lock) {
         Ok(()) => tracing::info!(

@@ -684,17 +684,9 @@ pub fn set_mtime(p: &Path, secs: i64, nsec: i64) {
 
 /// Bytes no compressor shrinks: a large content stored as they are (its
 /// chunks are plain entries of a pack, where `damage_stored` finds them).
-pub fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+/// (Not every test binary uses it.)
+#[allow(unused_imports)]
+pub use skillfs_store::fixtures::noise;
 
 /// Flips one byte of the stored copy of `content` (made with `noise`) near
 /// `at`, wherever the store at `store` keeps it; returns that file.

@@ -62,6 +62,25 @@ pub mod journal;
 pub mod packs;
 pub mod spares;
 
+/// Fixtures for the tests here and in the crates above (their
+/// dev-dependencies turn on `fixtures`).
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures {
+    /// Bytes no compressor shrinks (xorshift from `seed`): a large content
+    /// is stored as it is, its chunks plain entries of a pack.
+    pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+}
+
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;

@@ -246,15 +246,11 @@ impl BlobStore {
         if let Some(p) = self.pins.lock().as_mut() {
             p.extend(list.iter().map(|(c, _, _)| *c));
         }
-        let sound = |c: &RawId, n: u32| {
-            self.packs
-                .stat(c)
-                .is_some_and(|(s, codec)| s == n as u64 && codec != Codec::Chunked)
-                && self.packs.has_intact(c, n as u64)
-        };
         self.packs.stat(raw).is_some_and(|(s, _)| s == size)
             && self.known.lock().get(raw) != Some(&super::trust::Known::Damaged)
-            && list.iter().all(|&(c, _, n)| sound(&c, n))
+            && list
+                .iter()
+                .all(|&(c, _, n)| self.packs.has_intact_chunk(&c, n as u64))
     }
 
     /// Hashes the chunked content `raw` chunk by chunk against its name;

@@ -343,17 +343,7 @@ mod tests {
         (id, path)
     }
 
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
+    use crate::fixtures::noise;
 
     fn pack_bytes(blobs: &Path) -> u64 {
         fs::read_dir(blobs.join("packs"))

@@ -272,9 +272,21 @@ impl Packs {
 
     /// Holds `id` with `len` bytes whose content can be trusted.
     pub fn has_intact(&self, id: &RawId, len: u64) -> bool {
+        self.intact_where(id, len, |_| true)
+    }
+
+    /// Holds `id` as one content entry (no chunk list) of `len` bytes
+    /// that can be trusted: a sound chunk of a chunked content.
+    pub fn has_intact_chunk(&self, id: &RawId, len: u64) -> bool {
+        self.intact_where(id, len, |c| c != Codec::Chunked)
+    }
+
+    /// Holds `id` with `len` bytes, of a kind `kind` accepts, whose content
+    /// can be trusted (one index lookup; the first read checks its hash).
+    fn intact_where(&self, id: &RawId, len: u64, kind: impl Fn(Codec) -> bool) -> bool {
         let found = self.with_index(|ix| ix.entries.get(id).copied());
         match found {
-            Some(e) if e.size == len => e.checked || self.read(id).is_ok(),
+            Some(e) if e.size == len && kind(e.codec) => e.checked || self.read(id).is_ok(),
             _ => false,
         }
     }
