@@ -86,6 +86,63 @@ fn truncate_by_path_handle_and_o_trunc() {
     );
 }
 
+/// An `O_RDONLY | O_TRUNC` open of a file a process runs as its program
+/// is refused (ETXTBSY), as on ext4, and changes nothing. With
+/// FUSE_ATOMIC_O_TRUNC the kernel checks for a running program only after
+/// the daemon answered such an open (no write access is taken first, as
+/// for `O_WRONLY`): the daemon refuses first, or the refused open had
+/// emptied the file, made a version and killed the program (SIGBUS).
+/// Opened right after `spawn` returns, as pjdfstest does: the program's
+/// pages may not be mapped yet.
+#[test]
+fn o_trunc_of_a_running_program_is_refused_and_changes_nothing() {
+    let m = Mount::new("txtbsy");
+    let p = m.path("prog");
+    let sleep = Command::new("sh")
+        .args(["-c", "command -v sleep"])
+        .output()
+        .unwrap();
+    let sleep = String::from_utf8(sleep.stdout).unwrap();
+    let bytes = fs::read(sleep.trim()).unwrap();
+    for round in 0..20 {
+        fs::write(&p, &bytes).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        let versions = m.log().len();
+        let mut child = Command::new(&p).arg("30").spawn().unwrap();
+        for flags in [libc::O_RDONLY | libc::O_TRUNC, libc::O_WRONLY, libc::O_RDWR] {
+            let e = OpenOptions::new()
+                .custom_flags(flags)
+                .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
+                .write(flags & libc::O_ACCMODE != libc::O_RDONLY)
+                .open(&p)
+                .expect_err("a running program is not opened to change");
+            assert_eq!(
+                errno_of(&e),
+                libc::ETXTBSY,
+                "round {round}, flags {flags:#o}"
+            );
+        }
+        assert!(
+            fs::read(&p).unwrap() == bytes,
+            "round {round}: its bytes stay"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "round {round}: it runs on"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(m.log().len(), versions, "round {round}: no version");
+    }
+    // Once no program runs from it, the open truncates as before.
+    let r = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_TRUNC)
+        .open(&p)
+        .unwrap();
+    assert_eq!(r.metadata().unwrap().len(), 0);
+}
+
 #[test]
 fn o_excl_create() {
     let m = Mount::new("excl");

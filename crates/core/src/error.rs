@@ -90,6 +90,7 @@ impl FsError {
             | libc::ENOSYS
             | libc::ENOTSUP
             | libc::ENODATA
+            | libc::ETXTBSY
             // The kernel looks the path up again.
             | libc::ESTALE => Level::Debug,
             // The disk or quota is full, or descriptors ran out: the user

@@ -184,6 +184,18 @@ impl SkillFs {
                 backing: None,
             });
         }
+        if flags & libc::O_ACCMODE == libc::O_RDONLY
+            && flags & libc::O_TRUNC != 0
+            && let Some(pid) = running_program(ino)
+        {
+            // With FUSE_ATOMIC_O_TRUNC the kernel asks whether a program
+            // runs from the file only after this open emptied it (it has
+            // no write access to take first, as for O_WRONLY): a refused
+            // open would leave the file empty and the program's pages
+            // gone (SIGBUS). Refused here as the kernel would, before.
+            return Err(FsError::of(libc::ETXTBSY)
+                .context(format_args!("O_TRUNC of a running program (pid {pid})")));
+        }
         self.retry_after_store(Some(ino), || {
             let _ns = self.namespace.read();
             match self.loc(ino) {
@@ -620,6 +632,22 @@ pub(super) enum WritePlace {
     InPlaceUnlinked,
     /// In place (a plain file of the home).
     InPlace,
+}
+
+/// A process whose program is the file `ino` of this mount (see
+/// `sys::running_program`); `None` outside a mount.
+fn running_program(ino: Ino) -> Option<u32> {
+    static DEV: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    let mp = crate::follow::mount_point()?;
+    let dev = match DEV.get() {
+        Some(d) => *d,
+        None => {
+            let m = skillfs_base::mounts::mount_at(&mp)?;
+            m.skillfs_store()?;
+            *DEV.get_or_init(|| m.dev)
+        }
+    };
+    sys::running_program(dev, ino, &mp)
 }
 
 /// Whether an open of `flags` may change the file: `O_RDONLY | O_TRUNC`
