@@ -56,9 +56,6 @@ pub(super) struct Base {
     pub(super) commit: String,
     /// This store's newest change once the merge was applied.
     pub(super) id: u64,
-    /// Whether any merge of this replica so far left a conflict.
-    #[serde(default)]
-    conflicted: bool,
     /// Units left for a later sync (busy, or failed), each with the commit
     /// its base stays at (empty: an empty tree).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -398,7 +395,6 @@ fn merge_one(
         .map_err(|f| f.to_string())?
         .last()
         .map_or(since, |r| r.seq);
-    let conflicted = !decided.is_empty() || old.as_ref().is_some_and(|b| b.conflicted);
     // Where this tree kept its side, as long as the two still differ.
     let mut kept: Vec<ByteString> = old
         .as_ref()
@@ -431,7 +427,6 @@ fn merge_one(
         Base {
             commit: tip.to_string(),
             id,
-            conflicted,
             pending,
             kept,
         },
