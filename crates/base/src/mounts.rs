@@ -22,9 +22,6 @@ pub const SOURCE_PREFIX: &str = "skillfs:";
 
 /// One line of `/proc/self/mountinfo`: mount point, fs type, source.
 pub struct MountInfo {
-    /// The device of the mounted filesystem (major, minor), as `stat`
-    /// and `/proc/<pid>/maps` show its files'.
-    pub dev: (u32, u32),
     pub mount_point: PathBuf,
     pub fstype: String,
     pub source: PathBuf,
@@ -63,14 +60,7 @@ pub fn mounts() -> Vec<MountInfo> {
         if fields.len() < sep + 3 || fields.len() < 5 {
             continue;
         }
-        let Some(dev) = fields[2]
-            .split_once(':')
-            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
-        else {
-            continue;
-        };
         out.push(MountInfo {
-            dev,
             mount_point: PathBuf::from(OsString::from(std::ffi::OsStr::from_bytes(
                 &unescape_mountinfo(fields[4]),
             ))),

@@ -429,47 +429,6 @@ pub fn read_dir_fd(fd: OwnedFd) -> io::Result<Vec<RawDirEntry>> {
     result.map(|()| out)
 }
 
-/// A process whose program is the file `ino` of the filesystem on `dev`
-/// (major, minor): the kernel refuses to write such a file (ETXTBSY).
-/// Only executables whose path starts with `under` are looked at. Each is
-/// asked with `AT_STATX_DONT_SYNC`, so that a FUSE daemon asking about its
-/// own mount answers from the kernel's cache and never sends itself a
-/// request (the link is jumped to, not looked up). From the moment
-/// `execve` succeeds, before the program's pages are mapped: a spawner
-/// that opens right after its `spawn` returned is covered. A process this
-/// one may not inspect (another user's, for an unprivileged caller) is not
-/// seen. Costs a read of `/proc`: for the rare calls that need it.
-pub fn running_program(dev: (u32, u32), ino: u64, under: &std::path::Path) -> Option<u32> {
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let exe = e.path().join("exe");
-        if !std::fs::read_link(&exe).is_ok_and(|p| p.starts_with(under)) {
-            continue;
-        }
-        let Ok(c) = CString::new(exe.as_os_str().as_encoded_bytes()) else {
-            continue;
-        };
-        // SAFETY: an all-zero statx is a valid value of the plain struct.
-        let mut st: libc::statx = unsafe { std::mem::zeroed() };
-        // SAFETY: `c` is a NUL-terminated path and `st` is ours to fill.
-        let r = unsafe {
-            libc::statx(
-                libc::AT_FDCWD,
-                c.as_ptr(),
-                libc::AT_STATX_DONT_SYNC,
-                libc::STATX_INO,
-                &mut st,
-            )
-        };
-        if r == 0 && (st.stx_dev_major, st.stx_dev_minor) == dev && st.stx_ino == ino {
-            return Some(pid);
-        }
-    }
-    None
-}
-
 /// The process name of `pid` (from `/proc/<pid>/comm`), or `?`. Names are
 /// remembered for a second: a writer makes many changes in a row, and a pid
 /// is not reused that fast.

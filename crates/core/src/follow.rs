@@ -64,20 +64,6 @@ pub fn never_touch(mount_point: &Path) {
     let _ = MOUNT_POINT.set(split(p.as_os_str().as_bytes()));
 }
 
-/// The mount point [`never_touch`] named, if any.
-pub fn mount_point() -> Option<std::path::PathBuf> {
-    let parts = MOUNT_POINT.get()?;
-    let mut p = Vec::new();
-    for c in parts {
-        p.push(b'/');
-        p.extend_from_slice(c);
-    }
-    if p.is_empty() {
-        p.push(b'/');
-    }
-    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&p)))
-}
-
 /// How the rules see a symlink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seen {

@@ -143,6 +143,12 @@ impl SkillFs {
             return Err(FsError::EISDIR.into());
         }
         let ino = self.tree.lock().link(parent, name, kind, attached);
+        // A create that finds the file (the kernel's negative entry was
+        // stale) and empties it: the kernel checks for a running program
+        // only once this is answered (see `open`).
+        if !created && flags & libc::O_TRUNC != 0 && self.runs_as_program(ino, false) {
+            return Err(super::open::busy_program(ino).into());
+        }
         let record_create = |p: &RelPath| {
             // From the content stored to its record: no prune starts between.
             let _writing = self.blobs.writing();

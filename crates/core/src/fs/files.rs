@@ -55,6 +55,10 @@ pub(super) struct OpenState {
     pub(super) direct: u32,
     pub(super) direct_writers: u32,
     pub(super) backing: Option<Arc<File>>,
+    /// Handles an `execve` opened (`__FMODE_EXEC`): the kernel keeps one
+    /// as the executable of the processes it runs, refusing writes to the
+    /// file, until the last of them ends (see `open::runs_as_program`).
+    pub(super) programs: u32,
 }
 
 /// An open inode: its state behind its own lock.
@@ -73,6 +77,7 @@ impl OpenFile {
                 direct: 0,
                 direct_writers: 0,
                 backing: None,
+                programs: 0,
             }),
         }
     }
@@ -154,15 +159,11 @@ impl OpenFiles {
 
 /// What a file handle is.
 enum Handle {
-    File {
-        ino: Ino,
-        write: bool,
-        append: bool,
-        /// Served by the kernel on the backing file (passthrough).
-        direct: bool,
-    },
+    File(FileHandle),
     /// A file under `.history`: its blob, read-only.
-    Blob { file: Arc<Opened> },
+    Blob {
+        file: Arc<Opened>,
+    },
 }
 
 /// A handle of a live file, as `Handles::file` answers it.
@@ -173,6 +174,8 @@ pub(super) struct FileHandle {
     pub(super) append: bool,
     /// Served by the kernel on the backing file (passthrough).
     pub(super) direct: bool,
+    /// Opened by an `execve` (see `OpenState::programs`).
+    pub(super) program: bool,
 }
 
 /// The file handles given to the kernel. Numbers start at 1 and are never
@@ -201,12 +204,7 @@ impl Handles {
 
     /// A new handle of the live file `h.ino`.
     pub(super) fn insert_file(&self, h: FileHandle) -> u64 {
-        self.insert(Handle::File {
-            ino: h.ino,
-            write: h.write,
-            append: h.append,
-            direct: h.direct,
-        })
+        self.insert(Handle::File(h))
     }
 
     /// A new handle of a blob under `.history`.
@@ -217,17 +215,7 @@ impl Handles {
     /// The live file `fh` is a handle of (`None` for a blob's or none).
     pub(super) fn file(&self, fh: u64) -> Option<FileHandle> {
         match self.table.lock().get(&fh) {
-            Some(&Handle::File {
-                ino,
-                write,
-                append,
-                direct,
-            }) => Some(FileHandle {
-                ino,
-                write,
-                append,
-                direct,
-            }),
+            Some(Handle::File(h)) => Some(*h),
             _ => None,
         }
     }
@@ -248,19 +236,9 @@ impl Handles {
     /// returns it as it was (`None` if it is no such handle).
     pub(super) fn undirect(&self, fh: u64) -> Option<FileHandle> {
         match self.table.lock().get_mut(&fh) {
-            Some(Handle::File {
-                ino,
-                write,
-                append,
-                direct,
-            }) => {
-                let was = FileHandle {
-                    ino: *ino,
-                    write: *write,
-                    append: *append,
-                    direct: *direct,
-                };
-                *direct = false;
+            Some(Handle::File(h)) => {
+                let was = *h;
+                h.direct = false;
                 Some(was)
             }
             _ => None,
@@ -270,17 +248,7 @@ impl Handles {
     /// Takes `fh` out: `Ok(None)` for a blob's handle, `EBADF` for none.
     pub(super) fn remove(&self, fh: u64) -> FsResult<Option<FileHandle>> {
         match self.table.lock().remove(&fh) {
-            Some(Handle::File {
-                ino,
-                write,
-                append,
-                direct,
-            }) => Ok(Some(FileHandle {
-                ino,
-                write,
-                append,
-                direct,
-            })),
+            Some(Handle::File(h)) => Ok(Some(h)),
             Some(Handle::Blob { .. }) => Ok(None),
             None => Err(FsError::EBADF),
         }
@@ -301,6 +269,7 @@ mod tests {
             write,
             append: false,
             direct: false,
+            program: false,
         }
     }
 

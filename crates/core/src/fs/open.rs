@@ -184,17 +184,17 @@ impl SkillFs {
                 backing: None,
             });
         }
-        if flags & libc::O_ACCMODE == libc::O_RDONLY
-            && flags & libc::O_TRUNC != 0
-            && let Some(pid) = running_program(ino)
+        // With FUSE_ATOMIC_O_TRUNC the kernel checks that no program runs
+        // from the file only after this open emptied it when the open
+        // takes no write access first (`O_RDONLY` or access mode 3 with
+        // `O_TRUNC`; `O_WRONLY` and `O_RDWR` are refused before they come
+        // here): the refused open would leave the file empty and the
+        // program's pages gone. Refused here as the kernel would, first.
+        if flags & libc::O_TRUNC != 0
+            && !matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
+            && self.runs_as_program(ino, true)
         {
-            // With FUSE_ATOMIC_O_TRUNC the kernel asks whether a program
-            // runs from the file only after this open emptied it (it has
-            // no write access to take first, as for O_WRONLY): a refused
-            // open would leave the file empty and the program's pages
-            // gone (SIGBUS). Refused here as the kernel would, before.
-            return Err(FsError::of(libc::ETXTBSY)
-                .context(format_args!("O_TRUNC of a running program (pid {pid})")));
+            return Err(busy_program(ino));
         }
         self.retry_after_store(Some(ino), || {
             let _ns = self.namespace.read();
@@ -238,6 +238,7 @@ impl SkillFs {
                 write,
                 append: flags & libc::O_APPEND != 0,
                 direct: true,
+                program: counted_program(&of, flags),
             });
             return Ok(OpenReply {
                 fh,
@@ -285,6 +286,7 @@ impl SkillFs {
             write,
             append: flags & libc::O_APPEND != 0,
             direct: false,
+            program: counted_program(&of, flags),
         });
         Ok(OpenReply {
             fh,
@@ -489,7 +491,14 @@ impl SkillFs {
     }
 
     pub fn release(&self, fh: u64, caller: &Caller) -> FsResult<()> {
-        let (ino, write) = match self.handles.remove(fh)? {
+        let h = self.handles.remove(fh)?;
+        if let Some(h) = h.filter(|h| h.program)
+            && let Some(of) = self.open_file(h.ino)
+        {
+            let mut s = of.lock();
+            s.programs = s.programs.saturating_sub(1);
+        }
+        let (ino, write) = match h {
             Some(FileHandle {
                 ino,
                 write,
@@ -634,20 +643,45 @@ pub(super) enum WritePlace {
     InPlace,
 }
 
-/// A process whose program is the file `ino` of this mount (see
-/// `sys::running_program`); `None` outside a mount.
-fn running_program(ino: Ino) -> Option<u32> {
-    static DEV: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
-    let mp = crate::follow::mount_point()?;
-    let dev = match DEV.get() {
-        Some(d) => *d,
-        None => {
-            let m = skillfs_base::mounts::mount_at(&mp)?;
-            m.skillfs_store()?;
-            *DEV.get_or_init(|| m.dev)
+/// `__FMODE_EXEC`: the open of an `execve` (the kernel passes its file
+/// flags on to FUSE_OPEN as they are).
+const FMODE_EXEC: i32 = 0x20;
+
+/// Counts an open of `flags` into `of`'s programs if an `execve` made it.
+fn counted_program(of: &OpenFile, flags: i32) -> bool {
+    let program = flags & FMODE_EXEC != 0;
+    if program {
+        of.lock().programs += 1;
+    }
+    program
+}
+
+/// The answer to a truncating open of a running program.
+pub(super) fn busy_program(ino: Ino) -> FsError {
+    tracing::info!("refused to truncate inode {ino}: a program runs from it (ETXTBSY)");
+    FsError::of(libc::ETXTBSY)
+}
+
+impl SkillFs {
+    /// Whether a program runs from `ino`: an `execve`'s handle of it is
+    /// open (the kernel holds it as the executable of the processes that
+    /// run it, and refuses writes to the file, until the last of them
+    /// ends). Seen whoever runs it, from whatever path. The RELEASE of a
+    /// program that just ended comes a moment after its end: `wait` (with
+    /// no lock held) gives it a little time to arrive.
+    pub(super) fn runs_as_program(&self, ino: Ino, wait: bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        loop {
+            let running = self
+                .open_files
+                .get(ino)
+                .is_some_and(|of| of.lock().programs > 0);
+            if !running || !wait || std::time::Instant::now() >= deadline {
+                return running;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
-    };
-    sys::running_program(dev, ino, &mp)
+    }
 }
 
 /// Whether an open of `flags` may change the file: `O_RDONLY | O_TRUNC`
