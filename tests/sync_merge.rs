@@ -77,6 +77,12 @@ fn listing(m: &Mount) -> Vec<String> {
     out
 }
 
+/// The actor of what a merge of `m`'s side writes elsewhere.
+fn from(m: &Mount) -> String {
+    let id = fs::read_to_string(m.store().join("REPLICA")).unwrap();
+    format!("sync:{}", &id.trim()[..8])
+}
+
 fn verify_full(m: &Mount) {
     let out = skillfs(&["verify", "--full", "--root", &root_arg(m)]);
     assert!(out.status.success(), "{}", describe(&out));
@@ -105,6 +111,22 @@ fn a_skill_travels_both_ways_as_versions() {
             .any(|r| r["path"] == "cat/s" || r["to"] == "cat/s"),
         "the arrival is in b's history"
     );
+    // Each change of the merge says where it came from (b had nothing
+    // under cat/ before).
+    let arrival: Vec<serde_json::Value> = b
+        .log()
+        .into_iter()
+        .filter(|r| {
+            ["path", "to"].iter().any(|k| {
+                r[k].as_str()
+                    .is_some_and(|p| p == "cat" || p.starts_with("cat/"))
+            })
+        })
+        .collect();
+    assert!(!arrival.is_empty());
+    for r in &arrival {
+        assert_eq!(r["actor"]["comm"], from(&a), "{r}");
+    }
     // Edited on b, back to a, where an untracked file in the skill (an
     // editor's backup: in no version) stays through the swap.
     fs::write(a.path("cat/s/draft~"), "mine").unwrap();
@@ -274,8 +296,18 @@ fn a_conflict_is_taken_or_kept_by_command_and_then_listed_no_more() {
     bases[replica]["commit"] = serde_json::Value::String(older);
     fs::write(&merged, serde_json::to_vec_pretty(&bases).unwrap()).unwrap();
     // b takes a's side.
+    let before = b.log().len();
     let out = skillfs(&["sync", "--take", "cat/s/SKILL.md", "--root", &root_arg(&b)]);
     assert!(out.status.success(), "{}", describe(&out));
+    let took = b.log().split_off(before);
+    assert!(!took.is_empty());
+    for r in &took {
+        assert_eq!(
+            r["actor"]["comm"],
+            from(&a),
+            "the take says whose side: {r}"
+        );
+    }
     assert!(String::from_utf8_lossy(&out.stdout).contains("took replica"));
     assert_eq!(read(&b, "cat/s/SKILL.md"), text("one by a"));
     assert_eq!(listed(&b), "", "b lists it no more");

@@ -1,6 +1,8 @@
 //! A merged tree written into the live tree through the mount, so that
-//! every change it makes is an ordinary version (its actor is this
-//! `skillfs`, and `undo` takes it back).
+//! every change it makes is an ordinary version (`undo` takes it back).
+//! Its actor is a thread of this `skillfs` named after the replica the
+//! change came from, `sync:<first 8 digits of its id>` (`apply_as`): the
+//! daemon records a change's actor by the thread that made it.
 //!
 //! The unit is the merge's: a skill (a directory holding `SKILL.md`, with
 //! everything below it), else one entry. A skill is built whole in a
@@ -440,7 +442,7 @@ impl Others {
             {
                 if let Ok(r) = crate::store::journal::decode(line)
                     && r.seq > self.since
-                    && r.actor.pid != std::process::id()
+                    && !own_thread(r.actor.pid)
                 {
                     self.records.push(r);
                 }
@@ -449,6 +451,46 @@ impl Others {
         }
         Ok(())
     }
+}
+
+/// The threads of this process that applied merges (and its main one):
+/// what they wrote is no one else's change (`Others`).
+static APPLIERS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+fn own_thread(tid: u32) -> bool {
+    tid == std::process::id() || APPLIERS.lock().is_ok_and(|t| t.contains(&tid))
+}
+
+/// The actor's name of what a merge of `replica`'s side writes: the name
+/// its thread takes (at most 15 bytes, the kernel's `comm`).
+pub fn actor_of(replica: &str) -> String {
+    format!("sync:{}", &replica[..replica.len().min(8)])
+}
+
+/// [`apply`], in a thread named [`actor_of`] `replica`, so that `log`
+/// says where each change came from (the daemon names a change's actor
+/// by the thread that made it, from the FUSE request's pid, which is the
+/// thread's).
+pub fn apply_as(
+    replica: &str,
+    root: &Path,
+    layout: &crate::store::Layout,
+    ours: (&Tree, u64),
+    merged: &Tree,
+    contents: (&Both, &Meta),
+) -> Result<Applied, Failure> {
+    std::thread::scope(|s| {
+        let t = std::thread::Builder::new()
+            .name(actor_of(replica))
+            .spawn_scoped(s, || {
+                if let Ok(mut t) = APPLIERS.lock() {
+                    t.push(sys::gettid());
+                }
+                apply(root, layout, ours, merged, contents)
+            })
+            .map_err(|e| Failure::new(Exit::Internal, format!("could not start a thread: {e}")))?;
+        t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
 }
 
 /// Makes the live tree under the mounted `root`, whose newest state is

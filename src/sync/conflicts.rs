@@ -16,7 +16,7 @@ use std::path::Path;
 use skillfs_sync::merge::{Conflict, Side};
 use skillfs_sync::tree::{Tree, within};
 
-use super::apply::apply;
+use super::apply::apply_as;
 use super::gittree::{Both, GitBlobs};
 use super::pull::{MERGED, load_bases, ours, reason};
 use super::remotes::sync_dir;
@@ -238,7 +238,14 @@ pub fn resolve(
             git: &mut blobs,
             made: Default::default(),
         };
-        let applied = apply(root, layout, (&ours, since), &taken, (&contents, &meta))?;
+        let applied = apply_as(
+            &replica,
+            root,
+            layout,
+            (&ours, since),
+            &taken,
+            (&contents, &meta),
+        )?;
         if let Some((unit, why)) = applied.busy.first() {
             return Err(Failure::new(
                 Exit::Busy,

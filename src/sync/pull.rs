@@ -34,7 +34,7 @@ use skillfs_sync::tree::{Entry, Tree, within};
 
 use crate::relpath::ByteString;
 
-use super::apply::{Applied, Meta, apply};
+use super::apply::{Applied, Meta, apply_as};
 use super::base::{KEPT_MAX, KEPT_TRAILER, base_tree, merged_by_them, merged_elsewhere, overlay};
 use super::gittree::{Both, GitBlobs};
 use super::remotes::sync_dir;
@@ -352,8 +352,15 @@ fn merge_one(
     };
     let m = merge(&base, &ours, &theirs, &contents);
     contents.made.extend(m.new_blobs);
-    let applied = apply(root, layout, (&ours, since), &m.tree, (&contents, &meta))
-        .map_err(|f| f.to_string())?;
+    let applied = apply_as(
+        replica,
+        root,
+        layout,
+        (&ours, since),
+        &m.tree,
+        (&contents, &meta),
+    )
+    .map_err(|f| f.to_string())?;
     // What was written is made durable (the journal and the directory)
     // before the base moves past it.
     std::fs::File::open(root)

@@ -429,6 +429,12 @@ pub fn read_dir_fd(fd: OwnedFd) -> io::Result<Vec<RawDirEntry>> {
     result.map(|()| out)
 }
 
+/// The calling thread's id (what FUSE gives as a request's pid).
+pub fn gettid() -> u32 {
+    // SAFETY: gettid(2) cannot fail and touches no memory.
+    unsafe { libc::gettid() as u32 }
+}
+
 /// The process name of `pid` (from `/proc/<pid>/comm`), or `?`. Names are
 /// remembered for a second: a writer makes many changes in a row, and a pid
 /// is not reused that fast.
