@@ -147,6 +147,8 @@ impl SkillFs {
         // stale) and empties it: the kernel checks for a running program
         // only once this is answered (see `open`).
         if !created && flags & libc::O_TRUNC != 0 && self.runs_as_program(ino, false) {
+            // (The kernel gets no entry: the lookup `link` counted goes.)
+            self.tree.lock().forget(ino, 1);
             return Err(super::open::busy_program(ino).into());
         }
         let record_create = |p: &RelPath| {

@@ -55,10 +55,11 @@ pub(super) struct OpenState {
     pub(super) direct: u32,
     pub(super) direct_writers: u32,
     pub(super) backing: Option<Arc<File>>,
-    /// Handles an `execve` opened (`__FMODE_EXEC`): the kernel keeps one
-    /// as the executable of the processes it runs, refusing writes to the
-    /// file, until the last of them ends (see `open::runs_as_program`).
-    pub(super) programs: u32,
+    /// The caller of each open handle an `execve` made (`__FMODE_EXEC`):
+    /// the kernel keeps one as the executable of the processes it runs,
+    /// refusing writes to the file, until the last of them ends (see
+    /// `open::runs_as_program`).
+    pub(super) programs: Vec<u32>,
 }
 
 /// An open inode: its state behind its own lock.
@@ -77,7 +78,7 @@ impl OpenFile {
                 direct: 0,
                 direct_writers: 0,
                 backing: None,
-                programs: 0,
+                programs: Vec::new(),
             }),
         }
     }
@@ -174,8 +175,8 @@ pub(super) struct FileHandle {
     pub(super) append: bool,
     /// Served by the kernel on the backing file (passthrough).
     pub(super) direct: bool,
-    /// Opened by an `execve` (see `OpenState::programs`).
-    pub(super) program: bool,
+    /// Opened by an `execve`, by this pid (see `OpenState::programs`).
+    pub(super) program: Option<u32>,
 }
 
 /// The file handles given to the kernel. Numbers start at 1 and are never
@@ -269,7 +270,7 @@ mod tests {
             write,
             append: false,
             direct: false,
-            program: false,
+            program: None,
         }
     }
 

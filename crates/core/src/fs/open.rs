@@ -190,10 +190,7 @@ impl SkillFs {
         // `O_TRUNC`; `O_WRONLY` and `O_RDWR` are refused before they come
         // here): the refused open would leave the file empty and the
         // program's pages gone. Refused here as the kernel would, first.
-        if flags & libc::O_TRUNC != 0
-            && !matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
-            && self.runs_as_program(ino, true)
-        {
+        if truncates_unguarded(flags) && self.runs_as_program(ino, true) {
             return Err(busy_program(ino));
         }
         self.retry_after_store(Some(ino), || {
@@ -232,13 +229,20 @@ impl SkillFs {
         caller: &Caller,
     ) -> TryResult<OpenReply> {
         let write = opens_for_writing(flags);
-        if may_pass && let Some(backing) = self.open_direct(&of, loc, flags, write, caller)? {
+        let direct = if may_pass {
+            // (Refused: the handle `open_live` counted in goes again.)
+            self.open_direct(ino, &of, loc, flags, write, caller)
+                .inspect_err(|_| self.release_open(ino, false))?
+        } else {
+            None
+        };
+        if let Some(backing) = direct {
             let fh = self.handles.insert_file(FileHandle {
                 ino,
                 write,
                 append: flags & libc::O_APPEND != 0,
                 direct: true,
-                program: counted_program(&of, flags),
+                program: counted_program(&of, flags, caller),
             });
             return Ok(OpenReply {
                 fh,
@@ -257,6 +261,13 @@ impl SkillFs {
             };
             s.writers += 1;
             if flags & libc::O_TRUNC != 0 {
+                // Decided again where the file is emptied: an exec may
+                // have opened it since `open` looked (see `open`).
+                if truncates_unguarded(flags) && program_alive(&s.programs) {
+                    drop(s);
+                    self.release_open(ino, true);
+                    return Err(busy_program(ino).into());
+                }
                 // Another writer's staged bytes were visible: keep them, or
                 // refuse the truncating open.
                 if s.staging.as_ref().is_some_and(|stg| stg.dirty)
@@ -286,7 +297,7 @@ impl SkillFs {
             write,
             append: flags & libc::O_APPEND != 0,
             direct: false,
-            program: counted_program(&of, flags),
+            program: counted_program(&of, flags, caller),
         });
         Ok(OpenReply {
             fh,
@@ -303,6 +314,7 @@ impl SkillFs {
     /// when it is served through the daemon (its other handles are).
     fn open_direct(
         &self,
+        ino: Ino,
         of: &OpenFile,
         loc: Option<&Location>,
         flags: i32,
@@ -343,6 +355,11 @@ impl SkillFs {
             }
         };
         if flags & libc::O_TRUNC != 0 {
+            // Decided again where the file is emptied: an exec may have
+            // opened it since `open` looked (see `open`).
+            if truncates_unguarded(flags) && program_alive(&s.programs) {
+                return Err(busy_program(ino));
+            }
             // What direct writers wrote is kept before it goes (G1).
             if let Some(l) = loc {
                 self.keep_direct(&s, l, caller)?;
@@ -492,11 +509,17 @@ impl SkillFs {
 
     pub fn release(&self, fh: u64, caller: &Caller) -> FsResult<()> {
         let h = self.handles.remove(fh)?;
-        if let Some(h) = h.filter(|h| h.program)
-            && let Some(of) = self.open_file(h.ino)
+        if let Some(FileHandle {
+            ino,
+            program: Some(pid),
+            ..
+        }) = h
+            && let Some(of) = self.open_file(ino)
         {
             let mut s = of.lock();
-            s.programs = s.programs.saturating_sub(1);
+            if let Some(i) = s.programs.iter().position(|&p| p == pid) {
+                s.programs.swap_remove(i);
+            }
         }
         let (ino, write) = match h {
             Some(FileHandle {
@@ -648,12 +671,33 @@ pub(super) enum WritePlace {
 const FMODE_EXEC: i32 = 0x20;
 
 /// Counts an open of `flags` into `of`'s programs if an `execve` made it.
-fn counted_program(of: &OpenFile, flags: i32) -> bool {
-    let program = flags & FMODE_EXEC != 0;
-    if program {
-        of.lock().programs += 1;
-    }
-    program
+fn counted_program(of: &OpenFile, flags: i32, caller: &Caller) -> Option<u32> {
+    (flags & FMODE_EXEC != 0).then(|| {
+        of.lock().programs.push(caller.pid);
+        caller.pid
+    })
+}
+
+/// Whether an open of `flags` empties the file without the write access
+/// the kernel takes first for `O_WRONLY` and `O_RDWR` (which a running
+/// program refuses): `O_TRUNC` with `O_RDONLY` or access mode 3.
+pub(super) fn truncates_unguarded(flags: i32) -> bool {
+    flags & libc::O_TRUNC != 0 && !matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
+}
+
+/// Whether a process that opened the file to run it (`pids`, from its
+/// open state) still runs: not gone, and no zombie (a zombie let go of
+/// its memory, the executable with it).
+pub(super) fn program_alive(pids: &[u32]) -> bool {
+    pids.iter().any(|pid| {
+        std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+            // The state follows the last ')' (the name may hold one).
+            st.iter()
+                .rposition(|&b| b == b')')
+                .and_then(|i| st.get(i + 2))
+                .is_some_and(|state| !matches!(state, b'Z' | b'X'))
+        })
+    })
 }
 
 /// The answer to a truncating open of a running program.
@@ -662,25 +706,42 @@ pub(super) fn busy_program(ino: Ino) -> FsError {
     FsError::of(libc::ETXTBSY)
 }
 
+/// Whether an open waits for a program's RELEASE now (one at a time).
+static WAITING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl SkillFs {
     /// Whether a program runs from `ino`: an `execve`'s handle of it is
     /// open (the kernel holds it as the executable of the processes that
     /// run it, and refuses writes to the file, until the last of them
-    /// ends). Seen whoever runs it, from whatever path. The RELEASE of a
-    /// program that just ended comes a moment after its end: `wait` (with
-    /// no lock held) gives it a little time to arrive.
+    /// ends). Seen whoever runs it, from whatever path. One whose process
+    /// is still there answers at once. The RELEASE of a program that
+    /// just ended comes a moment after its end: with `wait` (and no lock
+    /// held), one open at a time gives it up to 100 ms; a handle still
+    /// open then (a child the program forked runs it on) is a program.
     pub(super) fn runs_as_program(&self, ino: Ino, wait: bool) -> bool {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
-        loop {
-            let running = self
-                .open_files
-                .get(ino)
-                .is_some_and(|of| of.lock().programs > 0);
-            if !running || !wait || std::time::Instant::now() >= deadline {
-                return running;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
+        let pids = |of: &OpenFile| of.lock().programs.clone();
+        let Some(of) = self.open_files.get(ino) else {
+            return false;
+        };
+        let now = pids(&of);
+        if now.is_empty() {
+            return false;
         }
+        if program_alive(&now) || !wait || WAITING.swap(true, Ordering::AcqRel) {
+            return true;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        let running = loop {
+            if pids(&of).is_empty() {
+                break false;
+            }
+            if std::time::Instant::now() >= deadline {
+                break true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        WAITING.store(false, Ordering::Release);
+        running
     }
 }
 
@@ -689,4 +750,45 @@ impl SkillFs {
 /// to have done it).
 pub(super) fn opens_for_writing(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_truncate_without_write_access_is_unguarded() {
+        assert!(truncates_unguarded(libc::O_RDONLY | libc::O_TRUNC));
+        assert!(truncates_unguarded(libc::O_ACCMODE | libc::O_TRUNC));
+        assert!(!truncates_unguarded(libc::O_WRONLY | libc::O_TRUNC));
+        assert!(!truncates_unguarded(libc::O_RDWR | libc::O_TRUNC));
+        assert!(!truncates_unguarded(libc::O_RDONLY));
+    }
+
+    /// A running process is alive; a zombie and a reaped one are not.
+    #[test]
+    fn a_program_is_alive_until_its_process_ends() {
+        assert!(!program_alive(&[]));
+        assert!(program_alive(&[std::process::id()]));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(program_alive(&[pid]));
+        child.kill().unwrap();
+        // Killed and not yet reaped: a zombie.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while program_alive(&[pid]) {
+            assert!(std::time::Instant::now() < deadline, "never a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            std::fs::read(format!("/proc/{pid}/stat")).is_ok(),
+            "a zombie"
+        );
+        child.wait().unwrap();
+        assert!(!program_alive(&[pid]));
+        assert!(program_alive(&[pid, std::process::id()]));
+    }
 }
