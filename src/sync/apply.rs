@@ -442,7 +442,7 @@ impl Others {
             {
                 if let Ok(r) = crate::store::journal::decode(line)
                     && r.seq > self.since
-                    && !own_thread(r.actor.pid)
+                    && !own_thread(&r.actor)
                 {
                     self.records.push(r);
                 }
@@ -453,18 +453,31 @@ impl Others {
     }
 }
 
-/// The threads of this process that applied merges (and its main one):
-/// what they wrote is no one else's change (`Others`).
-static APPLIERS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+/// The threads of this process that applied merges, with their names:
+/// what they (and the main thread) wrote is no one else's change
+/// (`Others`). The name is matched too: a finished thread's id may go to
+/// another process's thread in a long sync.
+static APPLIERS: std::sync::Mutex<Vec<(u32, String)>> = std::sync::Mutex::new(Vec::new());
 
-fn own_thread(tid: u32) -> bool {
-    tid == std::process::id() || APPLIERS.lock().is_ok_and(|t| t.contains(&tid))
+fn own_thread(actor: &crate::store::journal::Actor) -> bool {
+    actor.pid == std::process::id()
+        || APPLIERS.lock().is_ok_and(|t| {
+            t.iter()
+                .any(|(tid, name)| *tid == actor.pid && *name == actor.comm)
+        })
 }
 
 /// The actor's name of what a merge of `replica`'s side writes: the name
-/// its thread takes (at most 15 bytes, the kernel's `comm`).
+/// its thread takes (at most 15 bytes, the kernel's `comm`; a replica id
+/// is hex digits, and anything else in one read from the store is left
+/// out, never a panic).
 pub fn actor_of(replica: &str) -> String {
-    format!("sync:{}", &replica[..replica.len().min(8)])
+    let short: String = replica
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    format!("sync:{short}")
 }
 
 /// [`apply`], in a thread named [`actor_of`] `replica`, so that `log`
@@ -479,12 +492,13 @@ pub fn apply_as(
     merged: &Tree,
     contents: (&Both, &Meta),
 ) -> Result<Applied, Failure> {
+    let name = actor_of(replica);
     std::thread::scope(|s| {
         let t = std::thread::Builder::new()
-            .name(actor_of(replica))
+            .name(name.clone())
             .spawn_scoped(s, || {
                 if let Ok(mut t) = APPLIERS.lock() {
-                    t.push(sys::gettid());
+                    t.push((sys::gettid(), name));
                 }
                 apply(root, layout, ours, merged, contents)
             })

@@ -158,8 +158,8 @@ pub enum Resolve {
 /// Resolves the conflicts recorded at `path` (with `replica`, where more
 /// than one replica has one there): with [`Resolve::Take`] the other
 /// side's entries at `path` and below are written into the mounted `root`
-/// as one unit of a merge is (`apply`: staged, swapped in, a version of
-/// this `skillfs`, left alone while a writer has it open); then the
+/// as one unit of a merge is (`apply_as`: staged, swapped in, a version
+/// whose actor names `replica`, left alone while a writer has it open); then the
 /// conflict is listed no more. Returns what it did, for the user.
 ///
 /// Keeping this tree's side changes nothing in the tree and nothing the
