@@ -77,6 +77,97 @@ fn listing(m: &Mount) -> Vec<String> {
     out
 }
 
+/// `m`'s replica id.
+fn replica_of(m: &Mount) -> String {
+    fs::read_to_string(m.store().join("REPLICA"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// `skillfs log --replica REPLICA` of `m` with `more` arguments, which
+/// must succeed: what it printed.
+fn fetched_log(m: &Mount, replica: &str, more: &[&str]) -> String {
+    let mut args = vec!["log", "--no-pager", "--replica", replica, "--root"];
+    let root = root_arg(m);
+    args.push(&root);
+    args.extend_from_slice(more);
+    let out = skillfs(&args);
+    assert!(out.status.success(), "{}", describe(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Another replica's versions are in `log --replica` once fetched, before
+/// anything is merged (unmounted, a sync fetches and merges nothing),
+/// each with the commit whose files git shows; a path keeps those that
+/// changed it; an unknown replica is said.
+#[test]
+fn another_replicas_versions_are_listed_before_any_merge() {
+    let Pair { a, mut b } = pair("fetchedlog");
+    fs::create_dir_all(a.path("cat/s")).unwrap();
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "one\n")).unwrap();
+    sync(&a);
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "two\n")).unwrap();
+    sync(&a);
+    fs::write(a.path("top.md"), "top\n").unwrap();
+    sync(&a);
+    b.umount();
+    sync(&b);
+    assert!(!b.root().join("cat").exists(), "nothing merged unmounted");
+    let id = replica_of(&a);
+    let listed = fetched_log(&b, &id[..6], &[]);
+    let lines: Vec<&str> = listed.lines().collect();
+    let a_ids: Vec<u64> = a.log().iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert!(!lines.is_empty(), "{listed}");
+    for l in &lines {
+        let (rid, n) = l
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .split_once(':')
+            .unwrap();
+        assert_eq!(rid, &id[..8], "{l}");
+        assert!(
+            a_ids.contains(&n.parse().unwrap()),
+            "{l}: one of a's ids {a_ids:?}"
+        );
+    }
+    assert!(listed.contains("top.md"), "{listed}");
+    // JSON, oldest first; each commit holds that version's file.
+    let json = fetched_log(&b, &id, &["--json", "cat/s/SKILL.md"]);
+    let versions: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(versions.len() >= 2, "{json}");
+    assert!(
+        versions
+            .iter()
+            .all(|v| !v["subject"].as_str().unwrap().contains("top.md"))
+    );
+    let ids: Vec<u64> = versions.iter().map(|v| v["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let repo = b.store().join("sync").join("repo.git");
+    let newest = versions.last().unwrap()["commit"].as_str().unwrap();
+    assert_eq!(
+        git_in(&repo, &["show", &format!("{newest}:cat/s/SKILL.md")], b""),
+        skill("s", "two\n").trim_end()
+    );
+    assert_eq!(
+        fetched_log(&b, &id, &["-n", "1", "cat/s/SKILL.md"])
+            .lines()
+            .count(),
+        1
+    );
+    // A replica this store does not keep.
+    let out = skillfs(&["log", "--replica", "0000", "--root", &root_arg(&b)]);
+    common::assert_refused(&out, 8, &["keeps no replica '0000'", &id]);
+    // The merge, once mounted, takes the newest.
+    b.remount();
+    sync(&b);
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
+}
+
 /// The actor of what a merge of `m`'s side writes elsewhere.
 fn from(m: &Mount) -> String {
     let id = fs::read_to_string(m.store().join("REPLICA")).unwrap();
@@ -462,6 +553,12 @@ fn only_commits_signed_by_a_listed_key_are_merged_from_a_signed_remote() {
     assert!(err.contains("quarantined"), "{}", describe(&out));
     assert_eq!(read(&b, "k/good/SKILL.md"), skill("good", "from a\n"));
     common::assert_enoent(b.path("k/evil"));
+    // b's log lists c's versions, each marked as never merged.
+    let listed = fetched_log(&b, &replica_of(&c), &[]);
+    assert!(
+        listed.contains("k/evil/SKILL.md") && listed.contains("(quarantined: never merged)"),
+        "{listed}"
+    );
     // c signs with its own key, not in the file: still quarantined.
     let out = skillfs(&["remote", "remove", "hub", "--root", &root_arg(&c)]);
     assert!(out.status.success(), "{}", describe(&out));

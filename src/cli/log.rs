@@ -265,6 +265,62 @@ pub fn print(
     Ok(())
 }
 
+/// Another replica's words, with no control character for the terminal
+/// (an escape sequence in a commit's subject would be the remote's).
+fn plain(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// `log --replica`: another replica's versions as this store keeps them
+/// (`sync::fetched`), one line each, filtered as records are (the path is
+/// git's: the version changed something at or below it; the actor is the
+/// author's process name), the newest `-n`, oldest first.
+pub fn print_fetched(
+    list: &[crate::sync::Fetched],
+    filter: &Filter,
+    show: &Show,
+) -> Result<(), Failure> {
+    let kept: Vec<&crate::sync::Fetched> = list
+        .iter()
+        .filter(|v| {
+            !(filter.since.is_some_and(|s| v.time < s) || filter.until.is_some_and(|u| v.time > u))
+                && filter.actor.as_ref().is_none_or(|a| v.author == *a)
+        })
+        .collect();
+    let skip = show.count.map_or(0, |n| kept.len().saturating_sub(n));
+    let mut out = Out::open(show.page && !show.json);
+    for v in &kept[skip..] {
+        let ok = if show.json {
+            let mut line = serde_json::to_vec(v).expect("plain values");
+            line.push(b'\n');
+            out.bytes(&line)
+        } else {
+            out.line(&format!(
+                "{}  {}  {}  {}  commit {}{}",
+                out.paint(
+                    Style::Yellow,
+                    &format!("{}:{}", &v.replica[..8.min(v.replica.len())], v.id)
+                ),
+                crate::time::format_utc(v.time),
+                plain(&v.subject),
+                out.paint(Style::Dim, &plain(&v.author)),
+                &v.commit[..12.min(v.commit.len())],
+                if v.quarantined {
+                    "  (quarantined: never merged)"
+                } else {
+                    ""
+                },
+            ))
+        };
+        if !ok {
+            break;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -201,6 +201,11 @@ colours; piped, it prints plain text.")]
         /// Only changes made by this process name (or pid).
         #[arg(long, value_name = "NAME")]
         actor: Option<String>,
+        /// Another replica's versions as this store keeps them (its id, or
+        /// the start of one), merged here or not: one line each, with the
+        /// commit that holds its files.
+        #[arg(long, value_name = "REPLICA", conflicts_with = "all")]
+        replica: Option<String>,
         /// Every record on its own line, not grouped by operation.
         #[arg(long)]
         all: bool,
@@ -586,6 +591,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             since,
             until,
             actor,
+            replica,
             all,
             json,
             no_pager,
@@ -599,6 +605,16 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 until: until.map(|s| log::parse_when(&s, now, true)).transpose()?,
                 actor,
             };
+            let show = log::Show {
+                json,
+                all,
+                count,
+                page: !no_pager,
+            };
+            if let Some(r) = replica {
+                let list = crate::sync::fetched(&t.layout, &r, filter.path.as_ref())?;
+                return log::print_fetched(&list, &filter, &show);
+            }
             let records = crate::commands::read_records(&t.layout)?;
             if let (Some(p), Some(rel)) = (path.as_deref(), &filter.path) {
                 missing::logged(&t, &records, p, rel)?;
@@ -610,17 +626,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             let mut roots = vec![t.root.clone()];
             roots.extend(t.root.canonicalize().ok().filter(|c| *c != t.root));
             let notes = crate::agent::ledger::annotations(&records, &entries, &roots);
-            log::print(
-                &records,
-                &notes,
-                &filter,
-                &log::Show {
-                    json,
-                    all,
-                    count,
-                    page: !no_pager,
-                },
-            )
+            log::print(&records, &notes, &filter, &show)
         }
         Cmd::Completions { shell } => {
             clap_complete::generate(

@@ -48,6 +48,7 @@ mod apply;
 mod base;
 mod child;
 mod conflicts;
+mod fetched;
 mod gittree;
 mod kept;
 mod pull;
@@ -58,6 +59,7 @@ pub mod trust;
 
 pub use child::{output as run_bounded, stop};
 pub use conflicts::{Resolve, conflicts, resolve};
+pub use fetched::{Fetched, fetched};
 pub use pull::{Pulled, anything_to_merge, pull};
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;

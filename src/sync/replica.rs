@@ -13,7 +13,7 @@ use crate::store::{Dir, Layout};
 
 const REPLICA: &str = "REPLICA";
 
-fn valid(id: &str) -> bool {
+pub(super) fn valid(id: &str) -> bool {
     id.len() == 32
         && id
             .bytes()
