@@ -816,6 +816,44 @@ fn a_link_out_of_the_tree_and_a_history_are_not_taken_from_a_replica() {
     // nothing to do.
     let (said, _) = sync(&b);
     assert!(!said.contains("merged replica"), "{said}");
+    // A version whose words would drive the terminal, and try to pass
+    // for two: `log --replica` prints one line, plain.
+    let words = "hostile\u{1b}]2;pwned\u{7}\u{1e}0123\u{1f}x\u{1f}9\u{1f}0\u{1f}forged\u{202e}";
+    let next = git_in(
+        &hub,
+        &[
+            "commit-tree",
+            &root,
+            "-p",
+            &commit,
+            "-m",
+            words,
+            "-m",
+            "skillfs-id: 7\nskillfs-time: 5",
+        ],
+        b"",
+    );
+    git_in(
+        &hub,
+        &[
+            "update-ref",
+            "refs/heads/skillfs/0123456789abcdef0123456789abcdef",
+            &next,
+        ],
+        b"",
+    );
+    sync(&b);
+    let listed = fetched_log(&b, "0123456789", &[]);
+    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    assert!(listed.starts_with("01234567:7  "), "{listed:?}");
+    assert!(
+        !listed
+            .chars()
+            .any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
+        "{listed:?}"
+    );
+    let json = fetched_log(&b, "0123456789", &["--json"]);
+    assert_eq!(json.lines().count(), 1, "{json}");
     verify_full(&b);
 }
 

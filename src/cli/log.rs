@@ -266,10 +266,13 @@ pub fn print(
 }
 
 /// Another replica's words, with no control character for the terminal
-/// (an escape sequence in a commit's subject would be the remote's).
+/// (an escape sequence in a commit's subject would be the remote's) and
+/// none that reorders or hides text.
 fn plain(s: &str) -> String {
+    // (Bidi embeddings and overrides, zero-width and invisible characters.)
+    let hides = |c: char| matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}');
     s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
+        .map(|c| if c.is_control() || hides(c) { '?' } else { c })
         .collect()
 }
 
@@ -325,6 +328,14 @@ pub fn print_fetched(
 mod tests {
     use super::*;
     use crate::store::journal::Actor;
+
+    #[test]
+    fn a_replicas_words_reach_the_terminal_plain() {
+        assert_eq!(plain("write a.md"), "write a.md");
+        assert_eq!(plain("x\u{1b}]2;pwn\u{7}y"), "x?]2;pwn?y");
+        assert_eq!(plain("ab\u{202E}dc\u{200B}"), "ab?dc?");
+        assert_eq!(plain("caf\u{e9}"), "caf\u{e9}");
+    }
 
     fn rec(seq: u64, ts_s: i64, op: Op, path: &str, to: Option<&str>, pid: u32) -> Record {
         let p = |s: &str| RelPath::parse(s.as_bytes()).unwrap();

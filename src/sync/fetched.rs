@@ -42,7 +42,7 @@ pub struct Fetched {
 
 /// The replica ids this store keeps a history of (fetched and kept, or
 /// only quarantined).
-fn kept_ids(repo: &Path) -> Vec<String> {
+fn kept_ids(repo: &Path) -> Result<Vec<String>, Failure> {
     let out = git(Some(repo))
         .args([
             "for-each-ref",
@@ -50,10 +50,19 @@ fn kept_ids(repo: &Path) -> Vec<String> {
             "refs/skillfs/kept/",
             "refs/skillfs/quarantine/",
         ])
-        .output();
-    let mut ids: Vec<String> = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
+        .output()
+        .map_err(|e| Failure::new(Exit::Internal, format!("could not run git: {e}")))?;
+    if !out.status.success() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!(
+                "git could not read the replicas kept in '{}': {}",
+                repo.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    }
+    let mut ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|r| r.rsplit('/').next())
         .filter(|id| replica::valid(id))
@@ -61,11 +70,12 @@ fn kept_ids(repo: &Path) -> Vec<String> {
         .collect();
     ids.sort();
     ids.dedup();
-    ids
+    Ok(ids)
 }
 
 /// The versions of the replica that `prefix` names (its id, or the start
-/// of one), at or below `path` if given, oldest first.
+/// of one), at or below `path` if given, oldest first (by the time each
+/// says; quarantined ones among them, marked).
 pub fn fetched(
     layout: &Layout,
     prefix: &str,
@@ -84,14 +94,23 @@ pub fn fetched(
             ),
         )
     };
+    if prefix.is_empty() {
+        return Err(Failure::new(
+            Exit::Usage,
+            "--replica needs an id, or the start of one",
+        ));
+    }
     let Some(dir) = sync_dir(layout, false)? else {
         return Err(none(&[]));
     };
     let repo = dir.join("repo.git");
-    let known = kept_ids(&repo);
+    if !repo.exists() {
+        return Err(none(&[]));
+    }
+    let known = kept_ids(&repo)?;
     let matching: Vec<&String> = known
         .iter()
-        .filter(|id| !prefix.is_empty() && id.starts_with(&prefix.to_ascii_lowercase()))
+        .filter(|id| id.starts_with(&prefix.to_ascii_lowercase()))
         .collect();
     let replica = match matching.as_slice() {
         [] => return Err(none(&known)),
@@ -122,6 +141,9 @@ pub fn fetched(
             out.push(v);
         }
     }
+    // In the order they were made there (as the replica said), so that
+    // `-n` keeps the newest whichever ref holds them.
+    out.sort_by_key(|v| (v.time, v.id));
     Ok(out)
 }
 
@@ -134,12 +156,18 @@ fn versions(
     since: Option<&str>,
     path: Option<&RelPath>,
 ) -> Result<Vec<Fetched>, Failure> {
-    // Fields apart by US, commits by RS: neither can be in a subject or
-    // an author's name (git keeps them, but skillfs writes neither).
-    let format = "%H%x1f%an%x1f%(trailers:key=skillfs-id,valueonly,separator=%x2c)%x1f\
-                  %(trailers:key=skillfs-time,valueonly,separator=%x2c)%x1f%s%x1e";
+    // Five fields a commit, each ended by a NUL (`-z` ends the last): no
+    // field can hold one, so a hostile replica's subject or author cannot
+    // shift the fields of this commit or make another.
+    let format = "%H%x00%an%x00%(trailers:key=skillfs-id,valueonly,separator=%x2c)%x00\
+                  %(trailers:key=skillfs-time,valueonly,separator=%x2c)%x00%s";
     let mut c = git(Some(repo));
-    c.args(["log", "--first-parent", "--reverse"])
+    // Nothing of the user's config may add to the output (a signature
+    // printed before a signed commit would shift the fields) or change
+    // what is listed.
+    c.args(["-c", "log.showSignature=false", "-c", "log.follow=false"])
+        .args(["-c", "i18n.logOutputEncoding=UTF-8"])
+        .args(["log", "-z", "--first-parent", "--reverse"])
         .arg(format!("--format={format}"));
     match since {
         // What `tip` holds that `s` does not (all of it for another
@@ -169,17 +197,27 @@ fn versions(
         ));
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text
-        .split('\u{1e}')
-        .filter_map(|c| {
-            let f: Vec<&str> = c.trim_start_matches('\n').split('\u{1f}').collect();
-            let [commit, author, id, time, subject] = f.as_slice() else {
+    let fields: Vec<&str> = text.split('\0').collect();
+    Ok(fields
+        .chunks_exact(5)
+        .filter_map(|f| {
+            let [commit, author, id, time, subject] = f else {
                 return None;
             };
+            let hex = |c: &str| {
+                matches!(c.len(), 40 | 64)
+                    && c.bytes()
+                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            };
+            if !hex(commit) {
+                return None;
+            }
+            // (A trailer given twice: the first.)
+            let first = |v: &str| v.split(',').next().unwrap_or("").trim().to_string();
             Some(Fetched {
                 replica: replica.to_string(),
-                id: id.trim().parse().ok()?,
-                time: time.trim().parse().unwrap_or(0),
+                id: first(id).parse().ok()?,
+                time: first(time).parse().unwrap_or(0),
                 commit: commit.to_string(),
                 author: author.to_string(),
                 subject: subject.to_string(),
