@@ -149,7 +149,7 @@ impl SkillFs {
         if !created && flags & libc::O_TRUNC != 0 && self.runs_as_program(ino, false) {
             // (The kernel gets no entry: the lookup `link` counted goes.)
             self.tree.lock().forget(ino, 1);
-            return Err(super::open::busy_program(ino).into());
+            return Err(super::programs::busy_program(ino).into());
         }
         let record_create = |p: &RelPath| {
             // From the content stored to its record: no prune starts between.

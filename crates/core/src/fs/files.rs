@@ -58,7 +58,7 @@ pub(super) struct OpenState {
     /// The caller of each open handle an `execve` made (`__FMODE_EXEC`):
     /// the kernel keeps one as the executable of the processes it runs,
     /// refusing writes to the file, until the last of them ends (see
-    /// `open::runs_as_program`).
+    /// `programs::runs_as_program`).
     pub(super) programs: Vec<u32>,
 }
 

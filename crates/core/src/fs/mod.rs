@@ -103,6 +103,7 @@ mod open;
 mod pages;
 mod parks;
 mod place;
+mod programs;
 mod publish;
 mod rename;
 mod rename_plan;
