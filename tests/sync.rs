@@ -481,6 +481,42 @@ fn what_was_fetched_of_a_replica_survives_its_remote_being_rewritten() {
     assert!(holds(&repo, &tip), "the history fetched before is kept");
     let aside = format!("refs/skillfs/rewound/{}/1", replica(&a));
     assert_eq!(git(&repo, &["rev-parse", &aside]).trim(), tip);
+    // The put-aside history's versions are listed, marked, and shown.
+    let out = skillfs(&[
+        "log",
+        "--json",
+        "--replica",
+        &replica(&a),
+        "--root",
+        &root_arg(&b),
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let listed: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let aside_versions: Vec<&serde_json::Value> =
+        listed.iter().filter(|v| v["rewound"] == true).collect();
+    assert!(!aside_versions.is_empty(), "{listed:?}");
+    let newest = aside_versions.last().unwrap();
+    assert_eq!(newest["commit"], tip.as_str(), "{listed:?}");
+    let out = skillfs(&[
+        "log",
+        "--no-pager",
+        "--replica",
+        &replica(&a),
+        "--root",
+        &root_arg(&b),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("(rewound: no longer on its branch)"),
+        "{}",
+        describe(&out)
+    );
+    let name = format!("{}:{}:x.md", &replica(&a)[..8], newest["id"]);
+    let out = skillfs(&["show", &name, "--root", &root_arg(&b)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from a, again");
     // Deleted: still kept.
     git(&remote, &["update-ref", "-d", &branch]);
     sync_b();

@@ -168,6 +168,131 @@ fn another_replicas_versions_are_listed_before_any_merge() {
     assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
 }
 
+/// Another replica's version, as `log --replica` names it, is shown and
+/// restored like this store's own: `show R:N:PATH` prints what that
+/// replica had, `restore R:N PATH` puts it back through the mount as a
+/// version whose actor names the replica (and `undo` takes it back), a
+/// writer in the skill holds it off, and a path that version lacks is
+/// said.
+#[test]
+fn another_replicas_version_is_shown_and_restored() {
+    let Pair { a, b } = pair("fetchedrestore");
+    fs::create_dir_all(a.path("cat/s/references")).unwrap();
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "one\n")).unwrap();
+    fs::write(a.path("cat/s/references/r.md"), "first\n").unwrap();
+    fs::create_dir_all(a.path("cat/u")).unwrap();
+    fs::write(a.path("cat/u/SKILL.md"), skill("u", "u1\n")).unwrap();
+    let big: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    fs::write(a.path("big.bin"), &big).unwrap();
+    sync(&a);
+    sync(&b);
+    // a's newest version now, as b keeps it: the skill with "one".
+    let id = replica_of(&a);
+    let json = fetched_log(&b, &id, &["--json"]);
+    let then: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+    let name = format!("{}:{}", &id[..8], then["id"].as_u64().unwrap());
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "two\n")).unwrap();
+    fs::remove_file(a.path("cat/s/references/r.md")).unwrap();
+    fs::write(a.path("cat/u/SKILL.md"), skill("u", "u2\n")).unwrap();
+    sync(&a);
+    sync(&b);
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
+    common::assert_enoent(b.path("cat/s/references/r.md"));
+    let root = root_arg(&b);
+    let show = |args: &[&str]| {
+        let mut all = vec!["show"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--root", &root]);
+        skillfs(&all)
+    };
+    let out = show(&[&format!("{name}:cat/s/SKILL.md")]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), skill("s", "one\n"));
+    // The two-argument form; a directory lists its entries.
+    let out = show(&[&name, "cat/s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "SKILL.md\nreferences/\n"
+    );
+    // A reader that stops early (`| head`) is no error.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skillfs"))
+        .args(["show", &format!("{name}:big.bin"), "--root", &root])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 16];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut head).unwrap();
+    assert_eq!(&head[..], &big[..16]);
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = skillfs(&["diff", &name, "--root", &root]);
+    common::assert_refused(&out, 2, &["diff does not take another replica's version"]);
+    let out = show(&[&format!("{name}:cat/nothere")]);
+    common::assert_refused(&out, 8, &["'cat/nothere' is not in replica", &id]);
+    let out = show(&[&format!("{}:999999:cat/s", &id[..8])]);
+    common::assert_refused(&out, 8, &["has no version 999999"]);
+    // A writer inside the skill holds the restore off; nothing changes.
+    let before = b.log().len();
+    {
+        let _w = fs::OpenOptions::new()
+            .append(true)
+            .open(b.path("cat/s/SKILL.md"))
+            .unwrap();
+        let out = skillfs(&["restore", &name, "cat/s", "--root", &root]);
+        common::assert_refused(&out, 9, &["in use", "nothing was restored"]);
+    }
+    assert_eq!(b.log().len(), before, "a refused restore writes nothing");
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
+    // A restore of two skills, one held by a writer: the other is
+    // written, and the message says which.
+    {
+        let _w = fs::OpenOptions::new()
+            .append(true)
+            .open(b.path("cat/u/SKILL.md"))
+            .unwrap();
+        let out = skillfs(&["restore", &name, "cat", "--root", &root]);
+        common::assert_refused(&out, 9, &["'cat/u' is in use", "1 of its parts", "'cat/s'"]);
+    }
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "one\n"));
+    assert_eq!(read(&b, "cat/u/SKILL.md"), skill("u", "u2\n"));
+    let out = skillfs(&["undo", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
+    // One file inside a skill: the rest of the skill stays as it is.
+    let out = skillfs(&["restore", &name, "cat/s/references/r.md", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(read(&b, "cat/s/references/r.md"), "first\n");
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
+    let out = skillfs(&["undo", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    common::assert_enoent(b.path("cat/s/references/r.md"));
+    // The restore: the skill as a had it then, r.md back, named for a.
+    let out = skillfs(&["restore", &name, "cat/s", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("skillfs undo takes it back"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "one\n"));
+    assert_eq!(read(&b, "cat/s/references/r.md"), "first\n");
+    let newest = b.log().into_iter().last().unwrap();
+    assert_eq!(newest["actor"]["comm"], from(&a), "{newest}");
+    // Again: nothing to do.
+    let out = skillfs(&["restore", &name, "cat/s", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("so already"));
+    // Undone, the skill is as the merge left it.
+    let out = skillfs(&["undo", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
+    common::assert_enoent(b.path("cat/s/references/r.md"));
+    verify_full(&b);
+}
+
 /// The actor of what a merge of `m`'s side writes elsewhere.
 fn from(m: &Mount) -> String {
     let id = fs::read_to_string(m.store().join("REPLICA")).unwrap();

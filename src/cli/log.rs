@@ -312,6 +312,8 @@ pub fn print_fetched(
                 &v.commit[..12.min(v.commit.len())],
                 if v.quarantined {
                     "  (quarantined: never merged)"
+                } else if v.rewound {
+                    "  (rewound: no longer on its branch)"
                 } else {
                     ""
                 },

@@ -220,14 +220,16 @@ colours; piped, it prints plain text.")]
     },
     /// Print a path as it was just after a change: a file's bytes, a
     /// symlink's target, a directory's entries. ID is an id or an alias
-    /// (latest, @2026-11-30T18:09:30Z, @-10m).
+    /// (latest, @2026-11-30T18:09:30Z, @-10m), or another replica's
+    /// version as `log --replica` names it (REPLICA:ID).
     #[command(after_help = "\
 Examples:
   skillfs show @-1h:cat/foo/SKILL.md
-  skillfs show 42 cat/foo/SKILL.md   the same form as diff and restore")]
+  skillfs show 42 cat/foo/SKILL.md   the same form as diff and restore
+  skillfs show 0a1b2c3d:17:cat/foo/SKILL.md   replica 0a1b2c3d's version 17")]
     Show {
         /// ID:PATH (e.g. latest:cat/foo/SKILL.md), or ID alone with PATH
-        /// after it. ID is an id or an alias, PATH as for log.
+        /// after it. ID is an id, an alias, or REPLICA:ID; PATH as for log.
         #[arg(value_name = "ID:PATH|ID")]
         spec: String,
         /// PATH, when the first argument is an ID alone.
@@ -250,11 +252,17 @@ Examples:
     },
     /// Put PATH back as it was just after change ID, through the mount, as
     /// one swap; entries that did not exist then are removed. The replaced
-    /// state stays in history, so a restore can itself be undone.
-    #[command(after_help = "Example:\n  skillfs restore @-10m cat/foo")]
+    /// state stays in history, so a restore can itself be undone. ID may
+    /// be another replica's version (REPLICA:ID, as `log --replica` names
+    /// it): PATH as that replica had it.
+    #[command(after_help = "\
+Examples:
+  skillfs restore @-10m cat/foo
+  skillfs restore 0a1b2c3d:17 cat/foo   as replica 0a1b2c3d's version 17 had it")]
     Restore {
-        /// The change whose state to put back: an id as log shows it, or an
-        /// alias (latest, @2026-11-30T18:09:30Z, @-10m).
+        /// The change whose state to put back: an id as log shows it, an
+        /// alias (latest, @2026-11-30T18:09:30Z, @-10m), or another
+        /// replica's version as `log --replica` shows it (REPLICA:ID).
         id: String,
         /// Relative to the current directory inside the mount, else to
         /// ROOT; or absolute under ROOT.
@@ -533,12 +541,39 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 None => split_show(&spec)?,
             };
             let t = locate::locate(&at, Some(path))?;
+            let (id, path) = match replica_version(id, &t.layout) {
+                Some(v) => return crate::sync::show_version(&t.layout, v, &t.rel(path)?),
+                // An all-digit REPLICA no replica has: this store's id.
+                None if crate::sync::parse_version(id).is_some() && spec.as_str() != id => {
+                    let (id, p) = crate::commands::split_spec(&spec)?;
+                    (id, std::path::Path::new(p))
+                }
+                None => (id, path),
+            };
+            let t = locate::locate(&at, Some(path))?;
             let rel = t.rel(path)?;
             let st = crate::commands::Store::open(t.layout.clone())?;
             missing::present(&t, &st, path, &rel, st.resolve(id)?)?;
             crate::commands::show(&st, id, &rel)
         }
         Cmd::Diff { id, rest, at } => {
+            if let Some(v) = rest
+                .iter()
+                .map(String::as_str)
+                .chain([id.as_str()])
+                .find(|i| {
+                    crate::sync::parse_version(i)
+                        .is_some_and(|(r, _)| !r.bytes().all(|b| b.is_ascii_digit()))
+                })
+            {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!(
+                        "diff does not take another replica's version ('{v}'): \
+                         `skillfs show {v}:PATH` prints it"
+                    ),
+                ));
+            }
             let looks_like_id =
                 |t: &str| crate::history::parse_alias(t, crate::time::now_ns()).is_some();
             let (b, path) = match rest.as_slice() {
@@ -641,9 +676,35 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
     }
 }
 
+/// `id` as another replica's version (`REPLICA:ID`), unless its REPLICA
+/// is all digits and names no replica the store keeps: then it may be
+/// this store's own id (`show`'s `ID:PATH` with a PATH starting with
+/// digits and a colon).
+fn replica_version<'a>(id: &'a str, layout: &crate::store::Layout) -> Option<(&'a str, u64)> {
+    crate::sync::parse_version(id).filter(|(r, _)| {
+        !r.bytes().all(|b| b.is_ascii_digit()) || crate::sync::keeps_replica(layout, r)
+    })
+}
+
 /// `show`'s one argument as ID and PATH: `ID:PATH`, or an ID alone,
 /// which is refused with the two forms that work.
 fn split_show(spec: &str) -> Result<(&str, &std::path::Path), Failure> {
+    // Another replica's version first: its `REPLICA:ID` holds a colon.
+    if let Some((_, path)) = crate::sync::parse_version_path(spec) {
+        return Ok((
+            &spec[..spec.len() - path.len() - 1],
+            std::path::Path::new(path),
+        ));
+    }
+    if crate::sync::parse_version(spec).is_some() {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "'{spec}' is a replica's version with no PATH: give `skillfs show {spec}:PATH` \
+                 or `skillfs show {spec} PATH`"
+            ),
+        ));
+    }
     if crate::history::parse_alias(spec, crate::time::now_ns()).is_some() {
         return Err(Failure::new(
             Exit::Usage,
@@ -661,6 +722,11 @@ fn restore(id: &str, path: &std::path::Path, at: &Where) -> Result<(), Failure> 
     let t = locate::locate(at, Some(path))?;
     t.live_mount()?;
     let rel = t.rel(path)?;
+    if let Some(v) = replica_version(id, &t.layout) {
+        let said = crate::sync::restore_version(&t.layout, &t.root, v, &rel)?;
+        println!("{}", crate::error::one_line(said));
+        return Ok(());
+    }
     let store = crate::commands::Store::open(t.layout.clone())?;
     let id = store.resolve(id)?;
     missing::present(&t, &store, path, &rel, id)?;

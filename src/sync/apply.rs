@@ -55,6 +55,56 @@ pub struct Applied {
     pub failed: Vec<(Vec<u8>, String)>,
 }
 
+impl Applied {
+    /// The apply of a command (`restore`, `sync --take`) as its answer:
+    /// what was written made durable (`root` synced), then the first
+    /// unit left (exit 9: in use) or that failed (exit 1), with the units
+    /// written before it (`none`: the words for none).
+    pub fn finished(&self, root: &Path, none: &str) -> Result<(), Failure> {
+        std::fs::File::open(root)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Failure::io(Exit::Internal, "sync", root, &e))?;
+        let unit = |u: &[u8]| String::from_utf8_lossy(u).into_owned();
+        if let Some((u, why)) = self.busy.first() {
+            return Err(Failure::new(
+                Exit::Busy,
+                format!(
+                    "'{}' is in use: {why}; {}; try again",
+                    unit(u),
+                    self.written(none)
+                ),
+            ));
+        }
+        if let Some((u, why)) = self.failed.first() {
+            return Err(Failure::new(
+                Exit::Internal,
+                format!(
+                    "'{}' could not be written: {why}; {}",
+                    unit(u),
+                    self.written(none)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What was written, for the message of an apply that stopped at a
+    /// unit (each unit is written or left whole): `none` when nothing was.
+    fn written(&self, none: &str) -> String {
+        match self.done.len() {
+            0 => none.to_string(),
+            n => format!(
+                "{n} of its parts were written ({}; skillfs undo takes them back)",
+                self.done
+                    .iter()
+                    .map(|u| format!("'{}'", String::from_utf8_lossy(u)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
 /// The unit of each changed path: its innermost skill, else itself.
 pub fn changed_units(ours: &Tree, merged: &Tree) -> BTreeSet<Vec<u8>> {
     let roots: BTreeSet<Vec<u8>> = skill::roots(ours)

@@ -246,27 +246,7 @@ pub fn resolve(
             &taken,
             (&contents, &meta),
         )?;
-        if let Some((unit, why)) = applied.busy.first() {
-            return Err(Failure::new(
-                Exit::Busy,
-                format!(
-                    "'{}' is in use, nothing was taken: {why}; try again",
-                    String::from_utf8_lossy(unit)
-                ),
-            ));
-        }
-        if let Some((unit, why)) = applied.failed.first() {
-            return Err(Failure::new(
-                Exit::Internal,
-                format!(
-                    "'{}' could not be written: {why}",
-                    String::from_utf8_lossy(unit)
-                ),
-            ));
-        }
-        std::fs::File::open(root)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Failure::io(Exit::Internal, "sync", root, &e))?;
+        applied.finished(root, "nothing was taken")?;
         // The two sides are the same now: nothing kept to publish.
         if let Some(b) = bases.get_mut(&replica) {
             b.kept.retain(|k| !within(&k.0, path));

@@ -1,7 +1,9 @@
 //! Another replica's versions as this store keeps them (`kept`), for
 //! `skillfs log --replica`: one line per version of its history, oldest
 //! first, whether or not any of it was merged here, and the versions a
-//! signed remote quarantined (kept aside, never merged). Read from the
+//! signed remote quarantined (kept aside, never merged), and those of
+//! histories its branch no longer has (rewound or rewritten by someone
+//! after this store fetched them). Read from the
 //! store's `sync/repo.git`, mounted or not; each line names the commit
 //! whose files `git --git-dir STORE/sync/repo.git show COMMIT:PATH`
 //! prints.
@@ -14,10 +16,11 @@
 //! Locks: none; git reads its repository without them (a sync running
 //! meanwhile can only add to it).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::kept::{kept_ref, resolve};
 use super::remotes::sync_dir;
+use super::run::git_output;
 use super::{git, replica};
 use crate::error::{Exit, Failure};
 use crate::relpath::RelPath;
@@ -38,31 +41,26 @@ pub struct Fetched {
     pub subject: String,
     /// Kept aside by a signed remote's check, never merged here.
     pub quarantined: bool,
+    /// On a history of the replica its branch no longer has (rewound or
+    /// rewritten by someone, `refs/skillfs/rewound/`).
+    pub rewound: bool,
 }
 
 /// The replica ids this store keeps a history of (fetched and kept, or
 /// only quarantined).
 fn kept_ids(repo: &Path) -> Result<Vec<String>, Failure> {
-    let out = git(Some(repo))
-        .args([
-            "for-each-ref",
-            "--format=%(refname)",
-            "refs/skillfs/kept/",
-            "refs/skillfs/quarantine/",
-        ])
-        .output()
-        .map_err(|e| Failure::new(Exit::Internal, format!("could not run git: {e}")))?;
-    if !out.status.success() {
-        return Err(Failure::new(
-            Exit::BadStore,
-            format!(
-                "git could not read the replicas kept in '{}': {}",
-                repo.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        ));
-    }
-    let mut ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let mut c = git(Some(repo));
+    c.args([
+        "for-each-ref",
+        "--format=%(refname)",
+        "refs/skillfs/kept/",
+        "refs/skillfs/quarantine/",
+    ]);
+    let out = git_output(
+        c,
+        &format!("read the replicas kept in '{}'", repo.display()),
+    )?;
+    let mut ids: Vec<String> = String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|r| r.rsplit('/').next())
         .filter(|id| replica::valid(id))
@@ -73,14 +71,9 @@ fn kept_ids(repo: &Path) -> Result<Vec<String>, Failure> {
     Ok(ids)
 }
 
-/// The versions of the replica that `prefix` names (its id, or the start
-/// of one), at or below `path` if given, oldest first (by the time each
-/// says; quarantined ones among them, marked).
-pub fn fetched(
-    layout: &Layout,
-    prefix: &str,
-    path: Option<&RelPath>,
-) -> Result<Vec<Fetched>, Failure> {
+/// The replica that `prefix` names (its id, or the start of one) among
+/// those this store keeps, and the store's sync repository.
+pub(super) fn pick(layout: &Layout, prefix: &str) -> Result<(PathBuf, String), Failure> {
     let none = |known: &[String]| {
         Failure::new(
             Exit::NotFound,
@@ -97,7 +90,7 @@ pub fn fetched(
     if prefix.is_empty() {
         return Err(Failure::new(
             Exit::Usage,
-            "--replica needs an id, or the start of one",
+            "a replica is named by its id, or the start of one",
         ));
     }
     let Some(dir) = sync_dir(layout, false)? else {
@@ -112,31 +105,51 @@ pub fn fetched(
         .iter()
         .filter(|id| id.starts_with(&prefix.to_ascii_lowercase()))
         .collect();
-    let replica = match matching.as_slice() {
-        [] => return Err(none(&known)),
-        [one] => one.to_string(),
-        many => {
-            return Err(Failure::new(
-                Exit::Usage,
-                format!(
-                    "'{prefix}' names {} replicas ({}): give more of the id",
-                    many.len(),
-                    many.iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        }
-    };
+    match matching.as_slice() {
+        [] => Err(none(&known)),
+        [one] => Ok((repo, one.to_string())),
+        many => Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "'{prefix}' names {} replicas ({}): give more of the id",
+                many.len(),
+                many.iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
+/// The versions of the replica that `prefix` names (its id, or the start
+/// of one), at or below `path` if given, oldest first (by the time each
+/// says; quarantined ones among them, marked).
+pub fn fetched(
+    layout: &Layout,
+    prefix: &str,
+    path: Option<&RelPath>,
+) -> Result<Vec<Fetched>, Failure> {
+    let (repo, replica) = pick(layout, prefix)?;
     let kept = resolve(&repo, &kept_ref(&replica));
     let quarantine = resolve(&repo, &format!("refs/skillfs/quarantine/{replica}"));
     let mut out = Vec::new();
+    // Each history once: what an earlier ref listed is left out of the
+    // next (a rewound tip shares the versions before the rewrite).
+    let mut seen: Vec<String> = Vec::new();
     if let Some(k) = &kept {
-        out.extend(versions(&repo, &replica, k, None, path)?);
+        out.extend(versions(&repo, &replica, k, &seen, path)?);
+        seen.push(k.clone());
+    }
+    for r in rewound(&repo, &replica)? {
+        for mut v in versions(&repo, &replica, &r, &seen, path)? {
+            v.rewound = true;
+            out.push(v);
+        }
+        seen.push(r);
     }
     if let Some(q) = &quarantine {
-        for mut v in versions(&repo, &replica, q, kept.as_deref(), path)? {
+        for mut v in versions(&repo, &replica, q, &seen, path)? {
             v.quarantined = true;
             out.push(v);
         }
@@ -147,13 +160,38 @@ pub fn fetched(
     Ok(out)
 }
 
-/// The versions on the first-parent line of `tip` that `since` (when
-/// given) does not reach, oldest first.
+/// The tips of `replica`'s histories its branch no longer has
+/// (`kept::keep`), in the order they were put aside.
+fn rewound(repo: &Path, replica: &str) -> Result<Vec<String>, Failure> {
+    let prefix = format!("refs/skillfs/rewound/{replica}/");
+    let mut c = git(Some(repo));
+    c.args(["for-each-ref", "--format=%(refname) %(objectname)", &prefix]);
+    let out = git_output(
+        c,
+        &format!(
+            "read replica {replica}'s rewound histories in '{}'",
+            repo.display()
+        ),
+    )?;
+    let mut tips: Vec<(u64, String)> = String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| {
+            let (name, id) = l.split_once(' ')?;
+            let n = name.strip_prefix(&prefix)?.parse().ok()?;
+            Some((n, id.to_string()))
+        })
+        .collect();
+    tips.sort();
+    Ok(tips.into_iter().map(|(_, id)| id).collect())
+}
+
+/// The versions on the first-parent line of `tip` that none of `seen`
+/// reaches, oldest first.
 fn versions(
     repo: &Path,
     replica: &str,
     tip: &str,
-    since: Option<&str>,
+    seen: &[String],
     path: Option<&RelPath>,
 ) -> Result<Vec<Fetched>, Failure> {
     // Five fields a commit, each ended by a NUL (`-z` ends the last): no
@@ -169,12 +207,9 @@ fn versions(
         .args(["-c", "i18n.logOutputEncoding=UTF-8"])
         .args(["log", "-z", "--first-parent", "--reverse"])
         .arg(format!("--format={format}"));
-    match since {
-        // What `tip` holds that `s` does not (all of it for another
-        // history, nothing for an older tip).
-        Some(s) => c.arg(format!("{s}..{tip}")),
-        None => c.arg(tip),
-    };
+    // What `tip` holds that none of `seen` does (all of it for another
+    // history, nothing for an older tip).
+    c.arg(tip).args(seen.iter().map(|s| format!("^{s}")));
     c.arg("--");
     if let Some(p) = path.filter(|p| !p.is_root()) {
         use std::os::unix::ffi::OsStrExt;
@@ -183,20 +218,11 @@ fn versions(
             &[b":(literal)", p.as_bytes()].concat(),
         ));
     }
-    let out = c
-        .output()
-        .map_err(|e| Failure::new(Exit::Internal, format!("could not run git log: {e}")))?;
-    if !out.status.success() {
-        return Err(Failure::new(
-            Exit::BadStore,
-            format!(
-                "git could not read replica {replica}'s history in '{}': {}",
-                repo.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        ));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let out = git_output(
+        c,
+        &format!("read replica {replica}'s history in '{}'", repo.display()),
+    )?;
+    let text = String::from_utf8_lossy(&out);
     let fields: Vec<&str> = text.split('\0').collect();
     Ok(fields
         .chunks_exact(5)
@@ -222,6 +248,7 @@ fn versions(
                 author: author.to_string(),
                 subject: subject.to_string(),
                 quarantined: false,
+                rewound: false,
             })
         })
         .collect())

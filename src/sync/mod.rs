@@ -56,6 +56,7 @@ mod remotes;
 mod replica;
 mod run;
 pub mod trust;
+mod version;
 
 pub use child::{output as run_bounded, stop};
 pub use conflicts::{Resolve, conflicts, resolve};
@@ -64,6 +65,9 @@ pub use pull::{Pulled, anything_to_merge, pull};
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;
 pub use run::{AgentHome, Options, SyncReport, agent_home, git, lock, sync};
+pub use version::{
+    keeps_replica, parse_version, parse_version_path, restore_version, show_version,
+};
 #[doc(hidden)]
 pub use {
     replica::parse as parse_replica,

@@ -117,6 +117,22 @@ fn said(out: &std::process::Output) -> String {
         .replace('\n', "; ")
 }
 
+/// What `c` (a `git` of the store's own repository) printed. A git that
+/// cannot start is exit 1; one that fails is exit 4 (the store's
+/// repository), said as "git could not `doing`" with git's own words.
+pub(super) fn git_output(mut c: Command, doing: &str) -> Result<Vec<u8>, Failure> {
+    let out = c
+        .output()
+        .map_err(|e| Failure::new(Exit::Internal, format!("could not run git to {doing}: {e}")))?;
+    if !out.status.success() {
+        return Err(Failure::new(
+            Exit::BadStore,
+            format!("git could not {doing}: {}", said(&out)),
+        ));
+    }
+    Ok(out.stdout)
+}
+
 /// Whether the agent's own Skill Sync is switched on in `home`'s
 /// `config.yaml` (a top-level `sync:` whose `enabled:` is true): then the
 /// two would feed each other, and skillfs refuses.

@@ -224,26 +224,16 @@ pub fn seal(repo: &Path, branch: &str, replica: &str) -> Result<bool, Failure> {
     if let Some(why) = not_a_seal(repo, &sealed, replica) {
         return Err(cannot(why));
     }
-    let out = git(Some(repo))
-        .args([
-            "update-ref",
-            "-m",
-            "skillfs sync: sign",
-            branch,
-            &sealed,
-            &tip,
-        ])
-        .output()
-        .map_err(|e| Failure::new(Exit::Internal, format!("could not run git: {e}")))?;
-    if !out.status.success() {
-        return Err(Failure::new(
-            Exit::BadStore,
-            format!(
-                "could not move {branch} to its seal: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        ));
-    }
+    let mut c = git(Some(repo));
+    c.args([
+        "update-ref",
+        "-m",
+        "skillfs sync: sign",
+        branch,
+        &sealed,
+        &tip,
+    ]);
+    super::run::git_output(c, &format!("move {branch} to its seal"))?;
     Ok(true)
 }
 
