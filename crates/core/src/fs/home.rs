@@ -23,7 +23,7 @@ impl SkillFs {
     /// Whether `loc` is outside the versioned root, in the home around it:
     /// plain files, written in place, no rule, no history.
     pub(super) fn outside(&self, loc: &Location) -> bool {
-        self.home.is_some() && loc.dirfd == self.home_raw()
+        loc.area == Area::Home
     }
 
     /// Refuses changes under `.history` and to the name `.history` in the

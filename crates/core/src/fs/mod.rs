@@ -153,7 +153,7 @@ use pages::{Claim, PageStore};
 pub use pages::{Kernel as PageKernel, PageOp};
 use parks::Parks;
 pub use reply::{DirEntry, Entry, Invalidation, OpenReply, SetAttr, Ttl};
-use tree::Tree;
+use tree::{Area, Tree};
 pub use tree::{Ino, Location, ROOT_INO};
 use versions::Versioning;
 
@@ -451,7 +451,7 @@ impl SkillFs {
     /// A change was made at `loc`: an unpark planned over a subtree at,
     /// inside or above it must not use its plan (see `unpark`).
     fn touched(&self, loc: &Location) {
-        self.freezes.touched(loc.dirfd, &loc.phys);
+        self.freezes.touched(loc.area, &loc.phys);
     }
 
     /// Whether an unpark is being planned (a change whose location is not

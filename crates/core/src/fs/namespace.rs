@@ -119,7 +119,7 @@ impl SkillFs {
                 }
                 let _ = sys::unlinkat(parked, key.as_bytes(), true);
                 self.parks.removed(&key);
-                self.freezes.touched(parked, key.as_bytes());
+                self.freezes.touched(Area::Parked, key.as_bytes());
             }
             for e in sys::read_dir_at(at.dirfd, &dir).unwrap_or_default() {
                 let p = inside(&e.name);

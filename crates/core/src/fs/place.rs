@@ -167,7 +167,7 @@ impl SkillFs {
             Some(i) => &loc.phys[..i],
             None => &b""[..],
         };
-        if loc.dirfd == self.parked_raw() && !parent.contains(&b'/') {
+        if loc.area == Area::Parked && !parent.contains(&b'/') {
             return true; // a park itself: the daemon's own plain directory
         }
         sys::dir_passes_on_more(loc.dirfd, parent).is_ok_and(|more| !more)
@@ -280,6 +280,6 @@ impl SkillFs {
         {
             tracing::error!("could not move the hidden entries of {logical} to the orphans: {e}");
         }
-        self.freezes.touched(self.parked_raw(), key.as_bytes());
+        self.freezes.touched(Area::Parked, key.as_bytes());
     }
 }

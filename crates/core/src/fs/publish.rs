@@ -267,7 +267,7 @@ impl SkillFs {
         let _ns = self.namespace.read();
         let here = self
             .loc(ino)
-            .is_ok_and(|l| l.dirfd == loc.dirfd && l.phys == loc.phys);
+            .is_ok_and(|l| l.area == loc.area && l.phys == loc.phys);
         let mut s = of.lock();
         let same = s
             .staging

@@ -320,7 +320,7 @@ mod tests {
         RenamePlan {
             mode: RenameMode::of(flags).unwrap(),
             src: Found {
-                attached: loc.dirfd == PARKED_FD,
+                attached: loc.area == Area::Parked,
                 loc,
                 st: stat_of(kind),
             },
@@ -478,12 +478,12 @@ mod tests {
         };
         p.update_tree(&mut t, names(ROOT_INO, b"a", ROOT_INO, b"b"), &landed);
         assert_eq!(
-            t.location(a, ROOT_FD, PARKED_FD, -1).unwrap().dirfd,
-            PARKED_FD
+            t.location(a, ROOT_FD, PARKED_FD, -1).unwrap().area,
+            Area::Parked
         );
         assert_eq!(
-            t.location(b, ROOT_FD, PARKED_FD, -1).unwrap().dirfd,
-            ROOT_FD
+            t.location(b, ROOT_FD, PARKED_FD, -1).unwrap().area,
+            Area::Root
         );
     }
 }

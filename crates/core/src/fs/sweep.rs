@@ -32,6 +32,7 @@ use skillfs_store::Named;
 use skillfs_store::journal::Kind;
 use std::collections::{HashMap, HashSet};
 
+use super::tree::Area;
 use super::unpark::FreezeGuard;
 use super::{FsResult, Ino, SkillFs};
 use crate::scan::{ScanReport, kind_of};
@@ -66,7 +67,9 @@ impl SkillFs {
             let _ns = self.namespace.read();
             due.into_iter()
                 .map(|d| {
-                    let guard = self.freezes.register(parked, park_path(&d.key, &d.name));
+                    let guard = self
+                        .freezes
+                        .register(Area::Parked, park_path(&d.key, &d.name));
                     (d, guard)
                 })
                 .collect()
@@ -223,7 +226,7 @@ impl SkillFs {
             return Ok(None);
         }
         let to = crate::scan::move_to_trash(parked, &hp, &self.dirs.tmp)?;
-        self.freezes.touched(parked, &hp);
+        self.freezes.touched(Area::Parked, &hp);
         let logical = dir.join(&d.name);
         let mut c = Change::new(Op::Sweep, logical.clone(), None);
         c.hidden = Some(logical);
@@ -240,7 +243,7 @@ impl SkillFs {
         let inos: Vec<Ino> = self.open_files.inos();
         inos.into_iter().any(|ino| {
             self.loc(ino).is_ok_and(|l| {
-                l.dirfd == self.parked_raw()
+                l.area == Area::Parked
                     && l.phys.starts_with(hp)
                     && matches!(l.phys.get(hp.len()), None | Some(b'/'))
             })

@@ -35,10 +35,24 @@ pub const ROOT_INO: Ino = 1;
 /// The versioned root when the mount is over a home.
 const SKILLS_IN_HOME: Ino = 2;
 
+/// Which of the daemon's directories an entry physically lies in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Area {
+    /// ROOT (the versioned tree, visible or hidden names).
+    Root,
+    /// The store's `parked/`: attached areas of hidden entries.
+    Parked,
+    /// The home a versioned root sits in (a home mount).
+    Home,
+}
+
 /// Where an entry physically is, and what the agent calls it.
 #[derive(Clone, Debug)]
 pub struct Location {
-    /// The directory fd `phys` is relative to (the root's or `parked/`).
+    /// The directory `phys` is relative to. Which one is `area`'s to
+    /// say; `dirfd` is only for the system call.
+    pub area: Area,
+    /// The fd of `area`'s directory.
     pub dirfd: RawFd,
     pub phys: Vec<u8>,
     /// Its path in the visible tree; `None` when it or an ancestor is hidden.
@@ -50,6 +64,7 @@ pub struct Location {
 impl Location {
     pub fn root(root_fd: RawFd) -> Location {
         Location {
+            area: Area::Root,
             dirfd: root_fd,
             phys: Vec::new(),
             visible: Some(RelPath::root()),
@@ -61,6 +76,7 @@ impl Location {
     /// visible), named `../<path>` from the versioned root.
     pub fn home(home_fd: RawFd) -> Location {
         Location {
+            area: Area::Home,
             dirfd: home_fd,
             phys: Vec::new(),
             visible: None,
@@ -76,6 +92,7 @@ impl Location {
         }
         phys.extend_from_slice(name);
         Location {
+            area: self.area,
             dirfd: self.dirfd,
             phys,
             visible: self.visible.as_ref().map(|v| v.join(name)),
@@ -89,6 +106,7 @@ impl Location {
         phys.push(b'/');
         phys.extend_from_slice(name);
         Location {
+            area: Area::Parked,
             dirfd: parked_fd,
             phys,
             visible: None,

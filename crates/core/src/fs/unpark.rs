@@ -37,7 +37,7 @@ pub(super) const TICK_NS: i128 = 20_000_000;
 
 /// A subtree an unpark is planned over, and whether a change reached it.
 pub(super) struct Freeze {
-    dirfd: RawFd,
+    area: Area,
     phys: Vec<u8>,
     dirty: AtomicBool,
 }
@@ -52,15 +52,15 @@ pub(super) struct Freezes {
 }
 
 impl Freezes {
-    /// A change was made at `phys` under `dirfd`: marks every freeze of a
+    /// A change was made at `phys` in `area`: marks every freeze of a
     /// subtree at, inside or above it. Called after the change, so that a
     /// freeze registered after this check walks a tree that has it.
-    pub(super) fn touched(&self, dirfd: RawFd, phys: &[u8]) {
+    pub(super) fn touched(&self, area: Area, phys: &[u8]) {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
         for f in self.list.lock().iter() {
-            if f.dirfd == dirfd && (within(phys, &f.phys) || within(&f.phys, phys)) {
+            if f.area == area && (within(phys, &f.phys) || within(&f.phys, phys)) {
                 f.dirty.store(true, Ordering::SeqCst);
             }
         }
@@ -70,9 +70,9 @@ impl Freezes {
         self.count.load(Ordering::SeqCst) > 0
     }
 
-    pub(super) fn register(self: &Arc<Self>, dirfd: RawFd, phys: Vec<u8>) -> FreezeGuard {
+    pub(super) fn register(self: &Arc<Self>, area: Area, phys: Vec<u8>) -> FreezeGuard {
         let freeze = Arc::new(Freeze {
-            dirfd,
+            area,
             phys,
             dirty: AtomicBool::new(false),
         });
@@ -135,7 +135,7 @@ impl UnparkPlan {
     fn usable(&self, from: &Location, to: &RelPath, in_pkg: bool) -> bool {
         let f = &self.guard.freeze;
         !f.dirty.load(Ordering::SeqCst)
-            && f.dirfd == from.dirfd
+            && f.area == from.area
             && f.phys == from.phys
             && &self.to == to
             && self.in_pkg == in_pkg
@@ -229,7 +229,7 @@ impl SkillFs {
         }
         // Walked through its descriptor: no name of it needs the lock.
         let dir = sys::open_dir(src.loc.dirfd, &src.loc.phys).ok()?;
-        let guard = self.freezes.register(src.loc.dirfd, src.loc.phys.clone());
+        let guard = self.freezes.register(src.loc.area, src.loc.phys.clone());
         Some((dir, guard, to, in_pkg))
     }
 
