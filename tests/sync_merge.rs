@@ -176,7 +176,16 @@ fn another_replicas_versions_are_listed_before_any_merge() {
 /// said.
 #[test]
 fn another_replicas_version_is_shown_and_restored() {
-    let Pair { a, b } = pair("fetchedrestore");
+    let a = Mount::new("fetchedrestoreA");
+    let b = Mount::new("fetchedrestoreB");
+    // An id that starts with digits only, which a change id of b's could
+    // also be: still taken for the replica b keeps.
+    fs::write(
+        a.store().join("REPLICA"),
+        "1234567890abcdef1234567890abcdef\n",
+    )
+    .unwrap();
+    hub(&a, &b);
     fs::create_dir_all(a.path("cat/s/references")).unwrap();
     fs::write(a.path("cat/s/SKILL.md"), skill("s", "one\n")).unwrap();
     fs::write(a.path("cat/s/references/r.md"), "first\n").unwrap();
@@ -199,6 +208,18 @@ fn another_replicas_version_is_shown_and_restored() {
     assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
     common::assert_enoent(b.path("cat/s/references/r.md"));
     let root = root_arg(&b);
+    // The merge's changes say whose they were on a.
+    let newest: serde_json::Value =
+        serde_json::from_str(fetched_log(&b, &id, &["--json"]).lines().last().unwrap()).unwrap();
+    let author = newest["author"].as_str().unwrap().to_string();
+    assert!(!author.is_empty());
+    let words = format!("from {author} on replica {}", &id[..8]);
+    let out = skillfs(&["log", "--no-pager", "cat/s/SKILL.md", "--root", &root]);
+    let log = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        log.lines().last().is_some_and(|l| l.contains(&words)),
+        "{words}: {log}"
+    );
     let show = |args: &[&str]| {
         let mut all = vec!["show"];
         all.extend_from_slice(args);
@@ -281,6 +302,18 @@ fn another_replicas_version_is_shown_and_restored() {
     assert_eq!(read(&b, "cat/s/references/r.md"), "first\n");
     let newest = b.log().into_iter().last().unwrap();
     assert_eq!(newest["actor"]["comm"], from(&a), "{newest}");
+    let out = skillfs(&["log", "--no-pager", "--root", &root]);
+    let log = String::from_utf8_lossy(&out.stdout).into_owned();
+    let commit = then["commit"].as_str().unwrap();
+    assert!(
+        log.lines().last().is_some_and(|l| l.contains(&format!(
+            "from {} on replica {} (commit {})",
+            then["author"].as_str().unwrap(),
+            &id[..8],
+            &commit[..12]
+        ))),
+        "{log}"
+    );
     // Again: nothing to do.
     let out = skillfs(&["restore", &name, "cat/s", "--root", &root]);
     assert!(out.status.success(), "{}", describe(&out));

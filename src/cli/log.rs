@@ -276,6 +276,22 @@ fn plain(s: &str) -> String {
         .collect()
 }
 
+/// Where a record a merge wrote came from, for beside its line: the
+/// author on the other machine (plain), the replica and the commit.
+pub fn origin_words(o: &crate::sync::Origin) -> String {
+    let short = |s: &str, n: usize| s.chars().take(n).collect::<String>();
+    format!(
+        "from {} on replica {} (commit {})",
+        if o.author.is_empty() {
+            "?".to_string()
+        } else {
+            plain(&o.author)
+        },
+        plain(&short(&o.replica, 8)),
+        plain(&short(&o.commit, 12))
+    )
+}
+
 /// `log --replica`: another replica's versions as this store keeps them
 /// (`sync::fetched`), one line each, filtered as records are (the path is
 /// git's: the version changed something at or below it; the actor is the

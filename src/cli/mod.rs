@@ -557,23 +557,6 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             crate::commands::show(&st, id, &rel)
         }
         Cmd::Diff { id, rest, at } => {
-            if let Some(v) = rest
-                .iter()
-                .map(String::as_str)
-                .chain([id.as_str()])
-                .find(|i| {
-                    crate::sync::parse_version(i)
-                        .is_some_and(|(r, _)| !r.bytes().all(|b| b.is_ascii_digit()))
-                })
-            {
-                return Err(Failure::new(
-                    Exit::Usage,
-                    format!(
-                        "diff does not take another replica's version ('{v}'): \
-                         `skillfs show {v}:PATH` prints it"
-                    ),
-                ));
-            }
             let looks_like_id =
                 |t: &str| crate::history::parse_alias(t, crate::time::now_ns()).is_some();
             let (b, path) = match rest.as_slice() {
@@ -585,6 +568,20 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             };
             let path = path.map(std::path::Path::new);
             let t = locate::locate(&at, path)?;
+            if let Some(v) = rest
+                .iter()
+                .map(String::as_str)
+                .chain([id.as_str()])
+                .find(|i| replica_version(i, &t.layout).is_some())
+            {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!(
+                        "diff does not take another replica's version ('{v}'): \
+                         `skillfs show {v}:PATH` prints it"
+                    ),
+                ));
+            }
             let rel = match path {
                 None => RelPath::root(),
                 Some(p) => t.rel(p)?,
@@ -660,7 +657,12 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             let (entries, _) = crate::agent::ledger::read(&ledger);
             let mut roots = vec![t.root.clone()];
             roots.extend(t.root.canonicalize().ok().filter(|c| *c != t.root));
-            let notes = crate::agent::ledger::annotations(&records, &entries, &roots);
+            let mut notes = crate::agent::ledger::annotations(&records, &entries, &roots);
+            // Where the changes a merge, a take or a restore of another
+            // replica's version wrote came from.
+            for (seq, o) in crate::sync::origins(&t.layout) {
+                notes.entry(seq).or_default().push(log::origin_words(&o));
+            }
             log::print(&records, &notes, &filter, &show)
         }
         Cmd::Completions { shell } => {

@@ -509,7 +509,7 @@ impl Others {
 /// another process's thread in a long sync.
 static APPLIERS: std::sync::Mutex<Vec<(u32, String)>> = std::sync::Mutex::new(Vec::new());
 
-fn own_thread(actor: &crate::store::journal::Actor) -> bool {
+pub(super) fn own_thread(actor: &crate::store::journal::Actor) -> bool {
     actor.pid == std::process::id()
         || APPLIERS.lock().is_ok_and(|t| {
             t.iter()

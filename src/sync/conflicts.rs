@@ -51,25 +51,8 @@ pub(super) fn record(
         text.push_str(&line.to_string());
         text.push('\n');
     }
-    let path = dir.join(CONFLICTS);
-    // A line a power cut left torn is ended first: the next record is a
-    // line of its own, not glued to it.
-    if let Ok(mut old) = std::fs::File::open(&path) {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut last = [0u8; 1];
-        if old.seek(SeekFrom::End(-1)).is_ok()
-            && old.read_exact(&mut last).is_ok()
-            && last[0] != b'\n'
-        {
-            text.insert(0, '\n');
-        }
-    }
-    let mut f = dir
-        .open_append(CONFLICTS)
-        .map_err(|e| Failure::io(Exit::BadStore, "open", &path, &e))?;
-    std::io::Write::write_all(&mut f, text.as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(|e| Failure::io(Exit::BadStore, "write", &path, &e))
+    super::origins::append_lines(dir, CONFLICTS, text)
+        .map_err(|e| Failure::io(Exit::BadStore, "write", &dir.join(CONFLICTS), &e))
 }
 
 /// A conflict as `sync/conflicts.jsonl` holds it.
@@ -246,6 +229,15 @@ pub fn resolve(
             &taken,
             (&contents, &meta),
         )?;
+        if let Ok(records) = crate::commands::read_records(layout) {
+            let author = super::origins::Authors::new(&repo, &commit, None).of(path);
+            super::origins::note(&dir, &replica, (&records, since), &applied, |_| {
+                super::origins::From {
+                    commit: &commit,
+                    author: author.clone(),
+                }
+            });
+        }
         applied.finished(root, "nothing was taken")?;
         // The two sides are the same now: nothing kept to publish.
         if let Some(b) = bases.get_mut(&replica) {

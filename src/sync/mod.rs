@@ -20,6 +20,8 @@
 //! sync/lock            held (flock) by a running sync
 //! sync/merged.json     the base of each replica's next merge (`pull`)
 //! sync/conflicts.jsonl the conflicts of the merges so far (`pull`)
+//! sync/origins.jsonl   where each change a merge wrote came from: replica,
+//!                      commit, author (`origins`)
 //! sync/signers-<remote> whose signatures a remote's commits need (`trust`)
 //! sync/blobmap         git's blob ids to the store's (`gittree`)
 //! ```
@@ -51,6 +53,7 @@ mod conflicts;
 mod fetched;
 mod gittree;
 mod kept;
+mod origins;
 mod pull;
 mod remotes;
 mod replica;
@@ -61,6 +64,7 @@ mod version;
 pub use child::{output as run_bounded, stop};
 pub use conflicts::{Resolve, conflicts, resolve};
 pub use fetched::{Fetched, fetched};
+pub use origins::{Origin, origins};
 pub use pull::{Pulled, anything_to_merge, pull};
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;

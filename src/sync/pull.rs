@@ -398,10 +398,18 @@ fn merge_one(
         entries: Vec::new(),
     }));
     super::conflicts::record(dir, replica, tip, &decided).map_err(|f| f.to_string())?;
-    let id = crate::commands::read_records(layout)
-        .map_err(|f| f.to_string())?
-        .last()
-        .map_or(since, |r| r.seq);
+    let records = crate::commands::read_records(layout).map_err(|f| f.to_string())?;
+    let id = records.last().map_or(since, |r| r.seq);
+    // Each unit's author: of the newest commit since the last merge of
+    // this replica that changed it.
+    let last = old.as_ref().map(|b| b.commit.as_str());
+    let mut authors = super::origins::Authors::new(&repo, tip, last);
+    super::origins::note(dir, replica, (&records, since), &applied, |unit| {
+        super::origins::From {
+            commit: tip,
+            author: authors.of(unit),
+        }
+    });
     // Where this tree kept its side, as long as the two still differ.
     let mut kept: Vec<ByteString> = old
         .as_ref()

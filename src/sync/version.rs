@@ -344,6 +344,14 @@ pub fn restore_version(
         &taken,
         (&contents, &meta),
     )?;
+    if let Ok(records) = crate::commands::read_records(layout) {
+        super::origins::note(&dir, &v.replica, (&records, since), &applied, |_| {
+            super::origins::From {
+                commit: &v.commit,
+                author: v.author.clone(),
+            }
+        });
+    }
     applied.finished(root, "nothing was restored")?;
     Ok(format!(
         "restored {path} as replica {}'s version {} had it (commit {}){}{left_out}",
