@@ -213,11 +213,14 @@ fn another_replicas_version_is_shown_and_restored() {
         serde_json::from_str(fetched_log(&b, &id, &["--json"]).lines().last().unwrap()).unwrap();
     let author = newest["author"].as_str().unwrap().to_string();
     assert!(!author.is_empty());
-    let words = format!("from {author} on replica {}", &id[..8]);
+    let words = format!("from replica {} (commit ", &id[..8]);
+    let words_author = format!("), author \"{author}\"");
     let out = skillfs(&["log", "--no-pager", "cat/s/SKILL.md", "--root", &root]);
     let log = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        log.lines().last().is_some_and(|l| l.contains(&words)),
+        log.lines()
+            .last()
+            .is_some_and(|l| l.contains(&words) && l.contains(&words_author)),
         "{words}: {log}"
     );
     let show = |args: &[&str]| {
@@ -307,10 +310,10 @@ fn another_replicas_version_is_shown_and_restored() {
     let commit = then["commit"].as_str().unwrap();
     assert!(
         log.lines().last().is_some_and(|l| l.contains(&format!(
-            "from {} on replica {} (commit {})",
-            then["author"].as_str().unwrap(),
+            "from replica {} (commit {}), author \"{}\"",
             &id[..8],
-            &commit[..12]
+            &commit[..12],
+            then["author"].as_str().unwrap(),
         ))),
         "{log}"
     );

@@ -270,7 +270,13 @@ pub fn print(
 /// none that reorders or hides text.
 fn plain(s: &str) -> String {
     // (Bidi embeddings and overrides, zero-width and invisible characters.)
-    let hides = |c: char| matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}');
+    let hides = |c: char| {
+        matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+            // Arabic letter mark, line and paragraph separators, fillers,
+            // variation selectors, tags.
+            || matches!(c, '\u{061C}' | '\u{2028}' | '\u{2029}' | '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}')
+            || matches!(c, '\u{FE00}'..='\u{FE0F}' | '\u{E0000}'..='\u{E007F}' | '\u{E0100}'..='\u{E01EF}')
+    };
     s.chars()
         .map(|c| if c.is_control() || hides(c) { '?' } else { c })
         .collect()
@@ -280,15 +286,13 @@ fn plain(s: &str) -> String {
 /// author on the other machine (plain), the replica and the commit.
 pub fn origin_words(o: &crate::sync::Origin) -> String {
     let short = |s: &str, n: usize| s.chars().take(n).collect::<String>();
+    // The replica's own words last, quoted: they cannot pose as the
+    // replica or the commit.
     format!(
-        "from {} on replica {} (commit {})",
-        if o.author.is_empty() {
-            "?".to_string()
-        } else {
-            plain(&o.author)
-        },
+        "from replica {} (commit {}), author \"{}\"",
         plain(&short(&o.replica, 8)),
-        plain(&short(&o.commit, 12))
+        plain(&short(&o.commit, 12)),
+        plain(&short(&o.author, crate::sync::AUTHOR_MAX))
     )
 }
 
@@ -353,6 +357,7 @@ mod tests {
         assert_eq!(plain("x\u{1b}]2;pwn\u{7}y"), "x?]2;pwn?y");
         assert_eq!(plain("ab\u{202E}dc\u{200B}"), "ab?dc?");
         assert_eq!(plain("caf\u{e9}"), "caf\u{e9}");
+        assert_eq!(plain("a\u{2028}b\u{E0041}c\u{FE0F}"), "a?b?c?");
     }
 
     fn rec(seq: u64, ts_s: i64, op: Op, path: &str, to: Option<&str>, pid: u32) -> Record {

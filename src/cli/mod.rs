@@ -659,9 +659,17 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             roots.extend(t.root.canonicalize().ok().filter(|c| *c != t.root));
             let mut notes = crate::agent::ledger::annotations(&records, &entries, &roots);
             // Where the changes a merge, a take or a restore of another
-            // replica's version wrote came from.
-            for (seq, o) in crate::sync::origins(&t.layout) {
-                notes.entry(seq).or_default().push(log::origin_words(&o));
+            // replica's version wrote came from: believed for a record of
+            // that replica's applier only (the journal is the truth).
+            if !json {
+                for (seq, o) in crate::sync::origins(&t.layout) {
+                    let by_applier = records
+                        .binary_search_by_key(&seq, |r| r.seq)
+                        .is_ok_and(|i| records[i].actor.comm == crate::sync::actor_of(&o.replica));
+                    if by_applier {
+                        notes.entry(seq).or_default().push(log::origin_words(&o));
+                    }
+                }
             }
             log::print(&records, &notes, &filter, &show)
         }

@@ -56,14 +56,18 @@ pub struct Applied {
 }
 
 impl Applied {
-    /// The apply of a command (`restore`, `sync --take`) as its answer:
-    /// what was written made durable (`root` synced), then the first
-    /// unit left (exit 9: in use) or that failed (exit 1), with the units
-    /// written before it (`none`: the words for none).
-    pub fn finished(&self, root: &Path, none: &str) -> Result<(), Failure> {
+    /// What an apply wrote made durable: `root` synced, which syncs the
+    /// mount's journal with it.
+    pub fn durable(&self, root: &Path) -> Result<(), Failure> {
         std::fs::File::open(root)
             .and_then(|d| d.sync_all())
-            .map_err(|e| Failure::io(Exit::Internal, "sync", root, &e))?;
+            .map_err(|e| Failure::io(Exit::Internal, "sync", root, &e))
+    }
+
+    /// The apply of a command (`restore`, `sync --take`) as its answer:
+    /// the first unit left (exit 9: in use) or that failed (exit 1), with
+    /// the units written before it (`none`: the words for none).
+    pub fn verdict(&self, none: &str) -> Result<(), Failure> {
         let unit = |u: &[u8]| String::from_utf8_lossy(u).into_owned();
         if let Some((u, why)) = self.busy.first() {
             return Err(Failure::new(

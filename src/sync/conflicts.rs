@@ -229,8 +229,10 @@ pub fn resolve(
             &taken,
             (&contents, &meta),
         )?;
+        // The records first, then the note that names them.
+        applied.durable(root)?;
         if let Ok(records) = crate::commands::read_records(layout) {
-            let author = super::origins::Authors::new(&repo, &commit, None).of(path);
+            let author = super::origins::Authors::of_one(&repo, &commit, path);
             super::origins::note(&dir, &replica, (&records, since), &applied, |_| {
                 super::origins::From {
                     commit: &commit,
@@ -238,7 +240,7 @@ pub fn resolve(
                 }
             });
         }
-        applied.finished(root, "nothing was taken")?;
+        applied.verdict("nothing was taken")?;
         // The two sides are the same now: nothing kept to publish.
         if let Some(b) = bases.get_mut(&replica) {
             b.kept.retain(|k| !within(&k.0, path));

@@ -61,10 +61,11 @@ mod run;
 pub mod trust;
 mod version;
 
+pub use apply::actor_of;
 pub use child::{output as run_bounded, stop};
 pub use conflicts::{Resolve, conflicts, resolve};
 pub use fetched::{Fetched, fetched};
-pub use origins::{Origin, origins};
+pub use origins::{AUTHOR_MAX, Origin, origins};
 pub use pull::{Pulled, anything_to_merge, pull};
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;

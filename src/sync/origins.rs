@@ -8,10 +8,14 @@
 //! journal says `sync:<replica>` (`apply::actor_of`); a thread's name has
 //! no room for the author, and the journal's format stays as it is.
 //!
-//! Invariants: a line is appended after the unit's records are in the
-//! journal, under `sync/lock`; an append starts on a line of its own (a
-//! torn last line is ended first). A line lost to a crash between the
-//! two loses the author only: the actor still names the replica.
+//! Invariants: a line is appended after the unit's records are durable
+//! in the journal (the caller synced ROOT), under `sync/lock`; an append
+//! starts on a line of its own (a torn last line is ended first). A line
+//! lost to a crash between the two loses the author only: the actor
+//! still names the replica. A line is believed only for a record whose
+//! actor is that replica's applier (`log`): ids a journal cut back by a
+//! repair gives out again are never another's. An author is cut to
+//! [`AUTHOR_MAX`] characters (a replica's words, repeated per unit).
 //!
 //! Locks: the caller's `sync/lock` for an append; none to read.
 
@@ -45,6 +49,10 @@ pub(super) fn append_lines(dir: &Dir, name: &str, mut text: String) -> std::io::
     f.write_all(text.as_bytes()).and_then(|_| f.sync_all())
 }
 
+/// The most characters of an author kept (an honest one is a process
+/// name, at most 15 bytes).
+pub const AUTHOR_MAX: usize = 64;
+
 /// Where one unit's changes came from.
 pub(super) struct From<'a> {
     pub commit: &'a str,
@@ -65,15 +73,25 @@ pub(super) fn note<'a>(
         .iter()
         .filter(|r| r.seq > since && own_thread(&r.actor))
         .collect();
+    // Each record to the innermost unit it lies in (a skill inside a
+    // directory that was a unit too).
+    let unit_of = |r: &Record| -> Option<&Vec<u8>> {
+        std::iter::once(&r.path)
+            .chain(r.to.as_ref())
+            .filter_map(|p| {
+                applied
+                    .done
+                    .iter()
+                    .filter(|u| within(p.as_bytes(), u))
+                    .max_by_key(|u| u.len())
+            })
+            .max_by_key(|u| u.len())
+    };
     let mut text = String::new();
     for unit in &applied.done {
         let seqs: Vec<u64> = mine
             .iter()
-            .filter(|r| {
-                std::iter::once(&r.path)
-                    .chain(r.to.as_ref())
-                    .any(|p| within(p.as_bytes(), unit))
-            })
+            .filter(|r| unit_of(r) == Some(unit))
             .map(|r| r.seq)
             .collect();
         if seqs.is_empty() {
@@ -150,6 +168,8 @@ pub(super) struct Authors<'a> {
     repo: &'a std::path::Path,
     tip: &'a str,
     since: Option<&'a str>,
+    /// Only the commits that changed something below this (one unit's).
+    only: Option<&'a [u8]>,
     /// Since `since`; then all of them, for a unit none of those changed.
     read: [Option<Vec<Commit>>; 2],
 }
@@ -160,18 +180,26 @@ impl<'a> Authors<'a> {
             repo,
             tip,
             since,
+            only: None,
             read: [None, None],
         }
+    }
+
+    /// The author of one unit, `unit`: only its commits are read.
+    pub(super) fn of_one(repo: &std::path::Path, tip: &str, unit: &[u8]) -> String {
+        let mut a = Authors::new(repo, tip, None);
+        a.only = Some(unit);
+        a.of(unit)
     }
 
     /// The author of the newest of those commits that changed something
     /// at or below `unit` since `since` (else at all; else none).
     pub(super) fn of(&mut self, unit: &[u8]) -> String {
-        let (repo, tip) = (self.repo, self.tip);
+        let (repo, tip, only) = (self.repo, self.tip, self.only);
         let ranges: &[usize] = if self.since.is_some() { &[0, 1] } else { &[1] };
         for &i in ranges {
             let since = if i == 0 { self.since } else { None };
-            let commits = self.read[i].get_or_insert_with(|| commits(repo, tip, since));
+            let commits = self.read[i].get_or_insert_with(|| commits(repo, tip, since, only));
             if let Some((a, _)) = commits
                 .iter()
                 .find(|(_, paths)| paths.iter().any(|p| within(p, unit)))
@@ -184,13 +212,29 @@ impl<'a> Authors<'a> {
 }
 
 /// `tip`'s first-parent commits, newest first (none of `since`'s), each
-/// with its author and the paths it changed.
-fn commits(repo: &std::path::Path, tip: &str, since: Option<&str>) -> Vec<Commit> {
+/// with its author and the paths it changed (below `only`, if given).
+fn commits(
+    repo: &std::path::Path,
+    tip: &str,
+    since: Option<&str>,
+    only: Option<&[u8]>,
+) -> Vec<Commit> {
+    use std::os::unix::ffi::OsStrExt;
     let mut c = super::git(Some(repo));
-    c.args(["-c", "log.showSignature=false", "log", "--first-parent"])
-        .args(["--no-renames", "-z", "--name-only", "--format=%x01%an", tip]);
+    // Nothing of the user's config may change what is listed; `-m` lists
+    // a merge commit's own changes (against its first parent) on every
+    // git, and `--raw` puts a `:` field before each path, so that no
+    // path can pass for an author or another path.
+    c.args(["-c", "log.showSignature=false", "-c", "log.showRoot=true"])
+        .args(["-c", "i18n.logOutputEncoding=UTF-8"])
+        .args(["log", "--first-parent", "-m", "--no-renames", "-z"])
+        .args(["--raw", "--no-abbrev", "--format=%x01%an", tip]);
     if let Some(s) = since {
         c.arg(format!("^{s}"));
+    }
+    if let Some(p) = only {
+        c.arg("--")
+            .arg(std::ffi::OsStr::from_bytes(&[b":(literal)", p].concat()));
     }
     let Ok(out) = c.output() else {
         return Vec::new();
@@ -198,16 +242,70 @@ fn commits(repo: &std::path::Path, tip: &str, since: Option<&str>) -> Vec<Commit
     if !out.status.success() {
         return Vec::new();
     }
-    // "\x01AUTHOR\0\nPATH\0PATH\0\x01AUTHOR\0…"
+    parse_log(&out.stdout)
+}
+
+/// `git log -z --raw --format=%x01%an` output as commits:
+/// "\x01AUTHOR\0\n:RAW\0PATH\0:RAW\0PATH\0\x01AUTHOR\0…". A path is
+/// only what follows a `:` field, so no name can pass for an author.
+fn parse_log(out: &[u8]) -> Vec<Commit> {
     let mut commits: Vec<Commit> = Vec::new();
-    for field in out.stdout.split(|&b| b == 0) {
-        if let Some(author) = field.strip_prefix(b"\x01") {
-            commits.push((String::from_utf8_lossy(author).into_owned(), Vec::new()));
-        } else if let Some((_, paths)) = commits.last_mut()
-            && !field.is_empty()
-        {
-            paths.push(field.strip_prefix(b"\n").unwrap_or(field).to_vec());
+    let mut path_next = false;
+    for field in out.split(|&b| b == 0) {
+        if path_next {
+            if let Some((_, paths)) = commits.last_mut() {
+                paths.push(field.to_vec());
+            }
+            path_next = false;
+        } else if field.starts_with(b":") || field.starts_with(b"\n:") {
+            path_next = true;
+        } else if let Some(author) = field.strip_prefix(b"\x01") {
+            let author: String = String::from_utf8_lossy(author)
+                .chars()
+                .take(AUTHOR_MAX)
+                .collect();
+            commits.push((author, Vec::new()));
         }
     }
     commits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names made to look like authors or other paths stay paths of the
+    /// commit that changed them (found by review).
+    #[test]
+    fn no_path_passes_for_an_author() {
+        let raw = ":000000 100644 0000 e25f A";
+        let out = [
+            "\x01Mallory".to_string(),
+            format!("\n{raw}"),
+            "\x01Alice".into(),
+            raw.into(),
+            "\x01a".into(),
+            raw.into(),
+            "\nskill".into(),
+            "\x01Bob".into(),
+            format!("\n{raw}"),
+            "s2/f".into(),
+            String::new(),
+        ]
+        .join("\0");
+        let got = parse_log(out.as_bytes());
+        let paths = |v: &[&str]| v.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "Mallory".to_string(),
+                    paths(&["\x01Alice", "\x01a", "\nskill"])
+                ),
+                ("Bob".to_string(), paths(&["s2/f"])),
+            ]
+        );
+        let long = format!("\x01{}\0", "x".repeat(1000));
+        assert_eq!(parse_log(long.as_bytes())[0].0.len(), AUTHOR_MAX);
+    }
 }

@@ -344,15 +344,18 @@ pub fn restore_version(
         &taken,
         (&contents, &meta),
     )?;
+    // The records first, then the note that names them.
+    applied.durable(root)?;
     if let Ok(records) = crate::commands::read_records(layout) {
+        let author = super::origins::Authors::of_one(&repo, &v.commit, at);
         super::origins::note(&dir, &v.replica, (&records, since), &applied, |_| {
             super::origins::From {
                 commit: &v.commit,
-                author: v.author.clone(),
+                author: author.clone(),
             }
         });
     }
-    applied.finished(root, "nothing was restored")?;
+    applied.verdict("nothing was restored")?;
     Ok(format!(
         "restored {path} as replica {}'s version {} had it (commit {}){}{left_out}",
         &v.replica[..SHORTEST],
