@@ -223,6 +223,32 @@ fn another_replicas_version_is_shown_and_restored() {
             .is_some_and(|l| l.contains(&words) && l.contains(&words_author)),
         "{words}: {log}"
     );
+    // `--actor sync:<replica>/<author>` keeps those records, no others.
+    let by = format!("{}/{author}", from(&a));
+    let out = skillfs(&["log", "--json", "--actor", &by, "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let kept: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!kept.is_empty(), "{}", describe(&out));
+    assert!(
+        kept.iter().all(|r| r["actor"]["comm"] == from(&a)),
+        "{kept:?}"
+    );
+    let out = skillfs(&[
+        "log",
+        "--json",
+        "--actor",
+        &format!("{}/nobody", from(&a)),
+        "--root",
+        &root,
+    ]);
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "{}",
+        describe(&out)
+    );
     let show = |args: &[&str]| {
         let mut all = vec!["show"];
         all.extend_from_slice(args);

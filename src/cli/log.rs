@@ -35,6 +35,10 @@ pub struct Filter {
     pub since: Option<i64>,
     pub until: Option<i64>,
     pub actor: Option<String>,
+    /// The author on another replica of each record a merge wrote, by
+    /// record id (`sync::origins`, believed ones), for an `--actor` of
+    /// the form `sync:<replica>/<author>`.
+    pub authors: HashMap<u64, String>,
 }
 
 impl Filter {
@@ -49,7 +53,15 @@ impl Filter {
             return false;
         }
         match &self.actor {
-            Some(a) => r.actor.comm == *a || r.actor.pid.to_string() == *a,
+            Some(a) => {
+                r.actor.comm == *a
+                    || r.actor.pid.to_string() == *a
+                    || self.authors.get(&r.seq).is_some_and(|author| {
+                        a.strip_prefix(r.actor.comm.as_str())
+                            .and_then(|rest| rest.strip_prefix('/'))
+                            == Some(author.as_str())
+                    })
+            }
             None => true,
         }
     }

@@ -66,6 +66,7 @@ pub fn present(
 /// given as a path, the commands that show a change.
 pub fn logged(t: &Target, records: &[Record], given: &Path, rel: &RelPath) -> Result<(), Failure> {
     let filter = log::Filter {
+        authors: Default::default(),
         path: Some(rel.clone()),
         ..log::Filter::default()
     };

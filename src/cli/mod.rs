@@ -631,11 +631,12 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         } => {
             let t = locate::locate(&at, path.as_deref())?;
             let now = crate::time::now_ns();
-            let filter = log::Filter {
+            let mut filter = log::Filter {
                 path: path.as_deref().map(|p| t.rel(p)).transpose()?,
                 since: since.map(|s| log::parse_when(&s, now, false)).transpose()?,
                 until: until.map(|s| log::parse_when(&s, now, true)).transpose()?,
                 actor,
+                authors: Default::default(),
             };
             let show = log::Show {
                 json,
@@ -661,13 +662,23 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             // Where the changes a merge, a take or a restore of another
             // replica's version wrote came from: believed for a record of
             // that replica's applier only (the journal is the truth).
-            if !json {
+            let by_author = filter
+                .actor
+                .as_deref()
+                .is_some_and(|a| a.starts_with("sync:") && a.contains('/'));
+            if !json || by_author {
                 for (seq, o) in crate::sync::origins(&t.layout) {
                     let by_applier = records
                         .binary_search_by_key(&seq, |r| r.seq)
                         .is_ok_and(|i| records[i].actor.comm == crate::sync::actor_of(&o.replica));
-                    if by_applier {
+                    if !by_applier {
+                        continue;
+                    }
+                    if !json {
                         notes.entry(seq).or_default().push(log::origin_words(&o));
+                    }
+                    if by_author {
+                        filter.authors.insert(seq, o.author);
                     }
                 }
             }
