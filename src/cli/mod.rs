@@ -179,6 +179,7 @@ Examples:
   skillfs log -n 10                 the ten newest operations
   skillfs log --since 2h cat/foo    what happened to cat/foo in two hours
   skillfs log --actor python3 --all every record made by python3
+  skillfs log --replica 0a1b2c3d cat/foo   another machine's versions of cat/foo
 
 A line is `id  time  operation  path[ -> to]  process[pid] uid=N`; an
 operation of several records shows `first-last  time  N changes  path
@@ -198,7 +199,9 @@ colours; piped, it prints plain text.")]
         /// Only changes made until then (an age or a UTC time).
         #[arg(long, value_name = "WHEN")]
         until: Option<String>,
-        /// Only changes made by this process name (or pid).
+        /// Only changes made by this process name (or pid); a merge's are
+        /// `sync:<8 digits of the replica>`, and `sync:<8 digits>/NAME`
+        /// keeps those that came from NAME on that replica.
         #[arg(long, value_name = "NAME")]
         actor: Option<String>,
         /// Another replica's versions as this store keeps them (its id, or
@@ -220,8 +223,11 @@ colours; piped, it prints plain text.")]
     },
     /// Print a path as it was just after a change: a file's bytes, a
     /// symlink's target, a directory's entries. ID is an id or an alias
-    /// (latest, @2026-11-30T18:09:30Z, @-10m), or another replica's
-    /// version as `log --replica` names it (REPLICA:ID).
+    /// (latest, @2026-11-30T18:09:30Z, @-10m), or another machine's
+    /// version as `log --replica` names it, REPLICA:ID: at least 8 hex
+    /// digits of that store's replica id (`log` shows them in
+    /// `sync:0a1b2c3d`; `skillfs status` there prints it whole) and the
+    /// change's id there.
     #[command(after_help = "\
 Examples:
   skillfs show @-1h:cat/foo/SKILL.md
@@ -253,8 +259,10 @@ Examples:
     /// Put PATH back as it was just after change ID, through the mount, as
     /// one swap; entries that did not exist then are removed. The replaced
     /// state stays in history, so a restore can itself be undone. ID may
-    /// be another replica's version (REPLICA:ID, as `log --replica` names
-    /// it): PATH as that replica had it.
+    /// be another machine's version (REPLICA:ID, as `log --replica` names
+    /// it, with at least 8 hex digits of its replica id): PATH as that
+    /// replica had it, written under the sync lock (exit 9 while a sync
+    /// runs).
     #[command(after_help = "\
 Examples:
   skillfs restore @-10m cat/foo
