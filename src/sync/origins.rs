@@ -19,10 +19,10 @@
 //!
 //! Locks: the caller's `sync/lock` for an append; none to read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom, Write};
 
-use skillfs_sync::tree::within;
+use skillfs_sync::tree::{parent, within};
 
 use super::apply::{Applied, own_thread};
 use crate::store::Dir;
@@ -74,29 +74,34 @@ pub(super) fn note<'a>(
         .filter(|r| r.seq > since && own_thread(&r.actor))
         .collect();
     // Each record to the innermost unit it lies in (a skill inside a
-    // directory that was a unit too).
-    let unit_of = |r: &Record| -> Option<&Vec<u8>> {
-        std::iter::once(&r.path)
-            .chain(r.to.as_ref())
-            .filter_map(|p| {
-                applied
-                    .done
-                    .iter()
-                    .filter(|u| within(p.as_bytes(), u))
-                    .max_by_key(|u| u.len())
-            })
-            .max_by_key(|u| u.len())
+    // directory that was a unit too): its path's nearest ancestor (or
+    // itself) among the units, one set lookup per level.
+    let units: HashSet<&[u8]> = applied.done.iter().map(Vec::as_slice).collect();
+    let innermost = |p: &[u8]| -> Option<&[u8]> {
+        let mut at = Some(p);
+        while let Some(a) = at {
+            if let Some(u) = units.get(a) {
+                return Some(u);
+            }
+            at = parent(a);
+        }
+        None
     };
+    let mut by_unit: HashMap<&[u8], Vec<u64>> = HashMap::new();
+    for r in mine {
+        if let Some(u) = std::iter::once(&r.path)
+            .chain(r.to.as_ref())
+            .filter_map(|p| innermost(p.as_bytes()))
+            .max_by_key(|u| u.len())
+        {
+            by_unit.entry(u).or_default().push(r.seq);
+        }
+    }
     let mut text = String::new();
     for unit in &applied.done {
-        let seqs: Vec<u64> = mine
-            .iter()
-            .filter(|r| unit_of(r) == Some(unit))
-            .map(|r| r.seq)
-            .collect();
-        if seqs.is_empty() {
+        let Some(seqs) = by_unit.remove(unit.as_slice()) else {
             continue;
-        }
+        };
         let from = origin_of(unit);
         let line = serde_json::json!({
             "seqs": seqs,
