@@ -706,6 +706,8 @@ fn seeds_that_once_failed() {
     ] {
         run_model(seed, 1000);
     }
+    // A link renamed onto itself after it came to lead to a hidden name.
+    run_model(1796338170796083923, 2700);
 }
 
 fn run_model(seed: u64, steps: usize) {
@@ -749,13 +751,18 @@ fn run_model(seed: u64, steps: usize) {
             Op::Symlink(_, to) => vec![real(&plain_dir, to)],
             _ => vec![],
         };
+        // A name renamed onto itself: the kernel answers it without the
+        // daemon (`vfs_rename`: one inode), so nothing is placed again (a
+        // link written through since, now leading to a hidden name, stays
+        // as it was placed; found by seed 1796338170796083923).
+        let onto_itself = matches!(&op, Op::Rename(f, t, _) if same_entry(&plain_dir, f, t));
         let a = plain.apply(&op);
         if a.is_ok()
             && let Op::Rename(from, to, flags) = &op
         {
             plain.renamed(from, to, flags & libc::RENAME_EXCHANGE != 0);
         }
-        if a.is_ok() {
+        if a.is_ok() && !onto_itself {
             // Placed (and, exchanged, both): judged as skillfs does.
             let n = match &op {
                 Op::Rename(_, _, f) if f & libc::RENAME_EXCHANGE != 0 => 2,
