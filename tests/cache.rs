@@ -324,3 +324,187 @@ fn a_name_looked_up_while_missing_is_seen_once_made() {
     assert!(id.is_dir(), "{} after the change", id.display());
     assert_eq!(read(&id.join("skill/SKILL.md")), "v2");
 }
+
+/// Whether this run's daemon hands the kernel backing files (FUSE
+/// passthrough): as root, unless the run turns it off. (The kernel of the
+/// test machines, 6.9 or later, offers it.)
+fn passthrough_expected() -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::env::var_os("SKILLFS_NO_PASSTHROUGH").is_none()
+}
+
+/// Sends `sig` to the daemon of `m`.
+fn signal(m: &Mount, sig: i32) {
+    assert_eq!(
+        unsafe { libc::kill(m.pid as i32, sig) },
+        0,
+        "signal the daemon"
+    );
+}
+
+/// Whether a read through `f` at `at` (a part of the file never read
+/// through the mount) is answered while the daemon of `m` is stopped: the
+/// kernel reads it itself (passthrough). Waits `wait` for it.
+fn read_without_daemon(
+    m: &Mount,
+    f: fs::File,
+    at: u64,
+    wait: std::time::Duration,
+) -> (bool, fs::File) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    // Nothing of that part cached (a read served earlier read ahead).
+    let r = unsafe {
+        libc::posix_fadvise(f.as_raw_fd(), at as i64, 1 << 20, libc::POSIX_FADV_DONTNEED)
+    };
+    assert_eq!(r, 0, "fadvise");
+    let (tx, rx) = std::sync::mpsc::channel();
+    signal(m, libc::SIGSTOP);
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 1];
+        let _ = f.read_at(&mut buf, at);
+        let _ = tx.send(());
+        f
+    });
+    let answered = rx.recv_timeout(wait).is_ok();
+    signal(m, libc::SIGCONT);
+    (answered, reader.join().unwrap())
+}
+
+/// Opens `p` (of at least 16 MiB) for reading until the open is a direct
+/// one (passthrough; the release of a handle closed just before is on its
+/// way to the daemon, which meanwhile serves a new open itself).
+fn direct_reader(m: &Mount, p: &Path) -> fs::File {
+    for probe in 1..16u64 {
+        let f = fs::File::open(p).unwrap();
+        let (direct, f) =
+            read_without_daemon(m, f, probe << 20, std::time::Duration::from_millis(300));
+        if direct {
+            return f;
+        }
+    }
+    panic!("no open of {} was direct", p.display());
+}
+
+/// A read-only open of a skills/ file with no writer is read by the kernel
+/// on the file itself (passthrough): its reads go on while the daemon is
+/// stopped. Without passthrough (a user's daemon) they wait for it.
+#[test]
+fn a_reader_with_no_writer_is_served_by_the_kernel() {
+    use std::os::unix::fs::FileExt;
+    use std::time::Duration;
+    let body: Vec<u8> = (0..300 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let b = body.clone();
+    let m = Mount::with_tree("cache-passthrough", move |root| {
+        fs::create_dir_all(root.join("s")).unwrap();
+        fs::write(root.join("s/SKILL.md"), &b).unwrap();
+    });
+    // Never read through the mount: no page of it is cached.
+    let f = fs::File::open(m.path("s/SKILL.md")).unwrap();
+    let (answered, f) = read_without_daemon(&m, f, 200 * 1024, Duration::from_secs(2));
+    assert_eq!(
+        answered,
+        passthrough_expected(),
+        "a read while the daemon is stopped"
+    );
+    let mut got = vec![0u8; body.len()];
+    f.read_exact_at(&mut got, 0).unwrap();
+    assert!(got == body);
+}
+
+/// A writer that opens a file while a direct (passthrough) reader has it
+/// waits for that reader to close, and then writes a staging copy as any
+/// writer does: its open returns only after the reader's close.
+#[test]
+fn a_writer_waits_for_a_short_reader() {
+    use std::time::{Duration, Instant};
+    let m = Mount::with_tree("cache-wait-reader", |root| {
+        fs::create_dir_all(root.join("s")).unwrap();
+        fs::write(root.join("s/SKILL.md"), "v1").unwrap();
+    });
+    let p = m.path("s/SKILL.md");
+    let reader = fs::File::open(&p).unwrap();
+    let q = p.clone();
+    let writer = std::thread::spawn(move || {
+        let f = fs::OpenOptions::new().write(true).open(&q).unwrap();
+        let opened = Instant::now();
+        fs::write(&q, "v2, written after the reader").unwrap();
+        drop(f);
+        opened
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let closed = Instant::now();
+    drop(reader);
+    let opened = writer.join().unwrap();
+    if passthrough_expected() {
+        assert!(
+            opened >= closed,
+            "the writer opened before the reader closed"
+        );
+    }
+    assert_eq!(fs::read(&p).unwrap(), b"v2, written after the reader");
+    let latest = m.path(".history/latest/s/SKILL.md");
+    assert_eq!(fs::read(latest).unwrap(), b"v2, written after the reader");
+}
+
+/// A writer that comes while a reader keeps the file open past the wait
+/// joins it: the reader sees the writer's bytes at once, the close makes a
+/// version, and the pages the kernel had cached of the file before are not
+/// served afterwards (the bytes went around them, to the file itself),
+/// even when neither its size nor its mtime changed.
+#[test]
+fn a_writer_joining_a_long_reader_is_seen_and_versioned() {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::FileExt;
+    let size = 16 << 20;
+    let m = Mount::with_tree("cache-join-reader", |root| {
+        fs::create_dir_all(root.join("s")).unwrap();
+        let f = fs::File::create(root.join("s/big.bin")).unwrap();
+        f.write_all_at(b"first version", 0).unwrap();
+        f.set_len(size).unwrap();
+    });
+    let p = m.path("s/big.bin");
+    // Cache its first page in the kernel through a handle the daemon
+    // serves (a read-write open is one).
+    let mut rw = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    let mut head = [0u8; 13];
+    rw.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"first version");
+    drop(rw);
+    let reader = if passthrough_expected() {
+        direct_reader(&m, &p)
+    } else {
+        fs::File::open(&p).unwrap()
+    };
+    let mtime = fs::metadata(&p).unwrap().modified().unwrap();
+    let mut w = fs::OpenOptions::new().write(true).open(&p).unwrap();
+    w.write_all(b"FIRST VERSION").unwrap();
+    // Its times put back, as `rsync --inplace -t` does: the kernel sees
+    // neither a new size nor a new mtime that would make it drop pages.
+    w.set_modified(mtime).unwrap();
+    reader.read_exact_at(&mut head, 0).unwrap();
+    assert_eq!(
+        &head, b"FIRST VERSION",
+        "the reader sees the writer's bytes"
+    );
+    drop(w);
+    drop(reader);
+    let mut latest = fs::File::open(m.path(".history/latest/s/big.bin")).unwrap();
+    latest.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"FIRST VERSION");
+    assert_eq!(latest.metadata().unwrap().len(), size);
+    let mut rw = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    rw.read_exact(&mut head).unwrap();
+    assert_eq!(
+        &head, b"FIRST VERSION",
+        "the kernel served pages older than the file"
+    );
+}

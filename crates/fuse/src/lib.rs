@@ -105,9 +105,7 @@ impl FuseAdapter {
                     e.insert((id, 1));
                 }
                 Err(err) => {
-                    tracing::warn!(
-                        "passthrough refused ({err}): the daemon serves the home's files"
-                    );
+                    tracing::warn!("passthrough refused ({err}): the daemon serves every read");
                     self.fs.undirect(fh);
                     return None;
                 }
@@ -141,18 +139,17 @@ impl Filesystem for FuseAdapter {
         {
             tracing::info!("the kernel does not offer FUSE over io_uring");
         }
-        // The plain files of a home are read and written by the kernel on
-        // their backing files (no round trip per call). Registering one
-        // needs CAP_SYS_ADMIN: a daemon run by a user serves them itself.
+        // Read-only opens of skills/ files, and the plain files of a home,
+        // are read (and the latter written) by the kernel on their backing
+        // files: no round trip per read. Registering one needs
+        // CAP_SYS_ADMIN: a daemon run by a user serves them itself.
         // (SKILLFS_NO_PASSTHROUGH: the tests run the daemon's own path too.)
-        if self.fs.has_home()
-            && skillfs_base::sys::geteuid() == 0
-            && std::env::var_os("SKILLFS_NO_PASSTHROUGH").is_none()
+        if skillfs_base::sys::geteuid() == 0 && std::env::var_os("SKILLFS_NO_PASSTHROUGH").is_none()
         {
             let on = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();
             tracing::info!(
-                "passthrough for the plain files of the home: {}",
+                "passthrough (the kernel reads files with no writer itself): {}",
                 if on {
                     "on"
                 } else {
@@ -344,6 +341,8 @@ impl Filesystem for FuseAdapter {
                 if let Some(file) = &o.backing {
                     // The kernel refuses a direct open with any flag but
                     // these (FOPEN_PASSTHROUGH_MASK); it caches nothing.
+                    // Without KEEP_CACHE it drops the pages cached of the
+                    // inode: a direct writer's bytes go around them.
                     let f = f & FopenFlags::FOPEN_NOFLUSH;
                     if let Some(id) = self.backing_id(ino.0, o.fh, || reply.open_backing(&**file)) {
                         return reply.opened_passthrough(FileHandle(o.fh), f, &id);
@@ -411,8 +410,13 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.fs.release(fh.0, &caller(req));
-        // (Taken out first: `backing` is locked before `direct`, never after.)
+        // The handle's share of the backing id goes before the core counts
+        // it out: while the core has direct handles of an inode, their
+        // backing file stays, but once it has none the next one may be
+        // another file (the live file swapped since), which must get an id
+        // of its own, not the last one's. So this count never exceeds the
+        // core's. (Taken out first: `backing` is locked before `direct`,
+        // never after.)
         let direct = self.direct.lock().remove(&fh.0);
         if let Some(ino) = direct {
             let mut backing = self.backing.lock();
@@ -423,6 +427,7 @@ impl Filesystem for FuseAdapter {
                 }
             }
         }
+        let r = self.fs.release(fh.0, &caller(req));
         reply_empty("release", reply, r);
     }
 

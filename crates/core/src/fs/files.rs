@@ -65,6 +65,8 @@ pub(super) struct OpenState {
 /// An open inode: its state behind its own lock.
 pub(super) struct OpenFile {
     state: Mutex<OpenState>,
+    /// Signalled when a direct handle goes (see `open::wait_for_direct_readers`).
+    pub(super) direct_left: parking_lot::Condvar,
 }
 
 impl OpenFile {
@@ -80,6 +82,7 @@ impl OpenFile {
                 backing: None,
                 programs: Vec::new(),
             }),
+            direct_left: parking_lot::Condvar::new(),
         }
     }
 

@@ -47,12 +47,6 @@ impl SkillFs {
         }
     }
 
-    /// Whether the mount is over a home (its plain files outside the
-    /// versioned root).
-    pub fn has_home(&self) -> bool {
-        self.home.is_some()
-    }
-
     /// The versioned root's inode: [`ROOT_INO`], or its child in a home.
     pub fn versioned_root(&self) -> Ino {
         self.vroot

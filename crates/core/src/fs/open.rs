@@ -6,7 +6,10 @@
 //! Invariants: a live file is never written in place while visible: its
 //! first write makes a staging copy (empty for `O_TRUNC`), reads through
 //! any handle see the staged bytes, and `flush`/`release`/`fsync` publish
-//! them (see `publish`). A hidden file is scratch, written in place.
+//! them (see `publish`). A hidden file is scratch, written in place. The
+//! one exception is a writer that joins direct (passthrough) handles,
+//! which the kernel serves on the live file: it writes in place and is
+//! versioned at its flush, `fsync` and close (`open_direct`).
 //! An `O_TRUNC` open's empty moment is no version (`trunc_only`).
 //! Locks: `namespace` shared only where a location is needed (a first
 //! write, a last release with staged bytes); then an `OpenFile`. The
@@ -14,6 +17,7 @@
 
 use super::programs::{busy_program, counted_program, program_alive, truncates_unguarded};
 use super::*;
+use std::os::unix::fs::OpenOptionsExt;
 
 impl SkillFs {
     /// Opens the live file of `ino` and registers (or joins) its open state.
@@ -194,6 +198,9 @@ impl SkillFs {
         if truncates_unguarded(flags) && self.runs_as_program(ino, true) {
             return Err(busy_program(ino));
         }
+        if opens_for_writing(flags) {
+            self.wait_for_direct_readers(ino);
+        }
         self.retry_after_store(Some(ino), || {
             let _ns = self.namespace.read();
             match self.loc(ino) {
@@ -310,9 +317,15 @@ impl SkillFs {
 
     /// Joins the open `of` as a direct handle (passthrough) and returns its
     /// backing file, when the kernel takes them and the file is outside
-    /// the versioned root, or already has direct handles (the kernel
-    /// refuses to mix the two kinds on one inode, either way). `None`
-    /// when it is served through the daemon (its other handles are).
+    /// the versioned root, or is opened only for reading inside it with no
+    /// other handle, or already has direct handles (the kernel refuses to
+    /// mix the two kinds on one inode, either way). `None` when it is
+    /// served through the daemon (its other handles are).
+    ///
+    /// A writer that joins direct handles inside the versioned root writes
+    /// the live file in place, as one moved in while open does (see
+    /// `wait_for_direct_readers`, which makes that rare); what it wrote is
+    /// versioned at its flush, `fsync` and close (`record_direct`).
     fn open_direct(
         &self,
         ino: Ino,
@@ -321,35 +334,57 @@ impl SkillFs {
         flags: i32,
         write: bool,
         caller: &Caller,
-    ) -> FsResult<Option<Arc<File>>> {
-        if self.home.is_none() {
-            return Ok(None); // no plain files: never direct
-        }
-        let mut s = of.lock();
+    ) -> TryResult<Option<Arc<File>>> {
+        let mut s = if write {
+            // A store of pages not yet sent would land after this writer's
+            // bytes, on the FUSE inode's cache (see `pages`).
+            self.lock_to_change(ino, of)?
+        } else {
+            of.lock()
+        };
         // (Turned off after a refusal: an inode that still has direct
         // handles keeps joining them, as the kernel takes no mix.)
         if !self.notices.passthrough() && s.direct == 0 {
             return Ok(None);
         }
         let others = s.handles - 1;
-        let outside = loc.is_some_and(|l| self.outside(l));
+        // Outside the root: read and written in place, like any file.
+        // Inside: a reader, whose reads need no daemon until a writer
+        // comes. (A file the tree no longer has is never made direct.)
+        let may_start = loc.is_some_and(|l| self.outside(l) || !write);
         // A file with another hard link is served by the daemon, which
         // splits it at its first write (the other name may be versioned).
         let single = || sys::fstat(&*s.live).is_ok_and(|st| st.st_nlink <= 1);
-        if !(s.direct > 0 || (outside && others == 0 && s.staging.is_none() && single())) {
+        if !(s.direct > 0 || (may_start && others == 0 && s.staging.is_none() && single())) {
             return Ok(None);
         }
         let backing = match &s.backing {
             Some(b) => Arc::clone(b),
             None => {
                 // Opened for writing whatever this open asks: a later
-                // writer of the inode must share it.
+                // writer of the inode must share it. Inside the root the
+                // kernel's reads on it leave the access time alone, as the
+                // daemon's own reads do (see docs/limits.md, access times).
                 let again = format!("/proc/self/fd/{}", s.live.as_raw_fd());
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&again)
-                    .or_else(|_| File::open(&again))?;
+                let inside = loc.is_some_and(|l| !self.outside(l));
+                let open = |extra: i32| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .custom_flags(extra)
+                        .open(&again)
+                        .or_else(|_| {
+                            std::fs::OpenOptions::new()
+                                .read(true)
+                                .custom_flags(extra)
+                                .open(&again)
+                        })
+                };
+                let f = match inside {
+                    // (Not the owner, with --allow-other: without.)
+                    true => open(libc::O_NOATIME).or_else(|_| open(0))?,
+                    false => open(0)?,
+                };
                 let b = Arc::new(f);
                 s.backing = Some(Arc::clone(&b));
                 b
@@ -359,7 +394,7 @@ impl SkillFs {
             // Decided again where the file is emptied: an exec may have
             // opened it since `open` looked (see `open`).
             if truncates_unguarded(flags) && program_alive(&s.programs) {
-                return Err(busy_program(ino));
+                return Err(busy_program(ino).into());
             }
             // What direct writers wrote is kept before it goes (G1).
             if let Some(l) = loc {
@@ -372,6 +407,39 @@ impl SkillFs {
             s.direct_writers += 1;
         }
         Ok(Some(backing))
+    }
+
+    /// Waits, at most `DIRECT_READERS_WAIT`, for the direct readers of a
+    /// file of the versioned root to close before a writer opens it. The
+    /// kernel takes no mix of direct and daemon-served handles on one
+    /// inode, so a writer that comes while they are open joins them and
+    /// writes the live file in place; one that comes after gets a staging
+    /// copy, swapped in whole at its close. The readers the agent makes
+    /// (an open, a read, a close) are gone long before the wait ends.
+    /// Takes no lock while it waits.
+    fn wait_for_direct_readers(&self, ino: Ino) {
+        let Some(of) = self.open_file(ino) else {
+            return;
+        };
+        let only_readers = |s: &OpenState| s.direct > 0 && s.direct_writers == 0;
+        if !only_readers(&of.lock()) {
+            return;
+        }
+        {
+            // Outside the root a writer joins them: in place is how a
+            // file is written there.
+            let _ns = self.namespace.read();
+            if !self.loc(ino).is_ok_and(|l| !self.outside(&l)) {
+                return;
+            }
+        }
+        let deadline = std::time::Instant::now() + DIRECT_READERS_WAIT;
+        let mut s = of.lock();
+        while only_readers(&s) {
+            if of.direct_left.wait_until(&mut s, deadline).timed_out() {
+                break;
+            }
+        }
     }
 
     /// A direct handle the kernel could not be given a backing file for
@@ -390,6 +458,7 @@ impl SkillFs {
                 s.direct_writers = s.direct_writers.saturating_sub(1);
                 s.writers += 1;
             }
+            of.direct_left.notify_all();
         }
     }
 
@@ -582,9 +651,12 @@ impl SkillFs {
 
     /// Once the last writer is gone and everything is published, the
     /// kernel may keep the file's pages (see `pages`). Called under `s`'s
-    /// lock, so no writer can open in between.
+    /// lock, so no writer can open in between. Not while the file has
+    /// direct handles (a writer's release can reach the daemon after a
+    /// direct writer opened): the kernel reads and writes those on the
+    /// backing file, around the pages a store would leave behind.
     pub(super) fn offer_pages(&self, ino: Ino, s: &OpenState) {
-        if s.writers == 0 && !s.staging.as_ref().is_some_and(|stg| stg.dirty) {
+        if s.writers == 0 && s.direct == 0 && !s.staging.as_ref().is_some_and(|stg| stg.dirty) {
             let file = s.staging.as_ref().map_or(&s.live, |stg| &stg.file);
             // The store's reads must not move the file's access time (a
             // utime set right after the close would be lost to them).
@@ -605,14 +677,77 @@ impl SkillFs {
         {
             let mut s = of.lock();
             s.direct = s.direct.saturating_sub(1);
+            of.direct_left.notify_all();
             if !write {
                 return Ok(());
             }
         }
         let result = self.record_direct(ino, &of, false, caller);
-        let mut s = of.lock();
-        s.direct_writers = s.direct_writers.saturating_sub(1);
+        let last = {
+            let mut s = of.lock();
+            s.direct_writers = s.direct_writers.saturating_sub(1);
+            s.direct_writers == 0
+        };
+        if result.is_err() && last {
+            self.put_back_direct(ino, &of);
+        }
         result.map(|_| ())
+    }
+
+    /// The last direct writer of a versioned file closed, and what it wrote
+    /// in place could not be versioned (a full disk): the live file goes
+    /// back to the version the file has, as a staging copy that could not
+    /// be published is dropped (see `release`), so that no reader is served
+    /// bytes that are in no version. The close itself fails.
+    fn put_back_direct(&self, ino: Ino, of: &OpenFile) {
+        let put_back = (|| -> FsResult<bool> {
+            let _ns = self.namespace.read();
+            let Ok(loc) = self.loc(ino) else {
+                return Ok(false);
+            };
+            let Some(path) = self.versioned(&loc, Kind::File) else {
+                return Ok(false);
+            };
+            let state = self.versions.ledger().catalog().get(&path).cloned();
+            let (Some(state), Some(file)) = (state, of.lock().backing.clone()) else {
+                return Ok(false);
+            };
+            let Some(blob) = &state.blob else {
+                return Ok(false);
+            };
+            let content = self.blobs.open(blob)?;
+            // Emptied first: the room the unversioned bytes took is what
+            // the version needs back.
+            sys::ftruncate(&*file, 0)?;
+            let mut buf = vec![0u8; 1 << 16];
+            let mut at = 0u64;
+            loop {
+                let n = content.read_at(&mut buf, at)?;
+                if n == 0 {
+                    break;
+                }
+                file.write_all_at(&buf[..n], at)?;
+                at += n as u64;
+            }
+            let ns = state.mtime_ns;
+            let mtime = Time::At(
+                ns.div_euclid(1_000_000_000) as i64,
+                ns.rem_euclid(1_000_000_000) as i64,
+            );
+            sys::futimens(&*file, Time::Keep, mtime)?;
+            Ok(true)
+        })();
+        match put_back {
+            Ok(false) => {}
+            Ok(true) => self.invalidate(ino),
+            Err(e) => {
+                tracing::error!(
+                    ino,
+                    "a direct writer's unversioned bytes stay in the live file: {e}"
+                );
+                self.invalidate(ino);
+            }
+        }
     }
 
     /// Versions what direct writers wrote to `of`'s file if it is in the
@@ -638,6 +773,10 @@ impl SkillFs {
         Ok(Some(want))
     }
 }
+
+/// How long a writer of a file in the versioned root waits for its direct
+/// readers to close (see `wait_for_direct_readers`).
+const DIRECT_READERS_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Fills `buf` from `offset` until it is full or the end is reached.
 fn read_full(
