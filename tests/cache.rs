@@ -412,39 +412,64 @@ fn a_reader_with_no_writer_is_served_by_the_kernel() {
     assert!(got == body);
 }
 
-/// A writer that opens a file while a direct (passthrough) reader has it
-/// waits for that reader to close, and then writes a staging copy as any
-/// writer does: its open returns only after the reader's close.
+/// A writer that opens a file while a direct (passthrough) reader has it,
+/// the reader closing a moment later (the agent's loader reading a skill
+/// as it is rewritten), waits for that reader's release and then writes a staging copy, swapped in whole at its
+/// close (the file under the mount is another inode after), not the live
+/// file in place.
 #[test]
 fn a_writer_waits_for_a_short_reader() {
-    use std::time::{Duration, Instant};
-    let m = Mount::with_tree("cache-wait-reader", |root| {
-        fs::create_dir_all(root.join("s")).unwrap();
-        fs::write(root.join("s/SKILL.md"), "v1").unwrap();
-    });
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+    let scratch = common::Scratch::new("cache-wait-reader");
+    fs::create_dir_all(scratch.root().join("s")).unwrap();
+    fs::write(scratch.root().join("s/SKILL.md"), "v1").unwrap();
+    let pass = passthrough_expected();
+    // (Root only, as passthrough is.)
+    let behind = pass.then(|| common::BindMount::new(&scratch.root(), &scratch.dir.join("behind")));
+    let m = Mount::over(scratch, Vec::new());
     let p = m.path("s/SKILL.md");
-    let reader = fs::File::open(&p).unwrap();
+    let under = || {
+        behind
+            .as_ref()
+            .map(|b| fs::metadata(b.path("s/SKILL.md")).unwrap().ino())
+    };
+    let before = under();
+    let reader = if pass {
+        direct_reader(&m, &p)
+    } else {
+        fs::File::open(&p).unwrap()
+    };
+    // The reader closes while the writer's open is at the daemon.
+    let (tx, rx) = std::sync::mpsc::channel();
     let q = p.clone();
     let writer = std::thread::spawn(move || {
-        let f = fs::OpenOptions::new().write(true).open(&q).unwrap();
-        let opened = Instant::now();
-        fs::write(&q, "v2, written after the reader").unwrap();
-        drop(f);
-        opened
+        let _ = tx.send(unsafe { libc::gettid() });
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&q)
+            .unwrap();
+        f.write_all(b"v2, written after the reader").unwrap();
     });
-    std::thread::sleep(Duration::from_millis(100));
-    let closed = Instant::now();
-    drop(reader);
-    let opened = writer.join().unwrap();
-    if passthrough_expected() {
-        assert!(
-            opened >= closed,
-            "the writer opened before the reader closed"
-        );
+    let tid = rx.recv().unwrap();
+    let asking = || {
+        fs::read_to_string(format!("/proc/self/task/{tid}/wchan"))
+            .is_ok_and(|w| w.contains("request_wait_answer"))
+    };
+    let t = std::time::Instant::now();
+    while !asking() && t.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::yield_now();
     }
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    drop(reader);
+    writer.join().unwrap();
     assert_eq!(fs::read(&p).unwrap(), b"v2, written after the reader");
     let latest = m.path(".history/latest/s/SKILL.md");
     assert_eq!(fs::read(latest).unwrap(), b"v2, written after the reader");
+    if pass {
+        assert_ne!(under(), before, "the writer wrote the live file in place");
+    }
 }
 
 /// A writer that comes while a reader keeps the file open past the wait

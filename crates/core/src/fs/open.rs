@@ -776,7 +776,10 @@ impl SkillFs {
 
 /// How long a writer of a file in the versioned root waits for its direct
 /// readers to close (see `wait_for_direct_readers`).
-const DIRECT_READERS_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+/// Long enough for a closed reader's RELEASE to arrive under load; short
+/// enough that a program holding the file open (a pager) costs each write
+/// little.
+const DIRECT_READERS_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Fills `buf` from `offset` until it is full or the end is reached.
 fn read_full(
