@@ -67,6 +67,8 @@ CARGO_TARGET_DIR=target/fork cargo test --locked --manifest-path vendor/skillfs-
 for transport in $transports; do
     if [ "$transport" = uring ]; then
         SKILLFS_NO_PASSTHROUGH=1 SKILLFS_TRANSPORT=$transport cargo test --locked
+        # (and the suites of the kernel's own reads, with them)
+        SKILLFS_TRANSPORT=$transport cargo test --locked --test cache --test home
     else
         SKILLFS_TRANSPORT=$transport cargo test --locked
     fi
@@ -127,7 +129,7 @@ if [ "$(id -u)" = 0 ]; then
     truncate -s 3G "$img"
     mkfs.ext4 -q -F "$img"
     mount -o loop "$img" "$mnt"
-    TMPDIR="$mnt" SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash --test history --test trust --test concurrency
+    TMPDIR="$mnt" SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash --test history --test trust --test concurrency --test cache
 fi
 
 set +x

@@ -181,11 +181,26 @@ fn version(round: usize, n: usize) -> Vec<u8> {
 /// locks are what make such a store wait.
 #[test]
 fn a_file_rewritten_while_read_reads_back_whole_at_once() {
+    rewritten_while_read("cache-pages", 600, 0);
+}
+
+/// The same with files large enough to be read directly (FUSE passthrough,
+/// as root): readers that come and go start and end periods of direct
+/// handles, each over the live file of its moment, between writers that
+/// swap a new one in. A new period once reused the last one's backing id,
+/// and so the file swapped out: an old version read back.
+#[test]
+fn a_large_file_rewritten_while_read_reads_back_whole_at_once() {
+    rewritten_while_read("cache-pages-large", 200, 1 << 20);
+}
+
+/// Rewrites of at least `base` bytes, `rounds` of them (see above).
+fn rewritten_while_read(tag: &str, rounds: usize, base: usize) {
     use std::io::Write;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let m = Mount::new("cache-pages");
+    let m = Mount::new(tag);
     let f = m.path("SKILL.md");
     fs::write(&f, b"start").unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -195,6 +210,10 @@ fn a_file_rewritten_while_read_reads_back_whole_at_once() {
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let _ = fs::read(&f);
+                    if base > 0 {
+                        // Gaps, in which a period of direct handles ends.
+                        std::thread::sleep(std::time::Duration::from_micros(300));
+                    }
                 }
             })
         })
@@ -207,10 +226,10 @@ fn a_file_rewritten_while_read_reads_back_whole_at_once() {
         (rng % bound) as usize
     };
     let mut last = b"start".to_vec();
-    for round in 0..600 {
+    for round in 0..rounds {
         // Mostly a few pages; one in eight past the 64 KiB that are stored
         // whole (then only the last page is).
-        let n = 1 + next(if round % 8 == 5 { 100_000 } else { 3 * 4096 });
+        let n = base + 1 + next(if round % 8 == 5 { 100_000 } else { 3 * 4096 });
         let want = match round % 5 {
             0 | 1 => {
                 let v = version(round, n);
@@ -362,23 +381,31 @@ fn read_without_daemon(
     signal(m, libc::SIGSTOP);
     let reader = std::thread::spawn(move || {
         let mut buf = [0u8; 1];
-        let _ = f.read_at(&mut buf, at);
-        let _ = tx.send(());
+        let _ = tx.send(f.read_at(&mut buf, at).map(|n| n == 1));
         f
     });
-    let answered = rx.recv_timeout(wait).is_ok();
+    let answered = rx.recv_timeout(wait);
     signal(m, libc::SIGCONT);
-    (answered, reader.join().unwrap())
+    let f = reader.join().unwrap();
+    match answered {
+        Ok(read) => {
+            assert!(read.expect("the probe's read"), "the probe read nothing");
+            (true, f)
+        }
+        Err(_) => (false, f),
+    }
 }
 
-/// Opens `p` (of at least 16 MiB) for reading until the open is a direct
+/// Opens `p` (of at least 1 MiB) for reading until the open is a direct
 /// one (passthrough; the release of a handle closed just before is on its
-/// way to the daemon, which meanwhile serves a new open itself).
+/// way to the daemon, which meanwhile serves a new open itself). Each probe
+/// reads its own sixteenth of the file.
 fn direct_reader(m: &Mount, p: &Path) -> fs::File {
+    let size = fs::metadata(p).unwrap().len();
     for probe in 1..16u64 {
         let f = fs::File::open(p).unwrap();
-        let (direct, f) =
-            read_without_daemon(m, f, probe << 20, std::time::Duration::from_millis(300));
+        let wait = std::time::Duration::from_millis(300);
+        let (direct, f) = read_without_daemon(m, f, probe * (size / 16), wait);
         if direct {
             return f;
         }
@@ -386,27 +413,47 @@ fn direct_reader(m: &Mount, p: &Path) -> fs::File {
     panic!("no open of {} was direct", p.display());
 }
 
-/// A read-only open of a skills/ file with no writer is read by the kernel
-/// on the file itself (passthrough): its reads go on while the daemon is
-/// stopped. Without passthrough (a user's daemon) they wait for it.
+/// `p` opened for reading: a direct open where passthrough is expected.
+fn reader(m: &Mount, p: &Path) -> fs::File {
+    if passthrough_expected() {
+        direct_reader(m, p)
+    } else {
+        fs::File::open(p).unwrap()
+    }
+}
+
+/// A read-only open of a large skills/ file with no writer is read by the
+/// kernel on the file itself (passthrough): its reads go on while the
+/// daemon is stopped. Without passthrough (a user's daemon) they wait for
+/// it, and so do those of a small file (its pages stay cached across opens
+/// once read, which serves it better).
 #[test]
-fn a_reader_with_no_writer_is_served_by_the_kernel() {
+fn a_large_file_with_no_writer_is_read_by_the_kernel() {
     use std::os::unix::fs::FileExt;
     use std::time::Duration;
-    let body: Vec<u8> = (0..300 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let body: Vec<u8> = (0..2 << 20).map(|i: u32| (i % 251) as u8).collect();
     let b = body.clone();
     let m = Mount::with_tree("cache-passthrough", move |root| {
         fs::create_dir_all(root.join("s")).unwrap();
-        fs::write(root.join("s/SKILL.md"), &b).unwrap();
+        fs::write(root.join("s/big.bin"), &b).unwrap();
+        fs::write(root.join("s/SKILL.md"), vec![b'k'; 64 << 10]).unwrap();
     });
-    // Never read through the mount: no page of it is cached.
-    let f = fs::File::open(m.path("s/SKILL.md")).unwrap();
-    let (answered, f) = read_without_daemon(&m, f, 200 * 1024, Duration::from_secs(2));
+    // Never read through the mount: no page of them is cached.
+    let f = fs::File::open(m.path("s/big.bin")).unwrap();
+    let (answered, _) = read_without_daemon(&m, f, 1 << 20, Duration::from_secs(2));
     assert_eq!(
         answered,
         passthrough_expected(),
         "a read while the daemon is stopped"
     );
+    // Each probe a fresh open of another part; one that waits for the
+    // daemon is enough to tell (a direct open would answer every one).
+    let waited = [8u64, 24, 40, 56].iter().any(|kib| {
+        let f = fs::File::open(m.path("s/SKILL.md")).unwrap();
+        !read_without_daemon(&m, f, kib << 10, Duration::from_millis(300)).0
+    });
+    assert!(waited, "the small file was read with the daemon stopped");
+    let f = fs::File::open(m.path("s/big.bin")).unwrap();
     let mut got = vec![0u8; body.len()];
     f.read_exact_at(&mut got, 0).unwrap();
     assert!(got == body);
@@ -423,7 +470,8 @@ fn a_writer_waits_for_a_short_reader() {
     use std::os::unix::fs::MetadataExt;
     let scratch = common::Scratch::new("cache-wait-reader");
     fs::create_dir_all(scratch.root().join("s")).unwrap();
-    fs::write(scratch.root().join("s/SKILL.md"), "v1").unwrap();
+    // (Large enough to be read directly.)
+    fs::write(scratch.root().join("s/SKILL.md"), vec![b'1'; 1 << 20]).unwrap();
     let pass = passthrough_expected();
     // (Root only, as passthrough is.)
     let behind = pass.then(|| common::BindMount::new(&scratch.root(), &scratch.dir.join("behind")));
@@ -435,11 +483,7 @@ fn a_writer_waits_for_a_short_reader() {
             .map(|b| fs::metadata(b.path("s/SKILL.md")).unwrap().ino())
     };
     let before = under();
-    let reader = if pass {
-        direct_reader(&m, &p)
-    } else {
-        fs::File::open(&p).unwrap()
-    };
+    let reader = reader(&m, &p);
     // The reader closes while the writer's open is at the daemon.
     let (tx, rx) = std::sync::mpsc::channel();
     let q = p.clone();
@@ -500,11 +544,7 @@ fn a_writer_joining_a_long_reader_is_seen_and_versioned() {
     rw.read_exact(&mut head).unwrap();
     assert_eq!(&head, b"first version");
     drop(rw);
-    let reader = if passthrough_expected() {
-        direct_reader(&m, &p)
-    } else {
-        fs::File::open(&p).unwrap()
-    };
+    let reader = reader(&m, &p);
     let mtime = fs::metadata(&p).unwrap().modified().unwrap();
     let mut w = fs::OpenOptions::new().write(true).open(&p).unwrap();
     w.write_all(b"FIRST VERSION").unwrap();
@@ -531,5 +571,101 @@ fn a_writer_joining_a_long_reader_is_seen_and_versioned() {
     assert_eq!(
         &head, b"FIRST VERSION",
         "the kernel served pages older than the file"
+    );
+}
+
+/// A mapping made through a direct (passthrough) handle maps the live file
+/// itself and outlives the handle. A writer that comes after the handle is
+/// closed swaps a new file in; the one swapped out is never emptied for
+/// reuse under the mapping, which keeps the bytes it had (as a mapping of
+/// a file replaced by a rename does). Through the daemon, the mapping is
+/// the FUSE file's and shows the new bytes.
+#[test]
+fn a_mapping_through_a_direct_handle_outlives_a_swap() {
+    use std::io::{BufRead, Write};
+    let m = Mount::with_tree("cache-mmap", |root| {
+        fs::create_dir_all(root.join("s")).unwrap();
+        fs::write(root.join("s/big.bin"), vec![b'a'; 1 << 20]).unwrap();
+    });
+    let p = m.path("s/big.bin");
+    // (ctypes: Python's own mmap keeps a duplicate of the descriptor,
+    // which would keep the handle open.)
+    let script = "import ctypes, os, sys\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        libc.mmap.restype = ctypes.c_void_p\n\
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n\
+        n = 1 << 20\n\
+        fd = os.open(sys.argv[1], os.O_RDONLY)\n\
+        addr = libc.mmap(None, n, 1, 1, fd, 0)\n\
+        assert addr not in (None, ctypes.c_void_p(-1).value)\n\
+        os.close(fd)\n\
+        print('mapped', flush=True)\n\
+        sys.stdin.readline()\n\
+        head, tail = ctypes.string_at(addr, 4), ctypes.string_at(addr + n - 4, 4)\n\
+        print(head.decode(), tail.decode(), n, flush=True)\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .arg(&p)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "mapped");
+    // Rewritten (each a staging copy swapped in), and other files written
+    // so that the spares the swapped-out files became are taken again.
+    for round in 0..4u8 {
+        fs::write(&p, vec![b'b' + round; 1 << 20]).unwrap();
+        for i in 0..8 {
+            fs::write(m.path(&format!("s/other{i}.md")), vec![b'x'; 4096]).unwrap();
+        }
+    }
+    // (The swapped-out files are emptied off the request path.)
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    let mut seen = String::new();
+    out.read_line(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the mapping's reader died: {status:?}");
+    let want = if passthrough_expected() {
+        format!("aaaa aaaa {}", 1 << 20)
+    } else {
+        format!("eeee eeee {}", 1 << 20)
+    };
+    assert_eq!(seen.trim(), want);
+}
+
+/// A shell's `echo x > f` opens with `O_TRUNC`, and closes a duplicate of
+/// the descriptor before it writes. Joining a reader the kernel serves, it
+/// writes the file in place: that empty moment is still no version, and
+/// the line written is one.
+#[test]
+fn an_o_trunc_writer_joining_a_reader_makes_no_empty_version() {
+    let m = Mount::with_tree("cache-join-trunc", |root| {
+        fs::create_dir_all(root.join("s")).unwrap();
+        fs::write(root.join("s/big.md"), vec![b'a'; 1 << 20]).unwrap();
+    });
+    let p = m.path("s/big.md");
+    let reader = reader(&m, &p);
+    let script = format!(
+        "exec 3>'{}'; exec 4>&3; exec 4>&-; echo new >&3",
+        p.display()
+    );
+    let out = Command::new("sh").arg("-c").arg(&script).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    drop(reader);
+    assert_eq!(fs::read(&p).unwrap(), b"new\n");
+    let sizes: Vec<u64> = m
+        .log()
+        .into_iter()
+        .filter(|r| r["path"] == "s/big.md")
+        .filter_map(|r| r["state"]["size"].as_u64())
+        .collect();
+    assert_eq!(sizes.last(), Some(&4), "{sizes:?}");
+    assert!(
+        !sizes.contains(&0),
+        "an empty version was recorded: {sizes:?}"
     );
 }

@@ -139,7 +139,7 @@ impl Filesystem for FuseAdapter {
         {
             tracing::info!("the kernel does not offer FUSE over io_uring");
         }
-        // Read-only opens of skills/ files, and the plain files of a home,
+        // Read-only opens of large skills/ files, and the plain files of a home,
         // are read (and the latter written) by the kernel on their backing
         // files: no round trip per read. Registering one needs
         // CAP_SYS_ADMIN: a daemon run by a user serves them itself.

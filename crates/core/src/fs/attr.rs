@@ -229,6 +229,11 @@ impl SkillFs {
             if let Some(l) = loc {
                 self.keep_direct(&s, l, caller)?;
             }
+            if s.direct > 0
+                && let Some(file) = s.backing.clone()
+            {
+                return Ok(self.truncate_direct(&s, &file, loc, size, via_handle, caller)?);
+            }
             self.ensure_staging(&mut s, size == 0, self.write_place(loc))?;
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;
@@ -245,6 +250,48 @@ impl SkillFs {
         })();
         self.release_open(ino, false);
         result
+    }
+}
+
+impl SkillFs {
+    /// A size change of a file the kernel reads (and direct writers write)
+    /// itself: made on the live file in place, and versioned now unless a
+    /// direct writer's handle makes it (then at that writer's close). If
+    /// the new content cannot be versioned (a full disk), the file gets the
+    /// version it had back (`put_back_version`) and the call fails.
+    fn truncate_direct(
+        &self,
+        s: &OpenState,
+        file: &File,
+        loc: Option<&Location>,
+        size: u64,
+        via_handle: bool,
+        caller: &Caller,
+    ) -> FsResult<()> {
+        sys::ftruncate(file, size)?;
+        let Some(l) = loc else {
+            return Ok(());
+        };
+        self.touched(l);
+        if via_handle && s.direct_writers > 0 {
+            return Ok(());
+        }
+        let Some(path) = self.versioned(l, Kind::File) else {
+            return Ok(());
+        };
+        let recorded = self
+            .store_and_record(file, &path, Op::Truncate, false, caller)
+            .context(format_args!("version {} truncated", l.logical));
+        if let Err(e) = recorded {
+            if let Err(back) = self.put_back_version(file, l) {
+                tracing::error!(
+                    "{}: truncated in place, only partly put back: {back}",
+                    l.logical
+                );
+            }
+            return Err(e);
+        }
+        Ok(())
     }
 }
 

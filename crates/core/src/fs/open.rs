@@ -17,7 +17,6 @@
 
 use super::programs::{busy_program, counted_program, program_alive, truncates_unguarded};
 use super::*;
-use std::os::unix::fs::OpenOptionsExt;
 
 impl SkillFs {
     /// Opens the live file of `ino` and registers (or joins) its open state.
@@ -348,13 +347,21 @@ impl SkillFs {
             return Ok(None);
         }
         let others = s.handles - 1;
+        let st = || sys::fstat(&*s.live).ok();
         // Outside the root: read and written in place, like any file.
-        // Inside: a reader, whose reads need no daemon until a writer
-        // comes. (A file the tree no longer has is never made direct.)
-        let may_start = loc.is_some_and(|l| self.outside(l) || !write);
+        // Inside: a reader of a large file, whose reads need no daemon
+        // until a writer comes. A small one is better served by the
+        // daemon: its pages stay cached across opens (no READ at all once
+        // read), where a direct open costs a backing file registered with
+        // the kernel and makes the next `stat` ask for the access time its
+        // read moved. (A file the tree no longer has is never made direct.)
+        let may_start = loc.is_some_and(|l| {
+            self.outside(l)
+                || (!write && st().is_some_and(|st| st.st_size as u64 >= DIRECT_READ_MIN))
+        });
         // A file with another hard link is served by the daemon, which
         // splits it at its first write (the other name may be versioned).
-        let single = || sys::fstat(&*s.live).is_ok_and(|st| st.st_nlink <= 1);
+        let single = || st().is_some_and(|st| st.st_nlink <= 1);
         if !(s.direct > 0 || (may_start && others == 0 && s.staging.is_none() && single())) {
             return Ok(None);
         }
@@ -362,29 +369,17 @@ impl SkillFs {
             Some(b) => Arc::clone(b),
             None => {
                 // Opened for writing whatever this open asks: a later
-                // writer of the inode must share it. Inside the root the
-                // kernel's reads on it leave the access time alone, as the
-                // daemon's own reads do (see docs/limits.md, access times).
+                // writer of the inode must share it.
                 let again = format!("/proc/self/fd/{}", s.live.as_raw_fd());
-                let inside = loc.is_some_and(|l| !self.outside(l));
-                let open = |extra: i32| {
-                    std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .custom_flags(extra)
-                        .open(&again)
-                        .or_else(|_| {
-                            std::fs::OpenOptions::new()
-                                .read(true)
-                                .custom_flags(extra)
-                                .open(&again)
-                        })
-                };
-                let f = match inside {
-                    // (Not the owner, with --allow-other: without.)
-                    true => open(libc::O_NOATIME).or_else(|_| open(0))?,
-                    false => open(0)?,
-                };
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&again)
+                    .or_else(|_| File::open(&again))?;
+                // The kernel maps this inode itself for an `mmap` of a
+                // direct handle, and such a mapping outlives the handle's
+                // release: never emptied for reuse once swapped out.
+                self.note_if_shared(&f, 0);
                 let b = Arc::new(f);
                 s.backing = Some(Arc::clone(&b));
                 b
@@ -426,10 +421,13 @@ impl SkillFs {
             return;
         }
         {
-            // Outside the root a writer joins them: in place is how a
-            // file is written there.
+            // Outside the root, and for a hidden file, a writer joins
+            // them: in place is how such a file is written anyway.
             let _ns = self.namespace.read();
-            if !self.loc(ino).is_ok_and(|l| !self.outside(&l)) {
+            if !self
+                .loc(ino)
+                .is_ok_and(|l| !self.outside(&l) && !l.is_hidden())
+            {
                 return;
             }
         }
@@ -542,7 +540,16 @@ impl SkillFs {
         }
         let (ino, write, _) = self.file_handle(fh)?;
         if write && self.is_direct(fh) {
-            if let Some(of) = self.open_file(ino) {
+            // An empty file is most likely an `O_TRUNC` open's empty moment
+            // (the daemon never sees the kernel's writes to tell): no
+            // version; the last release records it if it stays empty.
+            if let Some(of) = self.open_file(ino)
+                && of
+                    .lock()
+                    .backing
+                    .as_ref()
+                    .is_some_and(|b| sys::fstat(&**b).is_ok_and(|st| st.st_size > 0))
+            {
                 self.record_direct(ino, &of, false, caller)?;
             }
             return Ok(());
@@ -674,24 +681,25 @@ impl SkillFs {
         let Some(of) = self.open_file(ino) else {
             return Ok(());
         };
-        {
-            let mut s = of.lock();
-            s.direct = s.direct.saturating_sub(1);
-            of.direct_left.notify_all();
-            if !write {
-                return Ok(());
+        // A writer's bytes are recorded (or put back) while it still
+        // counts as direct: until then no writer served by the daemon can
+        // start, swap the live file out and have it reused under the read.
+        let mut result = Ok(());
+        if write {
+            result = self.record_direct(ino, &of, false, caller).map(|_| ());
+            let last = {
+                let mut s = of.lock();
+                s.direct_writers = s.direct_writers.saturating_sub(1);
+                s.direct_writers == 0
+            };
+            if result.is_err() && last {
+                self.put_back_direct(ino, &of);
             }
         }
-        let result = self.record_direct(ino, &of, false, caller);
-        let last = {
-            let mut s = of.lock();
-            s.direct_writers = s.direct_writers.saturating_sub(1);
-            s.direct_writers == 0
-        };
-        if result.is_err() && last {
-            self.put_back_direct(ino, &of);
-        }
-        result.map(|_| ())
+        let mut s = of.lock();
+        s.direct = s.direct.saturating_sub(1);
+        of.direct_left.notify_all();
+        result
     }
 
     /// The last direct writer of a versioned file closed, and what it wrote
@@ -705,49 +713,57 @@ impl SkillFs {
             let Ok(loc) = self.loc(ino) else {
                 return Ok(false);
             };
-            let Some(path) = self.versioned(&loc, Kind::File) else {
+            // Held throughout: no direct writer joins meanwhile.
+            let s = of.lock();
+            let Some(file) = s.backing.clone() else {
                 return Ok(false);
             };
-            let state = self.versions.ledger().catalog().get(&path).cloned();
-            let (Some(state), Some(file)) = (state, of.lock().backing.clone()) else {
-                return Ok(false);
-            };
-            let Some(blob) = &state.blob else {
-                return Ok(false);
-            };
-            let content = self.blobs.open(blob)?;
-            // Emptied first: the room the unversioned bytes took is what
-            // the version needs back.
-            sys::ftruncate(&*file, 0)?;
-            let mut buf = vec![0u8; 1 << 16];
-            let mut at = 0u64;
-            loop {
-                let n = content.read_at(&mut buf, at)?;
-                if n == 0 {
-                    break;
-                }
-                file.write_all_at(&buf[..n], at)?;
-                at += n as u64;
-            }
-            let ns = state.mtime_ns;
-            let mtime = Time::At(
-                ns.div_euclid(1_000_000_000) as i64,
-                ns.rem_euclid(1_000_000_000) as i64,
-            );
-            sys::futimens(&*file, Time::Keep, mtime)?;
-            Ok(true)
+            self.put_back_version(&file, &loc)
         })();
         match put_back {
             Ok(false) => {}
             Ok(true) => self.invalidate(ino),
             Err(e) => {
-                tracing::error!(
-                    ino,
-                    "a direct writer's unversioned bytes stay in the live file: {e}"
-                );
+                tracing::error!(ino, "a file written in place is only partly put back: {e}");
                 self.invalidate(ino);
             }
         }
+    }
+
+    /// Writes the version the catalog has of the versioned file at `loc`
+    /// into `file` (the live file, which the kernel reads directly), over
+    /// what is there and then cut to its size: the version's bytes reuse the
+    /// room the unversioned ones took, so a full disk can still take them
+    /// back. Readers may see the two mixed until it returns. `false`: no
+    /// version to go back to.
+    pub(super) fn put_back_version(&self, file: &File, loc: &Location) -> FsResult<bool> {
+        let Some(path) = self.versioned(loc, Kind::File) else {
+            return Ok(false);
+        };
+        let state = self.versions.ledger().catalog().get(&path).cloned();
+        let Some(state) = state else {
+            return Ok(false);
+        };
+        let Some(blob) = &state.blob else {
+            return Ok(false);
+        };
+        let content = self.blobs.open(blob)?;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut at = 0u64;
+        loop {
+            let n = content.read_at(&mut buf, at)?;
+            if n == 0 {
+                break;
+            }
+            file.write_all_at(&buf[..n], at)?;
+            at += n as u64;
+        }
+        sys::ftruncate(file, at)?;
+        let ns = state.mtime_ns;
+        let secs = ns.div_euclid(1_000_000_000) as i64;
+        let mtime = Time::At(secs, ns.rem_euclid(1_000_000_000) as i64);
+        sys::futimens(file, Time::Keep, mtime)?;
+        Ok(true)
     }
 
     /// Versions what direct writers wrote to `of`'s file if it is in the
@@ -773,6 +789,12 @@ impl SkillFs {
         Ok(Some(want))
     }
 }
+
+/// The size from which a read-only open of a file of the versioned root is
+/// direct (FUSE passthrough, see `open_direct`): where the reads' round
+/// trips and a second copy of the pages in the FUSE inode's cache cost more
+/// than the backing file's registration and the access-time GETATTR.
+pub const DIRECT_READ_MIN: u64 = 1 << 20;
 
 /// How long a writer of a file in the versioned root waits for its direct
 /// readers to close (see `wait_for_direct_readers`).

@@ -78,8 +78,10 @@ pub struct OpenReply {
     /// The content never changes (a version under `.history`).
     pub immutable: bool,
     /// Reads and writes go to this file in the kernel, never through the
-    /// daemon (FUSE passthrough): a plain file outside the versioned root.
-    /// One file per inode for as long as it has such handles (the kernel
+    /// daemon (FUSE passthrough): a plain file outside the versioned root,
+    /// or a read-only open of a large file inside it that nothing else has
+    /// open (and every open of that inode until its direct handles are
+    /// gone). One file per inode for as long as it has such handles (the kernel
     /// refuses two backing files for one inode).
     pub backing: Option<Arc<File>>,
 }
