@@ -956,3 +956,74 @@ fn metadata_through_an_open_removed_name_stays_private() {
         (before.mode(), before.mtime())
     );
 }
+
+/// A writer that joins a reader the kernel serves (as root, a file of
+/// 1 MiB or more: FUSE passthrough) writes the live file in place. When its
+/// close cannot version what it wrote (the disk is full), the close fails
+/// and the file is put back to the version it had: the reader is served
+/// no bytes that are in no version. (Served by the daemon, the writer's
+/// staging copy is dropped instead: the same outcome.)
+#[test]
+fn a_direct_writer_that_cannot_be_versioned_is_put_back() {
+    let Some(disk) = SmallDisk::new("full-direct", 24) else {
+        return;
+    };
+    let scratch = Scratch::at(&disk.mnt, "full-direct");
+    let mut m = Mount::over(scratch, Vec::new());
+    fs::create_dir(m.path("cat")).unwrap();
+    let before = common::noise(1 << 20, 5);
+    fs::write(m.path("cat/big"), &before).unwrap();
+    // A new daemon: no handle of the file is left, so the reader's open
+    // is a direct one.
+    m.umount();
+    m.remount();
+    let p = m.path("cat/big");
+    let reader = fs::File::open(&p).unwrap();
+    // Room for the bytes written in place, not for their blob as well.
+    fs::write(disk.mnt.join("filler"), b"").unwrap();
+    let (free, bsize) = free_blocks(&disk.mnt);
+    let keep = 2u64 << 20;
+    fs::write(
+        disk.mnt.join("filler"),
+        vec![0u8; (free * bsize).saturating_sub(keep) as usize],
+    )
+    .unwrap();
+    let mut w = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    let mut failed = w.write_all(&common::noise(2 << 20, 78)).is_err();
+    failed |= w.sync_all().is_err();
+    let close = unsafe { libc::close(std::os::fd::IntoRawFd::into_raw_fd(w)) };
+    failed |= close != 0;
+    assert!(failed, "2 MiB in place and 2 MiB of blob fitted in 2 MiB");
+    // (The release that puts it back follows the close.)
+    let t = Instant::now();
+    let mut seen = Vec::new();
+    while t.elapsed() < Duration::from_secs(5) {
+        seen.clear();
+        std::io::Seek::seek(&mut &reader, std::io::SeekFrom::Start(0)).unwrap();
+        std::io::Read::read_to_end(&mut &reader, &mut seen).unwrap();
+        if seen == before {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        journaled_blobs(&m).contains(&sha256_hex(&seen)),
+        "a reader is served {} bytes that are in no version",
+        seen.len()
+    );
+    assert!(
+        seen == before,
+        "the file is not the version it had: {} bytes, {:?}",
+        seen.len(),
+        m.log()
+            .iter()
+            .filter(|r| r["path"] == "cat/big")
+            .map(|r| (r["op"].clone(), r["state"]["size"].clone()))
+            .collect::<Vec<_>>()
+    );
+    fs::remove_file(disk.mnt.join("filler")).unwrap();
+}
