@@ -629,12 +629,18 @@ fn a_mapping_through_a_direct_handle_outlives_a_swap() {
     out.read_line(&mut seen).unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "the mapping's reader died: {status:?}");
-    let want = if passthrough_expected() {
-        format!("aaaa aaaa {}", 1 << 20)
+    // Through the daemon, the new bytes. Direct: the old file, unless the
+    // handle's release came more than the writer's wait late (a loaded
+    // machine): then the first writer joined it in place, and the mapping
+    // shows the last bytes written.
+    let newest = format!("eeee eeee {}", 1 << 20);
+    let kept = format!("aaaa aaaa {}", 1 << 20);
+    let seen = seen.trim();
+    if passthrough_expected() {
+        assert!(seen == kept || seen == newest, "{seen}");
     } else {
-        format!("eeee eeee {}", 1 << 20)
-    };
-    assert_eq!(seen.trim(), want);
+        assert_eq!(seen, newest);
+    }
 }
 
 /// A shell's `echo x > f` opens with `O_TRUNC`, and closes a duplicate of

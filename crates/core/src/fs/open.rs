@@ -197,10 +197,8 @@ impl SkillFs {
         if truncates_unguarded(flags) && self.runs_as_program(ino, true) {
             return Err(busy_program(ino));
         }
-        if opens_for_writing(flags) {
-            self.wait_for_direct_readers(ino);
-        }
-        self.retry_after_store(Some(ino), || {
+        let waited = opens_for_writing(flags) && self.wait_for_direct_readers(ino);
+        let opened = self.retry_after_store(Some(ino), || {
             let _ns = self.namespace.read();
             match self.loc(ino) {
                 Ok(loc) => {
@@ -220,7 +218,11 @@ impl SkillFs {
                     self.finish_open(ino, None, of, flags, true, caller)
                 }
             }
-        })
+        });
+        if waited {
+            self.release_open(ino, false);
+        }
+        opened
     }
 
     /// `loc`: where the file is, `None` for one already replaced or removed.
@@ -376,6 +378,10 @@ impl SkillFs {
                     .write(true)
                     .open(&again)
                     .or_else(|_| File::open(&again))?;
+                // The daemon's own reads of it (versions of what direct
+                // writers wrote) leave the access time alone. (The kernel
+                // reads through a file of its own, with the caller's flags.)
+                sys::set_noatime(&f);
                 // The kernel maps this inode itself for an `mmap` of a
                 // direct handle, and such a mapping outlives the handle's
                 // release: never emptied for reuse once swapped out.
@@ -411,14 +417,17 @@ impl SkillFs {
     /// writes the live file in place; one that comes after gets a staging
     /// copy, swapped in whole at its close. The readers the agent makes
     /// (an open, a read, a close) are gone long before the wait ends.
-    /// Takes no lock while it waits.
-    fn wait_for_direct_readers(&self, ino: Ino) {
-        let Some(of) = self.open_file(ino) else {
-            return;
-        };
+    /// Takes no lock while it waits. `true`: it joined the open state as a
+    /// handle of its own, for the caller to let go of once its open is
+    /// done, so that no reader starts a new period of direct handles
+    /// between the end of the wait and the writer's open.
+    fn wait_for_direct_readers(&self, ino: Ino) -> bool {
         let only_readers = |s: &OpenState| s.direct > 0 && s.direct_writers == 0;
-        if !only_readers(&of.lock()) {
-            return;
+        if !self
+            .open_file(ino)
+            .is_some_and(|of| only_readers(&of.lock()))
+        {
+            return false;
         }
         {
             // Outside the root, and for a hidden file, a writer joins
@@ -428,9 +437,12 @@ impl SkillFs {
                 .loc(ino)
                 .is_ok_and(|l| !self.outside(&l) && !l.is_hidden())
             {
-                return;
+                return false;
             }
         }
+        let Some(of) = self.open_files.join(ino) else {
+            return false;
+        };
         let deadline = std::time::Instant::now() + DIRECT_READERS_WAIT;
         let mut s = of.lock();
         while only_readers(&s) {
@@ -438,6 +450,7 @@ impl SkillFs {
                 break;
             }
         }
+        true
     }
 
     /// A direct handle the kernel could not be given a backing file for
@@ -687,13 +700,11 @@ impl SkillFs {
         let mut result = Ok(());
         if write {
             result = self.record_direct(ino, &of, false, caller).map(|_| ());
-            let last = {
+            if result.is_err() {
+                self.put_back_direct(ino, &of);
+            } else {
                 let mut s = of.lock();
                 s.direct_writers = s.direct_writers.saturating_sub(1);
-                s.direct_writers == 0
-            };
-            if result.is_err() && last {
-                self.put_back_direct(ino, &of);
             }
         }
         let mut s = of.lock();
@@ -702,20 +713,20 @@ impl SkillFs {
         result
     }
 
-    /// The last direct writer of a versioned file closed, and what it wrote
-    /// in place could not be versioned (a full disk): the live file goes
-    /// back to the version the file has, as a staging copy that could not
-    /// be published is dropped (see `release`), so that no reader is served
-    /// bytes that are in no version. The close itself fails.
+    /// A direct writer of a versioned file closed, and what it wrote in
+    /// place could not be versioned (a full disk). It is counted out, and
+    /// if it was the last one the live file goes back to the version the
+    /// file has, in the same hold of the file's lock (no writer joins in
+    /// between), as a staging copy that could not be published is dropped
+    /// (see `release`): no reader is served bytes that are in no version.
+    /// The close itself fails.
     fn put_back_direct(&self, ino: Ino, of: &OpenFile) {
         let put_back = (|| -> FsResult<bool> {
             let _ns = self.namespace.read();
-            let Ok(loc) = self.loc(ino) else {
-                return Ok(false);
-            };
-            // Held throughout: no direct writer joins meanwhile.
-            let s = of.lock();
-            let Some(file) = s.backing.clone() else {
+            let loc = self.loc(ino);
+            let mut s = of.lock();
+            s.direct_writers = s.direct_writers.saturating_sub(1);
+            let (Ok(loc), Some(file), 0) = (loc, s.backing.clone(), s.direct_writers) else {
                 return Ok(false);
             };
             self.put_back_version(&file, &loc)
