@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use skillfs_sync::skill;
 use skillfs_sync::tree::{Entry, Tree, parent, within};
 
-use super::gittree::Both;
+use super::gittree::{Both, GitBlobs};
 use crate::error::{Exit, Failure};
 use crate::relpath::RelPath;
 use crate::store::journal::Record;
@@ -559,6 +559,77 @@ pub fn apply_as(
             .map_err(|e| Failure::new(Exit::Internal, format!("could not start a thread: {e}")))?;
         t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
+}
+
+/// Another replica's side of one path, to be written as it has it.
+pub(super) struct TheirSide<'a> {
+    pub replica: &'a str,
+    /// The store's sync repository, and the commit of the side.
+    pub repo: &'a Path,
+    pub commit: &'a str,
+    pub tree: &'a Tree,
+    pub blobs: &'a GitBlobs,
+}
+
+/// Writes `at` as `side` has it, and the rest of this tree as it is, as
+/// one unit of a merge (`apply_as`: staged, swapped in whole, a version
+/// `undo` takes back); then makes its records durable and notes where
+/// they came from, in that order (`origins`). What `sync --take` and
+/// `restore REPLICA:ID` do. `nothing`: what the verdict says when nothing
+/// was written.
+pub(super) fn take_side(
+    root: &Path,
+    layout: &crate::store::Layout,
+    dir: &crate::store::Dir,
+    side: &TheirSide,
+    at: &[u8],
+    nothing: &str,
+) -> Result<Applied, Failure> {
+    let store = crate::commands::Store::open(layout.clone())?;
+    let (ours, since, meta) = super::pull::ours(&store);
+    let mut taken = Tree::new();
+    for (p, e) in ours.iter().filter(|(p, _)| !within(p, at)) {
+        taken.insert(p, e.clone());
+    }
+    // The directories above `at` this tree lacks are made (`insert`).
+    for (p, e) in side.tree.subtree(at) {
+        taken.insert(p, e.clone());
+    }
+    if !taken.is_whole() {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "a parent of '{}' is no directory in this tree: {nothing}",
+                String::from_utf8_lossy(at)
+            ),
+        ));
+    }
+    let contents = Both {
+        store: &store.blobs,
+        git: side.blobs,
+        made: Default::default(),
+    };
+    let applied = apply_as(
+        side.replica,
+        root,
+        layout,
+        (&ours, since),
+        &taken,
+        (&contents, &meta),
+    )?;
+    // The records first, then the note that names them.
+    applied.durable(root)?;
+    if let Ok(records) = crate::commands::read_records(layout) {
+        let author = super::origins::Authors::of_one(side.repo, side.commit, at);
+        super::origins::note(dir, side.replica, (&records, since), &applied, |_| {
+            super::origins::From {
+                commit: side.commit,
+                author: author.clone(),
+            }
+        });
+    }
+    applied.verdict(nothing)?;
+    Ok(applied)
 }
 
 /// Makes the live tree under the mounted `root`, whose newest state is

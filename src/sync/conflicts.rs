@@ -14,14 +14,13 @@
 use std::path::Path;
 
 use skillfs_sync::merge::{Conflict, Side};
-use skillfs_sync::tree::{Tree, within};
+use skillfs_sync::tree::within;
 
-use super::apply::apply_as;
-use super::gittree::{Both, GitBlobs};
-use super::pull::{MERGED, load_bases, ours, reason};
+use super::apply::{TheirSide, take_side};
+use super::gittree::GitBlobs;
+use super::pull::{MERGED, load_bases, reason};
 use super::remotes::sync_dir;
 use super::{kept, lock};
-use crate::commands::Store;
 use crate::error::{Exit, Failure};
 use crate::store::Layout;
 use crate::store::durable::StoreIo;
@@ -207,40 +206,14 @@ pub fn resolve(
                 format!("cannot read replica {replica}'s commit {commit}: {why}"),
             )
         })?;
-        let store = Store::open(layout.clone())?;
-        let (ours, since, meta) = ours(&store);
-        let mut taken = Tree::new();
-        for (p, e) in ours.iter().filter(|(p, _)| !within(p, path)) {
-            taken.insert(p, e.clone());
-        }
-        for (p, e) in theirs.subtree(path) {
-            taken.insert(p, e.clone());
-        }
-        let contents = Both {
-            store: &store.blobs,
-            git: &mut blobs,
-            made: Default::default(),
+        let side = TheirSide {
+            replica: &replica,
+            repo: &repo,
+            commit: &commit,
+            tree: &theirs,
+            blobs: &blobs,
         };
-        let applied = apply_as(
-            &replica,
-            root,
-            layout,
-            (&ours, since),
-            &taken,
-            (&contents, &meta),
-        )?;
-        // The records first, then the note that names them.
-        applied.durable(root)?;
-        if let Ok(records) = crate::commands::read_records(layout) {
-            let author = super::origins::Authors::of_one(&repo, &commit, path);
-            super::origins::note(&dir, &replica, (&records, since), &applied, |_| {
-                super::origins::From {
-                    commit: &commit,
-                    author: author.clone(),
-                }
-            });
-        }
-        applied.verdict("nothing was taken")?;
+        take_side(root, layout, &dir, &side, path, "nothing was taken")?;
         // The two sides are the same now: nothing kept to publish.
         if let Some(b) = bases.get_mut(&replica) {
             b.kept.retain(|k| !within(&k.0, path));

@@ -26,16 +26,12 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use skillfs_sync::tree::{Tree, within};
-
-use super::apply::apply_as;
+use super::apply::{TheirSide, take_side};
 use super::fetched::{Fetched, fetched, pick};
-use super::gittree::{Both, GitBlobs};
-use super::pull::ours;
+use super::gittree::GitBlobs;
 use super::remotes::sync_dir;
 use super::run::git_output;
 use super::{git, lock};
-use crate::commands::Store;
 use crate::error::{Exit, Failure};
 use crate::relpath::RelPath;
 use crate::store::Layout;
@@ -315,47 +311,14 @@ pub fn restore_version(
     if let Err(why) = blobs.save() {
         tracing::warn!("restore: could not save sync/blobmap: {why}");
     }
-    let store = Store::open(layout.clone())?;
-    let (now, since, meta) = ours(&store);
-    let mut taken = Tree::new();
-    for (p, e) in now.iter().filter(|(p, _)| !within(p, at)) {
-        taken.insert(p, e.clone());
-    }
-    // The directories above `path` this tree lacks are made (`insert`).
-    for (p, e) in theirs.subtree(at) {
-        taken.insert(p, e.clone());
-    }
-    if !taken.is_whole() {
-        return Err(Failure::new(
-            Exit::Usage,
-            format!("a parent of '{path}' is no directory in this tree: nothing was restored"),
-        ));
-    }
-    let contents = Both {
-        store: &store.blobs,
-        git: &blobs,
-        made: Default::default(),
+    let side = TheirSide {
+        replica: &v.replica,
+        repo: &repo,
+        commit: &v.commit,
+        tree: &theirs,
+        blobs: &blobs,
     };
-    let applied = apply_as(
-        &v.replica,
-        root,
-        layout,
-        (&now, since),
-        &taken,
-        (&contents, &meta),
-    )?;
-    // The records first, then the note that names them.
-    applied.durable(root)?;
-    if let Ok(records) = crate::commands::read_records(layout) {
-        let author = super::origins::Authors::of_one(&repo, &v.commit, at);
-        super::origins::note(&dir, &v.replica, (&records, since), &applied, |_| {
-            super::origins::From {
-                commit: &v.commit,
-                author: author.clone(),
-            }
-        });
-    }
-    applied.verdict("nothing was restored")?;
+    let applied = take_side(root, layout, &dir, &side, at, "nothing was restored")?;
     Ok(format!(
         "restored {path} as replica {}'s version {} had it (commit {}){}{left_out}",
         &v.replica[..SHORTEST],
