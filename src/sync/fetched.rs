@@ -18,9 +18,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::git::git_output;
 use super::kept::{kept_ref, resolve};
 use super::remotes::sync_dir;
-use super::run::git_output;
 use super::{git, replica};
 use crate::error::{Exit, Failure};
 use crate::relpath::RelPath;

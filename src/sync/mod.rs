@@ -51,6 +51,7 @@ mod base;
 mod child;
 mod conflicts;
 mod fetched;
+mod git;
 mod gittree;
 mod kept;
 mod origins;
@@ -65,11 +66,12 @@ pub use apply::actor_of;
 pub use child::{output as run_bounded, stop};
 pub use conflicts::{Resolve, conflicts, resolve};
 pub use fetched::{Fetched, fetched};
+pub use git::git;
 pub use origins::{AUTHOR_MAX, Origin, origins};
 pub use pull::{Pulled, anything_to_merge, pull};
 pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;
-pub use run::{AgentHome, Options, SyncReport, agent_home, git, lock, sync};
+pub use run::{AgentHome, Options, SyncReport, agent_home, lock, sync};
 pub use version::{
     keeps_replica, parse_version, parse_version_path, restore_version, show_version,
 };

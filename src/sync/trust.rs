@@ -233,7 +233,7 @@ pub fn seal(repo: &Path, branch: &str, replica: &str) -> Result<bool, Failure> {
         &sealed,
         &tip,
     ]);
-    super::run::git_output(c, &format!("move {branch} to its seal"))?;
+    super::git::git_output(c, &format!("move {branch} to its seal"))?;
     Ok(true)
 }
 

@@ -28,9 +28,9 @@ use std::path::Path;
 
 use super::apply::{TheirSide, take_side};
 use super::fetched::{Fetched, fetched, pick};
+use super::git::git_output;
 use super::gittree::GitBlobs;
 use super::remotes::sync_dir;
-use super::run::git_output;
 use super::{git, lock};
 use crate::error::{Exit, Failure};
 use crate::relpath::RelPath;
