@@ -401,18 +401,31 @@ fn redirect_stderr(store: &Arc<Dir>) {
         crate::logging::cap(
             max,
             Box::new(move || {
-                // A log removed by hand (or moved aside by a rotation whose
-                // new file could not be made) is nothing to move: a new
-                // one is made all the same, and the space comes back.
-                match dir.rename(crate::store::LOG, &dir, crate::store::LOG_OLD, 0) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                    _ => {}
-                }
-                dir.open(
-                    crate::store::LOG,
-                    libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK,
+                use crate::store::{LOG, LOG_OLD};
+                // The new log is made first and exchanged with the full
+                // one, so that `daemon.log` is there at every moment (for
+                // a reader that polls it, or `tail -F`); the full one then
+                // replaces `daemon.log.1`.
+                const NEW: &str = "daemon.log.new";
+                let new = dir.open(
+                    NEW,
+                    libc::O_WRONLY
+                        | libc::O_APPEND
+                        | libc::O_CREAT
+                        | libc::O_TRUNC
+                        | libc::O_NONBLOCK,
                     crate::store::fsutil::FILE_MODE,
-                )
+                )?;
+                match dir.rename(NEW, &dir, LOG, libc::RENAME_EXCHANGE) {
+                    Ok(()) => dir.rename(NEW, &dir, LOG_OLD, 0)?,
+                    // A log removed by hand is nothing to move aside: the
+                    // new one takes its name, and the space comes back.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        dir.rename(NEW, &dir, LOG, 0)?
+                    }
+                    Err(e) => return Err(e),
+                }
+                Ok(new)
             }),
         );
     }

@@ -24,7 +24,8 @@
 //! ROOT              the root this store versions: its path, then its
 //!                   device and inode numbers (one store per root)
 //! daemon.log        the mounted daemon's log (`daemon.log.1`: the one before,
-//!                   moved aside when the log grew past its cap)
+//!                   moved aside when the log grew past its cap; for a moment
+//!                   of that, the new one is `daemon.log.new`)
 //! control           the mounted daemon's control socket (`CONTROL`)
 //! ```
 //!
