@@ -65,7 +65,7 @@ pub(super) struct OpenState {
 /// An open inode: its state behind its own lock.
 pub(super) struct OpenFile {
     state: Mutex<OpenState>,
-    /// Signalled when a direct handle goes (see `open::wait_for_direct_readers`).
+    /// Signalled when a direct handle goes (see `direct::wait_for_direct_readers`).
     pub(super) direct_left: parking_lot::Condvar,
 }
 

@@ -89,6 +89,7 @@
 
 mod attr;
 mod create;
+mod direct;
 mod files;
 mod history_view;
 mod home;
