@@ -265,7 +265,11 @@ fn a_directory_made_behind_is_recorded_whole_before_a_name_is_made_in_it() {
 
 /// Asserts that some record of `name` has `content`.
 fn kept(m: &Mount, name: &str, content: &[u8]) {
-    assert!(in_history(m, name, content), "{name}");
+    assert!(
+        in_history(m, name, content),
+        "{name}: {:?}",
+        m.ops_for(name)
+    );
 }
 
 /// `name` written through the mount by a writer, closed first or left
@@ -460,4 +464,37 @@ fn remounts_under_a_writer_leave_no_record_without_content() {
     }
     let root = m.root().display().to_string();
     run(&["verify", "--full", "--root", &root]);
+}
+
+/// A child's exec closes its copies of the writer's descriptor, a FLUSH
+/// that publishes the writer's bytes: wherever in the writer's life it
+/// comes, the file put in its place behind the daemon is kept.
+#[test]
+fn a_flush_from_a_child_at_any_point_keeps_the_file_replaced_behind() {
+    use std::io::Write;
+    let (m, behind) = mounted("fork");
+    for at in 0..5 {
+        let name = format!("cat/at{at}.md");
+        let fork = |i: u32| {
+            if i == at {
+                let st = std::process::Command::new("true").status().unwrap();
+                assert!(st.success());
+            }
+        };
+        let mut w = fs::File::create(m.path(&name)).unwrap();
+        fork(0);
+        w.write_all(b"v1 through the mount\n").unwrap();
+        fork(1);
+        fs::write(behind.path("cat/.tmp"), b"replaced behind the daemon\n").unwrap();
+        fork(2);
+        fs::rename(behind.path("cat/.tmp"), behind.path(&name)).unwrap();
+        fork(3);
+        w.write_all(b"v2\n").unwrap();
+        fork(4);
+        drop(w);
+        assert_eq!(latest(&m, &name), b"v1 through the mount\nv2\n", "{at}");
+        kept(&m, &name, b"replaced behind the daemon\n");
+    }
+    history_is_whole(&m);
+    drop(behind);
 }

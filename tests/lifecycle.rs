@@ -10,13 +10,28 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use common::{
     BIN, Mount, Scratch, assert_refused, daemon_pid, describe, is_mounted, pid_alive, skillfs,
 };
+
+/// A private mount namespace made now copies every mount of the host, the
+/// other tests' mounts too, and `umount` rightly calls a mount with such a
+/// copy busy. So the test that makes one runs alone: it takes this lock
+/// for writing, every other test of this file for reading (first, so that
+/// it is let go after the test's mounts are).
+static NAMESPACES: RwLock<()> = RwLock::new(());
+
+fn among_others() -> RwLockReadGuard<'static, ()> {
+    NAMESPACES.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    NAMESPACES.write().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A process whose working directory is `dir` (what a shell `cd`ed into a
 /// skill is), killed when dropped.
@@ -73,6 +88,7 @@ fn logged(m: &Mount) -> Vec<(String, String)> {
 
 #[test]
 fn a_busy_unmount_changes_nothing_and_names_who_holds_it() {
+    let _ns = among_others();
     let mut m = Mount::new("busyumount");
     fs::create_dir_all(m.path("cat/s")).unwrap();
     fs::write(m.path("cat/s/SKILL.md"), "v1").unwrap();
@@ -120,6 +136,7 @@ fn a_busy_unmount_changes_nothing_and_names_who_holds_it() {
 
 #[test]
 fn a_lazy_unmount_detaches_at_once_and_says_what_it_opens() {
+    let _ns = among_others();
     let m = Mount::new("lazyumount");
     fs::create_dir_all(m.path("cat")).unwrap();
     let shell = Holder::cwd(&m.path("cat"));
@@ -142,6 +159,7 @@ fn a_lazy_unmount_detaches_at_once_and_says_what_it_opens() {
 
 #[test]
 fn a_stopping_daemon_serves_until_its_mount_is_quiet() {
+    let _ns = among_others();
     let m = Mount::new("sigterm");
     fs::create_dir_all(m.path("cat")).unwrap();
     let shell = Holder::cwd(&m.path("cat"));
@@ -211,6 +229,7 @@ fn recover(m: &mut Mount, args: &[&str]) {
 
 #[test]
 fn mount_recovers_a_dead_mount_of_a_skills_directory() {
+    let _ns = among_others();
     let mut m = Mount::over(Scratch::at(&std::env::temp_dir(), "deadskills"), vec![]);
     let home = m.scratch.home;
     recover(
@@ -226,6 +245,7 @@ fn mount_recovers_a_dead_mount_of_a_skills_directory() {
 
 #[test]
 fn mount_recovers_a_dead_mount_of_a_home_without_being_told_what_it_versions() {
+    let _ns = among_others();
     let mut m = Mount::over(Scratch::home("deadhome"), vec![]);
     // No --versioned: the store remembers `skills`.
     recover(&mut m, &[]);
@@ -234,6 +254,7 @@ fn mount_recovers_a_dead_mount_of_a_home_without_being_told_what_it_versions() {
 
 #[test]
 fn a_dead_mount_of_a_damaged_store_is_left_as_it_is() {
+    let _ns = among_others();
     let mut m = Mount::new("deaddamaged");
     // fsynced: later records vouch for the earlier ones, so a bad one is
     // damage, not a torn tail.
@@ -265,6 +286,7 @@ fn a_dead_mount_of_a_damaged_store_is_left_as_it_is() {
 
 #[test]
 fn a_home_remembers_what_it_versions() {
+    let _ns = among_others();
     let s = Scratch::home("remember");
     let home = s.mount_point();
     fs::write(home.join("config.yaml"), "model: x").unwrap();
@@ -335,6 +357,7 @@ fn run(bin: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn an_upgrade_restarts_the_daemon_only_when_quiet_and_a_writer_loses_nothing() {
+    let _ns = among_others();
     let s = Scratch::new("upgrade");
     let bins = s.dir.join("bin");
     fs::create_dir_all(&bins).unwrap();
@@ -460,6 +483,7 @@ fn is_root() -> bool {
 /// writes by path here went to the plain directory: busy, nothing changed.
 #[test]
 fn a_mount_also_mounted_elsewhere_is_busy() {
+    let _ns = alone();
     if !is_root() {
         eprintln!("a bind mount and a mount namespace need root: not run");
         return;
@@ -497,6 +521,7 @@ fn a_mount_also_mounted_elsewhere_is_busy() {
 /// live mount is neither detached nor served twice.
 #[test]
 fn a_live_mount_whose_lock_cannot_be_read_is_never_taken_for_dead() {
+    let _ns = among_others();
     let mut m = Mount::new("nolock");
     fs::write(m.path("a.md"), "a").unwrap();
     let held = fs::File::open(m.path("a.md")).unwrap();
@@ -522,6 +547,7 @@ fn a_live_mount_whose_lock_cannot_be_read_is_never_taken_for_dead() {
 /// trying, and never unmounts what is mounted at ROOT since.
 #[test]
 fn a_stopping_daemon_never_unmounts_what_is_mounted_at_root_since() {
+    let _ns = among_others();
     if !is_root() {
         eprintln!("mounting a tmpfs needs root: not run");
         return;
@@ -558,6 +584,7 @@ fn a_stopping_daemon_never_unmounts_what_is_mounted_at_root_since() {
 /// installed binaries do not swap the daemon back and forth.
 #[test]
 fn an_older_build_never_restarts_a_newer_daemon() {
+    let _ns = among_others();
     let s = Scratch::new("downgrade");
     let bins = s.dir.join("bin");
     fs::create_dir_all(&bins).unwrap();
