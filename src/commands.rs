@@ -138,7 +138,11 @@ impl Store {
     }
 
     pub fn content(&self, st: &EntryState) -> Result<Vec<u8>, Failure> {
-        let blob = st.blob.as_deref().unwrap_or("");
+        self.content_of(st.blob.as_deref().unwrap_or(""))
+    }
+
+    /// The bytes of `blob`.
+    pub fn content_of(&self, blob: &str) -> Result<Vec<u8>, Failure> {
         self.blobs.read(blob).map_err(|e| {
             let msg = if e.kind() == std::io::ErrorKind::InvalidData {
                 e.to_string() // damaged: the error names the blob and the file
@@ -218,6 +222,67 @@ fn is_binary(b: &[u8]) -> bool {
     b.contains(&0) || std::str::from_utf8(b).is_err()
 }
 
+/// What a diff compares of an entry: its kind, its mode (`None` where a
+/// side cannot say: a directory of another replica's version), and its
+/// content (a file's blob, a link's target).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shown {
+    pub kind: Kind,
+    pub mode: Option<u32>,
+    pub blob: Option<String>,
+    pub target: Option<Vec<u8>>,
+}
+
+impl Shown {
+    /// `s` as a diff compares it; with `git_modes`, as a git tree has it
+    /// (a file executable or not, a directory without one), to compare
+    /// with another replica's version.
+    pub fn of(s: &EntryState, git_modes: bool) -> Shown {
+        let mode = match (git_modes, s.kind) {
+            (false, _) => Some(s.mode),
+            (true, Kind::File) => Some(if s.mode & 0o100 != 0 { 0o755 } else { 0o644 }),
+            (true, _) => None,
+        };
+        Shown {
+            kind: s.kind,
+            mode,
+            blob: s.blob.clone(),
+            target: s.target.as_ref().map(|t| t.0.clone()),
+        }
+    }
+}
+
+/// One side of a diff: its name in the headers (`change 42`) and what is
+/// at or below the path compared.
+pub struct DiffSide {
+    pub label: String,
+    pub entries: std::collections::BTreeMap<RelPath, Shown>,
+}
+
+/// This store's side at change `id`: `path` and everything below it.
+pub fn local_side(store: &Store, id: u64, path: &RelPath, git_modes: bool) -> DiffSide {
+    let mut entries = std::collections::BTreeMap::new();
+    if let Some(i) = store.index.idx(path) {
+        let at = if i == ROOT_IDX {
+            Some(None)
+        } else {
+            store.index.state_at(i, id).map(Some)
+        };
+        if let Some(top) = at {
+            if let Some(s) = top {
+                entries.insert(path.clone(), Shown::of(s, git_modes));
+            }
+            for (p, s) in store.subtree(i, id) {
+                entries.insert(p, Shown::of(&s, git_modes));
+            }
+        }
+    }
+    DiffSide {
+        label: format!("change {id}"),
+        entries,
+    }
+}
+
 /// `diff A [B] [PATH]`: what changed from A to B (default: the newest).
 pub fn diff(store: &Store, a: &str, b: Option<&str>, path: &RelPath) -> Result<(), Failure> {
     let ida = store.resolve(a)?;
@@ -225,66 +290,70 @@ pub fn diff(store: &Store, a: &str, b: Option<&str>, path: &RelPath) -> Result<(
         Some(b) => store.resolve(b)?,
         None => store.index.last(),
     };
-    let side = |id: u64| -> Result<Vec<(RelPath, EntryState)>, Failure> {
-        match store.index.idx(path) {
-            None => Ok(Vec::new()),
-            Some(i) => {
-                let mut v = Vec::new();
-                if i != ROOT_IDX {
-                    match store.index.state_at(i, id) {
-                        None => return Ok(v),
-                        Some(s) => v.push((path.clone(), s.clone())),
-                    }
-                }
-                v.extend(store.subtree(i, id));
-                Ok(v)
-            }
-        }
-    };
-    let (old, new) = (side(ida)?, side(idb)?);
-    if old.is_empty() && new.is_empty() && !path.is_root() {
+    let old = local_side(store, ida, path, false);
+    let new = local_side(store, idb, path, false);
+    print_diff(&old, &new, path, &|blob| store.content_of(blob).map(Some))
+}
+
+/// A file's bytes by blob (`None`: too large to read whole).
+pub type ReadBlob<'a> = dyn Fn(&str) -> Result<Option<Vec<u8>>, Failure> + 'a;
+
+/// Prints what changed from `old` to `new` at or below `path`: a unified
+/// diff of each text, a line for each other change. `read` gives a file's
+/// bytes by blob (`None`: too large to read whole).
+pub fn print_diff(
+    old: &DiffSide,
+    new: &DiffSide,
+    path: &RelPath,
+    read: &ReadBlob,
+) -> Result<(), Failure> {
+    if old.entries.is_empty() && new.entries.is_empty() && !path.is_root() {
         return Err(Failure::new(
             Exit::NotFound,
-            format!("'{path}' exists at neither change {ida} nor change {idb}"),
+            format!("'{path}' exists at neither {} nor {}", old.label, new.label),
         ));
     }
-    let old: std::collections::BTreeMap<_, _> = old.into_iter().collect();
-    let new: std::collections::BTreeMap<_, _> = new.into_iter().collect();
-    let mut keys: Vec<&RelPath> = old.keys().chain(new.keys()).collect();
+    let mut keys: Vec<&RelPath> = old.entries.keys().chain(new.entries.keys()).collect();
     keys.sort();
     keys.dedup();
     let mut out = std::io::stdout().lock();
+    let mode_line = |out: &mut std::io::StdoutLock, k: &RelPath, o: &Shown, n: &Shown| {
+        if let (Some(om), Some(nm)) = (o.mode, n.mode)
+            && om != nm
+        {
+            let _ = writeln!(out, "mode of {k}: {om:o} -> {nm:o}");
+        }
+    };
     for k in keys {
-        let (o, n) = (old.get(k), new.get(k));
+        let (o, n) = (old.entries.get(k), new.entries.get(k));
         if o == n
             || (o.is_some_and(|o| o.kind == Kind::Dir) && n.is_some_and(|n| n.kind == Kind::Dir))
         {
-            if let (Some(o), Some(n)) = (o, n)
-                && o.mode != n.mode
-            {
-                let _ = writeln!(out, "mode of {k}: {:o} -> {:o}", o.mode, n.mode);
+            if let (Some(o), Some(n)) = (o, n) {
+                mode_line(&mut out, k, o, n);
             }
             continue;
         }
-        let text = |s: Option<&EntryState>| -> Result<Vec<u8>, Failure> {
-            Ok(match s {
+        let text = |s: Option<&Shown>| -> Result<Option<Vec<u8>>, Failure> {
+            Ok(Some(match s {
                 None => Vec::new(),
-                Some(s) if s.kind == Kind::File => store.content(s)?,
+                Some(s) if s.kind == Kind::File => {
+                    return read(s.blob.as_deref().unwrap_or(""));
+                }
                 Some(s) if s.kind == Kind::Symlink => {
                     let mut t = b"-> ".to_vec();
-                    t.extend(s.target.as_ref().map(|t| t.0.clone()).unwrap_or_default());
+                    t.extend(s.target.clone().unwrap_or_default());
                     t.push(b'\n');
                     t
                 }
                 Some(_) => Vec::new(),
-            })
+            }))
         };
         if o.is_some_and(|s| s.kind == Kind::Dir) || n.is_some_and(|s| s.kind == Kind::Dir) {
             let what = if n.is_some() { "added" } else { "removed" };
             let _ = writeln!(out, "directory {what}: {k}");
             continue;
         }
-        let (ob, nb) = (text(o)?, text(n)?);
         let an = if o.is_some() {
             format!("a/{k}")
         } else {
@@ -295,11 +364,16 @@ pub fn diff(store: &Store, a: &str, b: Option<&str>, path: &RelPath) -> Result<(
         } else {
             "/dev/null".into()
         };
+        let (Some(ob), Some(nb)) = (text(o)?, text(n)?) else {
+            let _ = writeln!(
+                out,
+                "Files {an} and {bn} differ (too large to compare here)"
+            );
+            continue;
+        };
         if ob == nb {
-            if let (Some(o), Some(n)) = (o, n)
-                && o.mode != n.mode
-            {
-                let _ = writeln!(out, "mode of {k}: {:o} -> {:o}", o.mode, n.mode);
+            if let (Some(o), Some(n)) = (o, n) {
+                mode_line(&mut out, k, o, n);
             }
             continue;
         }
@@ -313,8 +387,8 @@ pub fn diff(store: &Store, a: &str, b: Option<&str>, path: &RelPath) -> Result<(
             out,
             "{}",
             d.unified_diff().context_radius(3).header(
-                &format!("{an}\t(change {ida})"),
-                &format!("{bn}\t(change {idb})")
+                &format!("{an}\t({})", old.label),
+                &format!("{bn}\t({})", new.label)
             )
         );
     }

@@ -278,8 +278,52 @@ fn another_replicas_version_is_shown_and_restored() {
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", describe(&out));
-    let out = skillfs(&["diff", &name, "--root", &root]);
-    common::assert_refused(&out, 2, &["diff does not take another replica's version"]);
+    // `diff` takes it as either side: against this tree's newest (the
+    // default second side) or a's newest version, what a changed since,
+    // with no mode noise (git keeps a file's executable bit only).
+    let newest_name = format!("{}:{}", &id[..8], newest["id"].as_u64().unwrap());
+    let diff = |args: &[&str]| {
+        let mut all = vec!["diff"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--root", &root]);
+        let out = skillfs(&all);
+        assert!(out.status.success(), "{args:?}: {}", describe(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for args in [
+        vec![name.as_str()],
+        vec![name.as_str(), newest_name.as_str()],
+    ] {
+        let text = diff(&args);
+        assert!(
+            text.contains(&format!("--- a/cat/s/SKILL.md\t({name})"))
+                && text.contains("-one\n")
+                && text.contains("+two\n"),
+            "{args:?}: {text}"
+        );
+        assert!(text.contains("-u1\n") && text.contains("+u2\n"), "{text}");
+        assert!(
+            text.contains("directory removed: cat/s/references")
+                && text.contains("--- a/cat/s/references/r.md")
+                && text.contains("-first\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("big.bin") && !text.contains("mode of"),
+            "{text}"
+        );
+    }
+    // The other way round, at a path; a path in neither side is said.
+    let text = diff(&["latest", &name, "cat/u"]);
+    assert!(
+        text.contains(&format!("+++ b/cat/u/SKILL.md\t({name})"))
+            && text.contains("-u2\n")
+            && text.contains("+u1\n")
+            && !text.contains("cat/s"),
+        "{text}"
+    );
+    let out = skillfs(&["diff", &name, "cat/nothere", "--root", &root]);
+    common::assert_refused(&out, 8, &["'cat/nothere' exists at neither", &name]);
     let out = show(&[&format!("{name}:cat/nothere")]);
     common::assert_refused(&out, 8, &["'cat/nothere' is not in replica", &id]);
     let out = show(&[&format!("{}:999999:cat/s", &id[..8])]);

@@ -245,11 +245,17 @@ Examples:
     },
     /// Unified diff between two changes (the second defaults to the newest),
     /// for the whole tree or below PATH. A PATH that looks like an id is
-    /// written ./PATH.
-    #[command(after_help = "Example:\n  skillfs diff @-1d latest cat/foo")]
+    /// written ./PATH. Either change may be another machine's version
+    /// (REPLICA:ID, as `log --replica` names it): then modes are compared
+    /// as git keeps them (executable or not).
+    #[command(after_help = "\
+Examples:
+  skillfs diff @-1d latest cat/foo
+  skillfs diff 0a1b2c3d:17 cat/foo   from replica 0a1b2c3d's version 17 to now")]
     Diff {
-        /// The change to compare from: an id as log shows it, or an alias
-        /// (latest, @2026-11-30T18:09:30Z, @-10m).
+        /// The change to compare from: an id as log shows it, an alias
+        /// (latest, @2026-11-30T18:09:30Z, @-10m), or another replica's
+        /// version (REPLICA:ID).
         id: String,
         /// A second ID, then an optional PATH.
         rest: Vec<String>,

@@ -33,7 +33,10 @@ pub fn show(spec: &str, path: Option<&Path>, at: &Where) -> Result<(), Failure> 
 
 /// `skillfs diff ID [ID] [PATH]`.
 pub fn diff(id: &str, rest: &[String], at: &Where) -> Result<(), Failure> {
-    let looks_like_id = |t: &str| crate::history::parse_alias(t, crate::time::now_ns()).is_some();
+    let looks_like_id = |t: &str| {
+        crate::history::parse_alias(t, crate::time::now_ns()).is_some()
+            || crate::sync::parse_version(t).is_some()
+    };
     let (b, path) = match rest {
         [] => (None, None),
         [x] if looks_like_id(x) => (Some(x.as_str()), None),
@@ -43,19 +46,9 @@ pub fn diff(id: &str, rest: &[String], at: &Where) -> Result<(), Failure> {
     };
     let path = path.map(std::path::Path::new);
     let t = locate::locate(at, path)?;
-    if let Some(v) = rest
-        .iter()
-        .map(String::as_str)
-        .chain([id])
-        .find(|i| replica_version(i, &t.layout).is_some())
-    {
-        return Err(Failure::new(
-            Exit::Usage,
-            format!(
-                "diff does not take another replica's version ('{v}'): \
-                 `skillfs show {v}:PATH` prints it"
-            ),
-        ));
+    let replica = |i: &str| replica_version(i, &t.layout).is_some();
+    if replica(id) || b.is_some_and(replica) {
+        return diff_replicas(&t, id, b, path);
     }
     let rel = match path {
         None => RelPath::root(),
@@ -70,6 +63,45 @@ pub fn diff(id: &str, rest: &[String], at: &Where) -> Result<(), Failure> {
         missing::present(&t, &st, p, &rel, st.resolve(id)?)?;
     }
     crate::commands::diff(&st, id, b, &rel)
+}
+
+/// `diff` where a side is another replica's version: modes compared as
+/// git keeps them (a file executable or not), each side read where it is
+/// (this store's blobs, or the sync repository's git).
+fn diff_replicas(
+    t: &locate::Target,
+    a: &str,
+    b: Option<&str>,
+    path: Option<&Path>,
+) -> Result<(), Failure> {
+    let rel = match path {
+        None => RelPath::root(),
+        Some(p) => t.rel(p)?,
+    };
+    let st = crate::commands::Store::open(t.layout.clone())?;
+    let mut theirs = Vec::new();
+    let mut side = |spec: &str| -> Result<crate::commands::DiffSide, Failure> {
+        Ok(match replica_version(spec, &t.layout) {
+            Some(v) => {
+                let their = crate::sync::their_version(&t.layout, v)?;
+                let side = their.side(&rel);
+                theirs.push(their);
+                side
+            }
+            None => crate::commands::local_side(&st, st.resolve(spec)?, &rel, true),
+        })
+    };
+    let old = side(a)?;
+    let new = match b {
+        Some(b) => side(b)?,
+        None => crate::commands::local_side(&st, st.index.last(), &rel, true),
+    };
+    crate::commands::print_diff(&old, &new, &rel, &|blob| {
+        if let Ok(bytes) = st.blobs.read(blob) {
+            return Ok(Some(bytes));
+        }
+        Ok(theirs.iter().find_map(|t| t.read(blob)))
+    })
 }
 
 /// `id` as another replica's version (`REPLICA:ID`), unless its REPLICA

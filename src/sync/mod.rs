@@ -73,7 +73,8 @@ pub use remotes::{Remote, Remotes, check_name, sync_dir as remotes_dir};
 pub use replica::replica_id;
 pub use run::{AgentHome, Options, SyncReport, agent_home, lock, sync};
 pub use version::{
-    keeps_replica, parse_version, parse_version_path, restore_version, show_version,
+    TheirVersion, keeps_replica, parse_version, parse_version_path, restore_version, show_version,
+    their_version,
 };
 #[doc(hidden)]
 pub use {

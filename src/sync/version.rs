@@ -157,14 +157,7 @@ pub fn show_version(layout: &Layout, version: (&str, u64), path: &RelPath) -> Re
             .ok_or_else(|| no_path(&v, path))?;
         (e.object, e.kind, e.mode)
     };
-    if v.quarantined {
-        eprintln!(
-            "skillfs: replica {}'s version {} was quarantined by a signed remote's check \
-             (never merged): printed as that replica sent it",
-            &v.replica[..SHORTEST],
-            v.id
-        );
-    }
+    say_quarantined(&v, "printed");
     let mut out = std::io::stdout().lock();
     let res = match kind.as_str() {
         "tree" => {
@@ -209,6 +202,106 @@ pub fn show_version(layout: &Layout, version: (&str, u64), path: &RelPath) -> Re
     };
     let _ = res; // a closed stdout (`| head`) is not an error
     Ok(())
+}
+
+/// Another replica's version, for `diff`: its tree and where its files'
+/// bytes are read from.
+pub struct TheirVersion {
+    /// Its name as `log --replica` prints it (`REPLICA:ID`).
+    pub label: String,
+    tree: skillfs_sync::tree::Tree,
+    blobs: GitBlobs,
+}
+
+impl TheirVersion {
+    /// `path` and everything below it as this version has them, modes
+    /// as git keeps them (a file executable or not).
+    pub fn side(&self, path: &RelPath) -> crate::commands::DiffSide {
+        use skillfs_sync::tree::Entry;
+        let entries: Vec<(&[u8], &Entry)> = if path.is_root() {
+            self.tree.iter().collect()
+        } else {
+            self.tree.subtree(path.as_bytes()).into_iter().collect()
+        };
+        let entries = entries
+            .into_iter()
+            .filter_map(|(p, e)| {
+                let shown = match e {
+                    Entry::Dir => crate::commands::Shown {
+                        kind: crate::store::journal::Kind::Dir,
+                        mode: None,
+                        blob: None,
+                        target: None,
+                    },
+                    Entry::File { blob, exec } => crate::commands::Shown {
+                        kind: crate::store::journal::Kind::File,
+                        mode: Some(if *exec { 0o755 } else { 0o644 }),
+                        blob: Some(blob.clone()),
+                        target: None,
+                    },
+                    Entry::Symlink { target } => crate::commands::Shown {
+                        kind: crate::store::journal::Kind::Symlink,
+                        mode: None,
+                        blob: None,
+                        target: Some(target.clone()),
+                    },
+                };
+                Some((RelPath::parse(p)?, shown))
+            })
+            .collect();
+        crate::commands::DiffSide {
+            label: self.label.clone(),
+            entries,
+        }
+    }
+
+    /// A file's bytes by its sha256, read from git (`None`: not this
+    /// version's, or too large to hold whole).
+    pub fn read(&self, blob: &str) -> Option<Vec<u8>> {
+        self.blobs.fetched(blob)
+    }
+}
+
+/// Notes on stderr that `v`, `done` (printed, compared), was quarantined.
+fn say_quarantined(v: &Fetched, done: &str) {
+    if v.quarantined {
+        eprintln!(
+            "skillfs: replica {}'s version {} was quarantined by a signed remote's check \
+             (never merged): {done} as that replica sent it",
+            &v.replica[..SHORTEST],
+            v.id
+        );
+    }
+}
+
+/// The tree of `v`'s commit; what it leaves out is said in `skipped`.
+fn read_tree(
+    blobs: &mut GitBlobs,
+    v: &Fetched,
+    skipped: &mut Vec<String>,
+) -> Result<skillfs_sync::tree::Tree, Failure> {
+    blobs.tree(&v.commit, skipped).map_err(|why| {
+        Failure::new(
+            Exit::BadStore,
+            format!(
+                "cannot read replica {}'s commit {}: {why}",
+                v.replica, v.commit
+            ),
+        )
+    })
+}
+
+/// Replica `version`'s tree, to compare (`skillfs diff`). Reads only:
+/// git's ids it hashes are not noted in `sync/blobmap`. A quarantined
+/// version is read as that replica sent it, and said so.
+pub fn their_version(layout: &Layout, version: (&str, u64)) -> Result<TheirVersion, Failure> {
+    let (repo, v) = find(layout, version)?;
+    let dir = repo.parent().unwrap_or(&repo).to_path_buf();
+    let mut blobs = GitBlobs::open(&dir, &repo);
+    let tree = read_tree(&mut blobs, &v, &mut Vec::new())?;
+    let label = format!("{}:{}", &v.replica[..SHORTEST], v.id);
+    say_quarantined(&v, "compared");
+    Ok(TheirVersion { label, tree, blobs })
 }
 
 /// `name` with each control byte written `\xNN`.
@@ -261,15 +354,7 @@ pub fn restore_version(
     }
     let mut blobs = GitBlobs::open(dir.path(), &repo);
     let mut skipped = Vec::new();
-    let theirs = blobs.tree(&v.commit, &mut skipped).map_err(|why| {
-        Failure::new(
-            Exit::BadStore,
-            format!(
-                "cannot read replica {}'s commit {}: {why}",
-                v.replica, v.commit
-            ),
-        )
-    })?;
+    let theirs = read_tree(&mut blobs, &v, &mut skipped)?;
     let at = path.as_bytes();
     // What was left out at or below `path` (`tree` names each as 'PATH' (why)).
     let shown = String::from_utf8_lossy(at);
