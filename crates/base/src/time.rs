@@ -170,6 +170,17 @@ pub fn parse_age(s: &str) -> Option<i64> {
     n.checked_mul(secs)?.checked_mul(1_000_000_000)
 }
 
+/// Test hook, debug builds only: the pause the environment variable `var`
+/// names, in milliseconds (a test holds a request that long to act in the
+/// moment it opens). Always `None` in a release build.
+pub fn test_pause(var: &str) -> Option<std::time::Duration> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let ms = std::env::var(var).ok()?.parse().ok()?;
+    Some(std::time::Duration::from_millis(ms))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,15 +53,7 @@ pub use mount::{Mounted, Transport, mount, uring_unavailable};
 /// (`tests/transport.rs`).
 fn fsync_delay() -> Option<std::time::Duration> {
     static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
-    if !cfg!(debug_assertions) {
-        return None;
-    }
-    *DELAY.get_or_init(|| {
-        std::env::var("SKILLFS_TEST_FSYNC_DELAY_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(std::time::Duration::from_millis)
-    })
+    *DELAY.get_or_init(|| skillfs_base::time::test_pause("SKILLFS_TEST_FSYNC_DELAY_MS"))
 }
 
 pub struct FuseAdapter {

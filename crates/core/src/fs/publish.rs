@@ -194,7 +194,8 @@ impl SkillFs {
                 // commits the blob, the journal and the swap together.
                 let commit = || {
                     self.live_write_out(&stg_file, &loc)?;
-                    let done = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, false)?;
+                    let done =
+                        self.swap_if_unchanged(ino, &of, (&stg_file, edits), &loc, false, caller)?;
                     swapped.set(done.is_some());
                     match done {
                         // The rename put the staging file's inode in the
@@ -212,7 +213,8 @@ impl SkillFs {
                     self.versions.sync_through(&self.blobs, want)?;
                 }
                 self.live_fsync(&stg_file, &loc)?;
-                let dir = self.swap_if_unchanged(ino, &of, &stg_file, edits, &loc, true)?;
+                let dir =
+                    self.swap_if_unchanged(ino, &of, (&stg_file, edits), &loc, true, caller)?;
                 swapped.set(dir.is_some());
                 match dir.flatten() {
                     Some(dir) => self.live_fsync(&dir, &loc),
@@ -259,10 +261,10 @@ impl SkillFs {
         &self,
         ino: Ino,
         of: &OpenFile,
-        stg_file: &Arc<File>,
-        edits: u64,
+        (stg_file, edits): (&Arc<File>, u64),
         loc: &Location,
         parent: bool,
+        caller: &Caller,
     ) -> std::io::Result<Option<Option<File>>> {
         let _ns = self.namespace.read();
         let here = self
@@ -283,7 +285,7 @@ impl SkillFs {
         } else {
             None
         };
-        self.swap_in(&mut s, loc)?;
+        self.swap_in(&mut s, loc, caller)?;
         Ok(Some(dir))
     }
 
@@ -359,7 +361,7 @@ impl SkillFs {
         let stg_file = Arc::clone(&stg.file);
         let one_commit = |s: &mut OpenState| -> std::io::Result<()> {
             self.live_write_out(&stg_file, loc)?;
-            self.swap_in(s, loc)?;
+            self.swap_in(s, loc, caller)?;
             self.live_fsync(&stg_file, loc)
         };
         // The path whose record this publish appended, until the swap makes
@@ -388,7 +390,7 @@ impl SkillFs {
                     one_commit(s)?;
                 } else if durable {
                     self.live_fsync(&stg_file, loc)?;
-                    self.swap_in(s, loc)?;
+                    self.swap_in(s, loc, caller)?;
                     self.sync_parent_of(loc)?;
                 } else {
                     // What a rename over a file would have done on ext4
@@ -399,7 +401,7 @@ impl SkillFs {
                     if sys::fstat(&*s.live).is_ok_and(|st| st.st_size > 0) {
                         sys::start_write_out(&*stg_file)?;
                     }
-                    self.swap_in(s, loc)?;
+                    self.swap_in(s, loc, caller)?;
                 }
             }
             Ok(())
@@ -500,11 +502,19 @@ impl SkillFs {
     /// it at once (an error after this point must not leave the two apart).
     /// Swapped, not renamed over: the replaced inode lands at the staging
     /// path, to be reused (see `spares`).
-    pub(super) fn swap_in(&self, s: &mut OpenState, loc: &Location) -> std::io::Result<()> {
+    pub(super) fn swap_in(
+        &self,
+        s: &mut OpenState,
+        loc: &Location,
+        caller: &Caller,
+    ) -> std::io::Result<()> {
         // From the held fd of `staging/`: a path to it could have been
         // redirected since the mount.
         let spare = s.staging.as_ref().expect("caller checked").spare.clone();
         let spare = spare.ok_or_else(|| std::io::Error::other("no staging file to swap in"))?;
+        if let Some(pause) = swap_delay() {
+            std::thread::sleep(pause);
+        }
         let exchanged = match spare.exchange(loc.dirfd, &loc.phys) {
             Ok(()) => true,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
@@ -517,11 +527,102 @@ impl SkillFs {
         let stg = s.staging.take().expect("caller checked");
         let old = std::mem::replace(&mut s.live, stg.file);
         self.swaps.fetch_add(1, Ordering::SeqCst);
-        if exchanged {
+        if exchanged && self.keep_swapped_out(s, loc, &old, &spare, caller) {
             self.recycle(old, spare);
         }
         Ok(())
     }
+
+    /// After an exchange: whether what it took out of the tree (now at
+    /// `spare`) may be recycled. It is the writer's own file (`old`) unless
+    /// another was put at the name behind the daemon after the publish met
+    /// it (a rename in another mount of the directory, in the moment
+    /// between `meet_under_writer` and the exchange); a recycle would
+    /// remove that one unrecorded. A file is recorded first, then the
+    /// content swapped in again, so the newest version is the live one.
+    /// A directory, or a file that cannot be recorded, is moved to the
+    /// store's `orphans/` (swept as any orphan); a symlink's target is
+    /// written to the log.
+    fn keep_swapped_out(
+        &self,
+        s: &OpenState,
+        loc: &Location,
+        old: &File,
+        spare: &Named,
+        caller: &Caller,
+    ) -> bool {
+        let (Ok(mine), Ok(out)) = (sys::fstat(old), spare.lstat()) else {
+            return true;
+        };
+        if (mine.st_dev, mine.st_ino) == (out.st_dev, out.st_ino) {
+            return true;
+        }
+        let Some(path) = self.versioned(loc, Kind::File) else {
+            return true; // hidden or outside: never versioned
+        };
+        let kind = out.st_mode & libc::S_IFMT;
+        let recorded = if kind == libc::S_IFREG {
+            spare
+                .open(libc::O_RDONLY)
+                .map_err(FsError::from)
+                .and_then(|f| self.store_and_record(&f, &path, Op::Scan, false, &Caller::kernel()))
+        } else {
+            Err(FsError::from(std::io::Error::other("not a regular file")))
+        };
+        if recorded.is_ok() {
+            tracing::info!(
+                "{path}: found behind the daemon as a writer's bytes replaced it, recorded"
+            );
+            self.record_live(s, &path, caller);
+            return true;
+        }
+        let why = recorded.err().map(|e| format!("{e:?}")).unwrap_or_default();
+        if kind == libc::S_IFLNK {
+            let target = sys::readlinkat(spare.dir.fd(), spare.name.as_bytes())
+                .map(|t| String::from_utf8_lossy(&t).into_owned())
+                .unwrap_or_default();
+            tracing::error!(
+                "{path}: a symlink to '{target}' put in its place behind the daemon while a \
+                 writer's bytes replaced it is not in history"
+            );
+            return true;
+        }
+        // An area of its own, as the orphans of a removed directory have
+        // (the mount's check takes only directories there), under its name.
+        let area = format!("behind.{}", skillfs_base::time::now_ns());
+        let base = path
+            .as_bytes()
+            .rsplit(|&b| b == b'/')
+            .next()
+            .unwrap_or(b"entry");
+        let orphans = &self.dirs.orphans;
+        let moved = orphans
+            .make_sub(&area)
+            .and_then(|_| orphans.sub(&area))
+            .and_then(|d| spare.rename_out(d.fd(), base, libc::RENAME_NOREPLACE));
+        match moved {
+            Ok(()) => tracing::error!(
+                "{path}: what was put in its place behind the daemon while a writer's bytes \
+                 replaced it is not recorded ({why}); it is kept in the store's orphans/{area}/"
+            ),
+            Err(e) => tracing::error!(
+                "{path}: what was put in its place behind the daemon while a writer's bytes \
+                 replaced it is not recorded ({why}), nor moved to the orphans ({e}); it is \
+                 at {}",
+                spare.path().display()
+            ),
+        }
+        false
+    }
+}
+
+/// Test hook (debug builds only): `SKILLFS_TEST_SWAP_DELAY_MS` holds every
+/// swap of a writer's bytes that long before its exchange, so that a test
+/// can replace the file behind the daemon in that moment
+/// (`tests/behind.rs`).
+fn swap_delay() -> Option<std::time::Duration> {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| skillfs_base::time::test_pause("SKILLFS_TEST_SWAP_DELAY_MS"))
 }
 
 impl SkillFs {
