@@ -359,13 +359,18 @@ fn a_file_replaced_behind_during_the_swap_is_kept() {
     let out = std::process::Command::new(BIN)
         .args(["mount", &scratch.mount_point().display().to_string()])
         .env_remove("HERMES_HOME")
-        .env("SKILLFS_TEST_SWAP_DELAY_MS", "1000")
+        .env("SKILLFS_TEST_SWAP_DELAY_MS", "2000")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
     let m = Mount::adopt(scratch);
-    // Published by a close, then by an fsync (the durable publish).
-    for (name, fsync) in [("cat/closed.md", false), ("cat/synced.md", true)] {
+    // Published by a close, then by an fsync (the durable publish); a file
+    // put there, then a symlink (recorded as one).
+    for (name, fsync, link) in [
+        ("cat/closed.md", false, false),
+        ("cat/synced.md", true, false),
+        ("cat/linked.md", false, true),
+    ] {
         let mut w = fs::File::create(m.path(name)).unwrap();
         w.write_all(b"the writer's\n").unwrap();
         let closing = std::thread::spawn(move || {
@@ -375,12 +380,27 @@ fn a_file_replaced_behind_during_the_swap_is_kept() {
             drop(w)
         });
         std::thread::sleep(Duration::from_millis(300));
-        fs::write(behind.path("cat/.tmp"), b"replaced during the swap\n").unwrap();
+        if link {
+            std::os::unix::fs::symlink("closed.md", behind.path("cat/.tmp")).unwrap();
+        } else {
+            fs::write(behind.path("cat/.tmp"), b"replaced during the swap\n").unwrap();
+        }
         fs::rename(behind.path("cat/.tmp"), behind.path(name)).unwrap();
         closing.join().unwrap();
         assert_eq!(fs::read(m.path(name)).unwrap(), b"the writer's\n");
         assert_eq!(latest(&m, name), b"the writer's\n");
-        kept(&m, name, b"replaced during the swap\n");
+        if link {
+            let linked = records(&m.store()).iter().any(|r| {
+                r.path.to_string() == name
+                    && r.state.as_ref().is_some_and(|s| {
+                        s.kind == Kind::Symlink
+                            && s.target.as_ref().is_some_and(|t| t.0 == b"closed.md")
+                    })
+            });
+            assert!(linked, "{name}: {:?}", m.ops_for(name));
+        } else {
+            kept(&m, name, b"replaced during the swap\n");
+        }
         // Found after the writer's version was recorded: by the swap, not
         // by the look before it.
         let ops = m.ops_for(name);

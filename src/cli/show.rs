@@ -97,9 +97,13 @@ fn diff_replicas(
         None => crate::commands::local_side(&st, st.index.last(), &rel, true),
     };
     crate::commands::print_diff(&old, &new, &rel, &|blob| {
-        if let Ok(bytes) = st.blobs.read(blob) {
-            return Ok(Some(bytes));
+        let here = st.content_of(blob);
+        if here.is_ok() || !theirs.iter().any(|t| t.has(blob)) {
+            // This store's, or nobody's: a missing or damaged blob of this
+            // store is said as a local diff says it.
+            return here.map(Some);
         }
+        // `None`: git has it, too large to hold whole.
         Ok(theirs.iter().find_map(|t| t.read(blob)))
     })
 }

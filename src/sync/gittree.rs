@@ -266,6 +266,12 @@ impl GitBlobs {
         Ok(tree)
     }
 
+    /// Whether git holds the file named `sha` (sha256), as far as this
+    /// run has mapped it.
+    pub(super) fn knows(&self, sha: &str) -> bool {
+        self.read.contains_key(sha) || self.git_id.contains_key(sha)
+    }
+
     /// The contents of a fetched file, by sha256, read from git if this
     /// run has not read it yet.
     pub(super) fn fetched(&self, sha: &str) -> Option<Vec<u8>> {

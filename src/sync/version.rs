@@ -260,6 +260,11 @@ impl TheirVersion {
     pub fn read(&self, blob: &str) -> Option<Vec<u8>> {
         self.blobs.fetched(blob)
     }
+
+    /// Whether this version's git holds the file named `blob`.
+    pub fn has(&self, blob: &str) -> bool {
+        self.blobs.knows(blob)
+    }
 }
 
 /// Notes on stderr that `v`, `done` (printed, compared), was quarantined.

@@ -538,11 +538,13 @@ impl SkillFs {
     /// another was put at the name behind the daemon after the publish met
     /// it (a rename in another mount of the directory, in the moment
     /// between `meet_under_writer` and the exchange); a recycle would
-    /// remove that one unrecorded. A file is recorded first, then the
-    /// content swapped in again, so the newest version is the live one.
-    /// A directory, or a file that cannot be recorded, is moved to the
-    /// store's `orphans/` (swept as any orphan); a symlink's target is
-    /// written to the log.
+    /// remove that one unrecorded. A file or symlink is recorded first,
+    /// then the content swapped in again, so the newest version is the
+    /// live one, and both are made durable before the recycle (the
+    /// publish's own sync came before them). Anything else, a file that
+    /// cannot be recorded, and whatever is found at a name that is not
+    /// versioned (hidden, untracked, outside) is moved to an area of the
+    /// store's `orphans/`, swept as any orphan.
     fn keep_swapped_out(
         &self,
         s: &OpenState,
@@ -557,62 +559,71 @@ impl SkillFs {
         if (mine.st_dev, mine.st_ino) == (out.st_dev, out.st_ino) {
             return true;
         }
-        let Some(path) = self.versioned(loc, Kind::File) else {
-            return true; // hidden or outside: never versioned
+        let kind = match out.st_mode & libc::S_IFMT {
+            libc::S_IFREG => Some(Kind::File),
+            libc::S_IFLNK => Some(Kind::Symlink),
+            _ => None,
         };
-        let kind = out.st_mode & libc::S_IFMT;
-        let recorded = if kind == libc::S_IFREG {
-            spare
-                .open(libc::O_RDONLY)
-                .map_err(FsError::from)
-                .and_then(|f| self.store_and_record(&f, &path, Op::Scan, false, &Caller::kernel()))
-        } else {
-            Err(FsError::from(std::io::Error::other("not a regular file")))
+        let recorded = match kind.and_then(|k| Some((k, self.versioned(loc, k)?))) {
+            Some((k, path)) => self.record_swapped_out(s, (&path, k), spare, &out, caller),
+            None => Err(FsError::from(std::io::Error::other(
+                "not a file or symlink at a versioned name",
+            ))),
         };
-        if recorded.is_ok() {
-            tracing::info!(
-                "{path}: found behind the daemon as a writer's bytes replaced it, recorded"
-            );
-            self.record_live(s, &path, caller);
+        let Err(why) = recorded else {
             return true;
-        }
-        let why = recorded.err().map(|e| format!("{e:?}")).unwrap_or_default();
-        if kind == libc::S_IFLNK {
-            let target = sys::readlinkat(spare.dir.fd(), spare.name.as_bytes())
-                .map(|t| String::from_utf8_lossy(&t).into_owned())
-                .unwrap_or_default();
-            tracing::error!(
-                "{path}: a symlink to '{target}' put in its place behind the daemon while a \
-                 writer's bytes replaced it is not in history"
-            );
-            return true;
-        }
+        };
         // An area of its own, as the orphans of a removed directory have
         // (the mount's check takes only directories there), under its name.
         let area = format!("behind.{}", skillfs_base::time::now_ns());
-        let base = path
-            .as_bytes()
-            .rsplit(|&b| b == b'/')
-            .next()
-            .unwrap_or(b"entry");
+        let base = loc.phys.rsplit(|&b| b == b'/').next().unwrap_or(b"entry");
         let orphans = &self.dirs.orphans;
         let moved = orphans
             .make_sub(&area)
             .and_then(|_| orphans.sub(&area))
             .and_then(|d| spare.rename_out(d.fd(), base, libc::RENAME_NOREPLACE));
+        let logical = &loc.logical;
         match moved {
-            Ok(()) => tracing::error!(
-                "{path}: what was put in its place behind the daemon while a writer's bytes \
-                 replaced it is not recorded ({why}); it is kept in the store's orphans/{area}/"
+            Ok(()) => tracing::warn!(
+                "{logical}: what was put in its place behind the daemon while a writer's bytes \
+                 replaced it is not recorded ({why:?}); it is kept in the store's orphans/{area}/"
             ),
             Err(e) => tracing::error!(
-                "{path}: what was put in its place behind the daemon while a writer's bytes \
-                 replaced it is not recorded ({why}), nor moved to the orphans ({e}); it is \
-                 at {}",
+                "{logical}: what was put in its place behind the daemon while a writer's bytes \
+                 replaced it is not recorded ({why:?}), nor moved to the orphans ({e}); it is \
+                 at {} until the next mount",
                 spare.path().display()
             ),
         }
         false
+    }
+
+    /// Records `spare` (`out`, its `lstat`: a file or symlink found at
+    /// `path` behind the daemon) and then the live content again, durably.
+    fn record_swapped_out(
+        &self,
+        s: &OpenState,
+        (path, kind): (&RelPath, Kind),
+        spare: &Named,
+        out: &libc::stat,
+        caller: &Caller,
+    ) -> FsResult<()> {
+        if kind == Kind::File {
+            let f = spare.open(libc::O_RDONLY)?;
+            self.store_and_record(&f, path, Op::Scan, true, &Caller::kernel())?;
+        } else {
+            let mut state = state_from_stat(out, Kind::Symlink);
+            state.target = Some(ByteString(sys::readlinkat(
+                spare.dir.fd(),
+                spare.name.as_bytes(),
+            )?));
+            let mut ledger = self.versions.ledger();
+            record_unless_same(&mut ledger, path, state, Op::Scan, &Caller::kernel())?;
+        }
+        tracing::info!("{path}: found behind the daemon as a writer's bytes replaced it, recorded");
+        self.record_live(s, path, caller);
+        self.versions.sync_all(&self.blobs)?;
+        Ok(())
     }
 }
 
