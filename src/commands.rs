@@ -218,6 +218,20 @@ pub fn show(store: &Store, id_text: &str, path: &RelPath) -> Result<(), Failure>
     Ok(())
 }
 
+/// `name` with each control byte written `\xNN`: a name or link target
+/// shown, never interpreted by the terminal (a newline would forge a line).
+pub fn escaped(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len());
+    for &b in name {
+        if b < 0x20 || b == 0x7f {
+            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+        } else {
+            out.push(b);
+        }
+    }
+    out
+}
+
 fn is_binary(b: &[u8]) -> bool {
     b.contains(&0) || std::str::from_utf8(b).is_err()
 }
@@ -342,7 +356,7 @@ pub fn print_diff(
                 }
                 Some(s) if s.kind == Kind::Symlink => {
                     let mut t = b"-> ".to_vec();
-                    t.extend(s.target.clone().unwrap_or_default());
+                    t.extend(escaped(s.target.as_deref().unwrap_or_default()));
                     t.push(b'\n');
                     t
                 }
@@ -645,4 +659,15 @@ pub(crate) fn open_parent(root: &Path, path: &RelPath) -> Result<(OwnedFd, RelPa
         }
     }
     Ok((fd, path.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escaped;
+
+    #[test]
+    fn a_shown_name_holds_no_control_byte() {
+        assert_eq!(escaped(b"ok/name.md"), b"ok/name.md");
+        assert_eq!(escaped(b"a\nb\x1b[2J\x7f"), b"a\\x0ab\\x1b[2J\\x7f");
+    }
 }

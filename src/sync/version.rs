@@ -168,7 +168,7 @@ pub fn show_version(layout: &Layout, version: (&str, u64), path: &RelPath) -> Re
                 // Another machine's names: no control byte reaches the
                 // terminal as it is (a newline would forge an entry).
                 r = r
-                    .and_then(|()| out.write_all(&escaped(name)))
+                    .and_then(|()| out.write_all(&crate::commands::escaped(name)))
                     .and_then(|()| writeln!(out, "{slash}"));
             }
             r
@@ -307,19 +307,6 @@ pub fn their_version(layout: &Layout, version: (&str, u64)) -> Result<TheirVersi
     let label = format!("{}:{}", &v.replica[..SHORTEST], v.id);
     say_quarantined(&v, "compared");
     Ok(TheirVersion { label, tree, blobs })
-}
-
-/// `name` with each control byte written `\xNN`.
-fn escaped(name: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(name.len());
-    for &b in name {
-        if b < 0x20 || b == 0x7f {
-            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
-        } else {
-            out.push(b);
-        }
-    }
-    out
 }
 
 /// Puts `path` back in the mounted `root` as replica `version` had it
