@@ -361,6 +361,31 @@ fn signal(m: &Mount, sig: i32) {
     );
 }
 
+/// Stops the daemon of `m`, and waits until every thread of it is
+/// stopped: a stop signal reaches each thread of a process on its own way
+/// back to user space, and a thread of the io_uring transport was seen to
+/// serve a read after `kill` had returned.
+fn stop(m: &Mount) {
+    signal(m, libc::SIGSTOP);
+    let tasks = format!("/proc/{}/task", m.pid);
+    let stopped = || {
+        fs::read_dir(&tasks).unwrap().all(|t| {
+            let stat = fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+            // The state follows the command's closing parenthesis.
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest.as_bytes()[0]);
+            matches!(state, None | Some(b'T' | b't' | b'Z' | b'X'))
+        })
+    };
+    let t = std::time::Instant::now();
+    while !stopped() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the daemon never stopped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Whether a read through `f` at `at` (a part of the file never read
 /// through the mount) is answered while the daemon of `m` is stopped: the
 /// kernel reads it itself (passthrough). Waits `wait` for it.
@@ -378,7 +403,7 @@ fn read_without_daemon(
     };
     assert_eq!(r, 0, "fadvise");
     let (tx, rx) = std::sync::mpsc::channel();
-    signal(m, libc::SIGSTOP);
+    stop(m);
     let reader = std::thread::spawn(move || {
         let mut buf = [0u8; 1];
         let _ = tx.send(f.read_at(&mut buf, at).map(|n| n == 1));
@@ -397,12 +422,17 @@ fn read_without_daemon(
 }
 
 /// Opens `p` (of at least 1 MiB) for reading until the open is a direct
-/// one (passthrough; the release of a handle closed just before is on its
-/// way to the daemon, which meanwhile serves a new open itself). Each probe
-/// reads its own sixteenth of the file.
+/// one (passthrough). The release of a handle closed just before is on
+/// its way to the daemon, which meanwhile serves a new open itself: the
+/// kernel sends a RELEASE in the background, and over io_uring it can
+/// reach the daemon after an OPEN sent later (it waits in the queue of the
+/// CPU it was sent from, whose thread may be waiting for that busy CPU).
+/// So each probe first gives it longer. Each probe reads its own sixteenth
+/// of the file.
 fn direct_reader(m: &Mount, p: &Path) -> fs::File {
     let size = fs::metadata(p).unwrap().len();
     for probe in 1..16u64 {
+        std::thread::sleep(std::time::Duration::from_millis(20 * probe));
         let f = fs::File::open(p).unwrap();
         let wait = std::time::Duration::from_millis(300);
         let (direct, f) = read_without_daemon(m, f, probe * (size / 16), wait);
@@ -440,9 +470,11 @@ fn a_large_file_with_no_writer_is_read_by_the_kernel() {
     });
     // Never read through the mount: no page of them is cached. Each probe
     // a fresh open of another part. A direct open answers every one; of
-    // reads the daemon serves, one that waits is enough to tell (over
-    // io_uring, one probe of a stopped daemon's file was once answered in
-    // CI, unexplained: a single probe would make this test flaky).
+    // reads the daemon serves, one that waits is enough to tell. (Before
+    // `stop` waited for every thread to stop, probes of the small file
+    // were answered now and then over io_uring: a stop signal is taken by
+    // one thread, which then stops the others, and another thread served
+    // a read meanwhile.)
     let probe = |name: &str, kib: u64, wait: Duration| {
         let f = fs::File::open(m.path(name)).unwrap();
         read_without_daemon(&m, f, kib << 10, wait).0
@@ -485,9 +517,12 @@ fn a_writer_waits_for_a_short_reader() {
     // (Large enough to be read directly.)
     fs::write(scratch.root().join("s/SKILL.md"), vec![b'1'; 1 << 20]).unwrap();
     let pass = passthrough_expected();
+    // Declared first, so dropped last: the scratch directory is removed
+    // only once nothing is mounted in it, the route behind included.
+    let m;
     // (Root only, as passthrough is.)
     let behind = pass.then(|| common::BindMount::new(&scratch.root(), &scratch.dir.join("behind")));
-    let m = Mount::over(scratch, Vec::new());
+    m = Mount::over(scratch, Vec::new());
     let p = m.path("s/SKILL.md");
     let under = || {
         behind
