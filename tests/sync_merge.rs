@@ -147,6 +147,24 @@ fn another_replicas_versions_are_listed_before_any_merge() {
     );
     let ids: Vec<u64> = versions.iter().map(|v| v["id"].as_u64().unwrap()).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    // A diff with one of them hashes its files once, as a merge would,
+    // and remembers them (no sync runs meanwhile).
+    let blobmap = b.store().join("sync").join("blobmap");
+    let mapped = || fs::read_to_string(&blobmap).map_or(0, |t| t.lines().count());
+    let before = mapped();
+    let name = format!("{}:{}", &id[..8], ids.last().unwrap());
+    let out = skillfs(&["diff", &name, "--root", &root_arg(&b)]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\n-two"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        mapped() > before,
+        "sync/blobmap: {before} lines before, {} after",
+        mapped()
+    );
     let repo = b.store().join("sync").join("repo.git");
     let newest = versions.last().unwrap()["commit"].as_str().unwrap();
     assert_eq!(
@@ -166,6 +184,86 @@ fn another_replicas_versions_are_listed_before_any_merge() {
     b.remount();
     sync(&b);
     assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
+}
+
+/// `sync/origins.jsonl` holds no more than history does: the first merge
+/// after a `forget` writes it anew without the ids forgotten, and the
+/// changes still in history keep their authors.
+#[test]
+fn forgotten_changes_leave_the_origins() {
+    let a = Mount::new("originsforgetA");
+    let b = Mount::new("originsforgetB");
+    hub(&a, &b);
+    let origins = b.store().join("sync").join("origins.jsonl");
+    let named = || -> Vec<u64> {
+        fs::read_to_string(&origins)
+            .unwrap()
+            .lines()
+            .flat_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let seqs: Vec<u64> = v["seqs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_u64().unwrap())
+                    .collect();
+                seqs
+            })
+            .collect()
+    };
+    let root = root_arg(&b);
+    let in_log = || -> Vec<u64> {
+        let out = skillfs(&["log", "--json", "--root", &root]);
+        assert!(out.status.success(), "{}", describe(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    for body in ["one\n", "two\n"] {
+        fs::create_dir_all(a.path("cat/s")).unwrap();
+        fs::write(a.path("cat/s/SKILL.md"), skill("s", body)).unwrap();
+        sync(&a);
+        sync(&b);
+    }
+    let before = named();
+    assert!(before.len() >= 2, "{before:?}");
+    let out = skillfs(&["forget", "--keep-last", "1", "--root", &root]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let kept = in_log();
+    assert!(
+        before.iter().any(|s| !kept.contains(s)),
+        "nothing forgotten: {kept:?}"
+    );
+    // A forget alone leaves the file as it was; the next merge prunes it.
+    assert_eq!(named(), before);
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "three\n")).unwrap();
+    sync(&a);
+    sync(&b);
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "three\n"));
+    let after = named();
+    let kept = in_log();
+    assert!(
+        after.iter().all(|s| kept.contains(s)),
+        "{after:?} beyond {kept:?}"
+    );
+    assert!(
+        after.iter().any(|s| !before.contains(s)),
+        "the new merge's ids: {after:?}"
+    );
+    // The newest merge's change still says whose it was.
+    let out = skillfs(&["log", "--no-pager", "cat/s/SKILL.md", "--root", &root]);
+    let log = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        log.lines()
+            .last()
+            .is_some_and(|l| l.contains(", author \"")),
+        "{log}"
+    );
 }
 
 /// Another replica's version, as `log --replica` names it, is shown and

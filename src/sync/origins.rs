@@ -10,7 +10,9 @@
 //!
 //! Invariants: a line is appended after the unit's records are durable
 //! in the journal (the caller synced ROOT), under `sync/lock`; an append
-//! starts on a line of its own (a torn last line is ended first). A line
+//! starts on a line of its own (a torn last line is ended first), and
+//! the first append after a `forget` writes the file anew without the ids
+//! it forgot (the file holds no more than history does). A line
 //! lost to a crash between the two loses the author only: the actor
 //! still names the replica. A line is believed only for a record whose
 //! actor is that replica's applier (`log`): ids a journal cut back by a
@@ -117,13 +119,75 @@ pub(super) fn note<'a>(
     }
     // The changes are made and recorded: a failure here loses only the
     // author beside them, said in the daemon's way.
-    if let Err(e) = append_lines(dir, ORIGINS, text) {
+    if let Err(e) = write(dir, records, text) {
         tracing::warn!("sync: could not note where a merge's changes came from: {e}");
         eprintln!(
             "skillfs: could not write '{}': {e} (log shows these changes without their authors)",
             dir.join(ORIGINS).display()
         );
     }
+}
+
+/// Appends `text` to `sync/origins.jsonl`; first, when `records` (the
+/// whole journal) holds a `forget` of ids the file still names, writes it
+/// anew without them (and without a line left with none, or one a power
+/// cut tore), so that it holds no more than history does.
+fn write(dir: &Dir, records: &[Record], text: String) -> std::io::Result<()> {
+    let gone: Vec<[u64; 2]> = records
+        .iter()
+        .flat_map(|r| r.forgot.iter().copied())
+        .collect();
+    if !gone.is_empty() {
+        let old = std::fs::read_to_string(dir.join(ORIGINS)).unwrap_or_default();
+        if let Some(kept) = without(&old, &gone) {
+            let io = crate::store::durable::StoreIo::real();
+            return dir.replace(ORIGINS, (kept + &text).as_bytes(), &io);
+        }
+    }
+    append_lines(dir, ORIGINS, text)
+}
+
+/// The lines of `text` without the ids in `gone` (inclusive ranges), nor
+/// a line left with none or that does not parse; `None` when that is all
+/// of them, unchanged.
+fn without(text: &str, gone: &[[u64; 2]]) -> Option<String> {
+    let mut gone = gone.to_vec();
+    gone.sort_unstable();
+    let forgotten = |seq: u64| {
+        // The last range starting at or before `seq`, and any before it
+        // that reaches that far (ranges of several forgets may overlap).
+        let end = gone.partition_point(|r| r[0] <= seq);
+        gone[..end].iter().rev().any(|r| r[1] >= seq)
+    };
+    let mut out = String::new();
+    let mut changed = false;
+    for line in text.lines() {
+        let Ok(mut v) = serde_json::from_str::<serde_json::Value>(line) else {
+            changed = true;
+            continue;
+        };
+        let Some(seqs) = v["seqs"].as_array() else {
+            changed = true;
+            continue;
+        };
+        let left: Vec<serde_json::Value> = seqs
+            .iter()
+            .filter(|s| !s.as_u64().is_some_and(forgotten))
+            .cloned()
+            .collect();
+        if left.len() == seqs.len() {
+            out.push_str(line);
+        } else {
+            changed = true;
+            if left.is_empty() {
+                continue;
+            }
+            v["seqs"] = serde_json::Value::Array(left);
+            out.push_str(&v.to_string());
+        }
+        out.push('\n');
+    }
+    changed.then_some(out)
 }
 
 /// Where a record came from, as `sync/origins.jsonl` says.
@@ -278,6 +342,34 @@ fn parse_log(out: &[u8]) -> Vec<Commit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A forget's ids leave the lines that name them, and a line left
+    /// with none goes; a line no forget touches stays as it was written.
+    #[test]
+    fn forgotten_ids_leave_the_origins() {
+        let text = [
+            r#"{"seqs":[3,4],"replica":"r","commit":"c1","author":"a"}"#,
+            r#"{"seqs":[7,9,12],"replica":"r","commit":"c2","author":"b"}"#,
+            r#"{"seqs":[20],"replica":"q","commit":"c3","author":"c"}"#,
+            r#"{"seqs":[21"#,
+            "",
+        ]
+        .join("\n");
+        // Overlapping ranges of two forgets: 2-8 and 4-5.
+        let got = without(&text, &[[2, 8], [4, 5], [12, 12]]).unwrap();
+        let lines: Vec<serde_json::Value> = got
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{got}");
+        assert_eq!(lines[0]["seqs"], serde_json::json!([9]));
+        assert_eq!(lines[0]["author"], "b");
+        assert!(got.lines().nth(1) == text.lines().nth(2), "{got}");
+        // Nothing of it forgotten: left as it is.
+        let whole = text.lines().take(3).collect::<Vec<_>>().join("\n") + "\n";
+        assert_eq!(without(&whole, &[[30, 40], [1, 2]]), None);
+        assert_eq!(without(&whole, &[[20, 20]]).unwrap().lines().count(), 2);
+    }
 
     /// Names made to look like authors or other paths stay paths of the
     /// commit that changed them (found by review).

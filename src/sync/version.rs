@@ -296,14 +296,25 @@ fn read_tree(
     })
 }
 
-/// Replica `version`'s tree, to compare (`skillfs diff`). Reads only:
-/// git's ids it hashes are not noted in `sync/blobmap`. A quarantined
-/// version is read as that replica sent it, and said so.
+/// Replica `version`'s tree, to compare (`skillfs diff`). Changes
+/// nothing but `sync/blobmap`, where git's ids it hashed are noted for the
+/// next reader when no sync holds the lock (a diff never waits for one).
+/// A quarantined version is read as that replica sent it, and said so.
 pub fn their_version(layout: &Layout, version: (&str, u64)) -> Result<TheirVersion, Failure> {
     let (repo, v) = find(layout, version)?;
     let dir = repo.parent().unwrap_or(&repo).to_path_buf();
     let mut blobs = GitBlobs::open(&dir, &repo);
     let tree = read_tree(&mut blobs, &v, &mut Vec::new())?;
+    // (Opened, never made: a store with fetched versions has synced.)
+    if let Ok(lock) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("lock"))
+        && crate::sys::try_lock_exclusive(&lock).unwrap_or(false)
+        && let Err(why) = blobs.save()
+    {
+        tracing::warn!("diff: could not save sync/blobmap: {why}");
+    }
     let label = format!("{}:{}", &v.replica[..SHORTEST], v.id);
     say_quarantined(&v, "compared");
     Ok(TheirVersion { label, tree, blobs })
