@@ -255,6 +255,14 @@ fn forgotten_changes_leave_the_origins() {
         after.iter().any(|s| !before.contains(s)),
         "the new merge's ids: {after:?}"
     );
+    // What history still has keeps its origin.
+    assert!(
+        before
+            .iter()
+            .filter(|s| kept.contains(s))
+            .all(|s| after.contains(s)),
+        "{before:?} kept {kept:?}: {after:?}"
+    );
     // The newest merge's change still says whose it was.
     let out = skillfs(&["log", "--no-pager", "cat/s/SKILL.md", "--root", &root]);
     let log = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -162,6 +162,11 @@ impl GitBlobs {
     }
 
     /// Appends what was learnt to `sync/blobmap`.
+    /// Whether this run hashed something `sync/blobmap` does not say.
+    pub fn unsaved(&self) -> bool {
+        !self.new.is_empty()
+    }
+
     pub fn save(&mut self) -> Result<(), String> {
         if self.new.is_empty() {
             return Ok(());

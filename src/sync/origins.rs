@@ -12,7 +12,7 @@
 //! in the journal (the caller synced ROOT), under `sync/lock`; an append
 //! starts on a line of its own (a torn last line is ended first), and
 //! the first append after a `forget` writes the file anew without the ids
-//! it forgot (the file holds no more than history does). A line
+//! it forgot (so the file grows with what history keeps). A line
 //! lost to a crash between the two loses the author only: the actor
 //! still names the replica. A line is believed only for a record whose
 //! actor is that replica's applier (`log`): ids a journal cut back by a
@@ -131,33 +131,63 @@ pub(super) fn note<'a>(
 /// Appends `text` to `sync/origins.jsonl`; first, when `records` (the
 /// whole journal) holds a `forget` of ids the file still names, writes it
 /// anew without them (and without a line left with none, or one a power
-/// cut tore), so that it holds no more than history does.
+/// cut tore). A file that cannot be written anew (a disk too full for a
+/// copy) is appended to as before.
+///
+/// Its cost after any forget: the file is read and parsed at each note,
+/// no more than the journal the caller has just read (one line per unit
+/// written, against at least one record each).
 fn write(dir: &Dir, records: &[Record], text: String) -> std::io::Result<()> {
+    // Only ids made before each forget, as the history counts them (see
+    // `Catalog`): a damaged or crafted range drops nothing else.
     let gone: Vec<[u64; 2]> = records
         .iter()
-        .flat_map(|r| r.forgot.iter().copied())
+        .filter(|r| r.op == crate::store::journal::Op::Forget)
+        .flat_map(|r| {
+            r.forgot
+                .iter()
+                .map(|&[a, b]| [a.max(1), b.min(r.seq.saturating_sub(1))])
+        })
+        .filter(|&[a, b]| a <= b)
         .collect();
     if !gone.is_empty() {
         let old = std::fs::read_to_string(dir.join(ORIGINS)).unwrap_or_default();
         if let Some(kept) = without(&old, &gone) {
             let io = crate::store::durable::StoreIo::real();
-            return dir.replace(ORIGINS, (kept + &text).as_bytes(), &io);
+            match dir.replace(ORIGINS, (kept + &text).as_bytes(), &io) {
+                Ok(()) => return Ok(()),
+                // Renamed over, then the directory's sync failed: the
+                // lines are there, and the warning says what failed.
+                Err(e)
+                    if std::fs::read_to_string(dir.join(ORIGINS))
+                        .is_ok_and(|t| t.ends_with(&text)) =>
+                {
+                    return Err(e);
+                }
+                Err(e) => tracing::warn!("sync: could not write origins.jsonl anew: {e}"),
+            }
         }
     }
     append_lines(dir, ORIGINS, text)
 }
 
-/// The lines of `text` without the ids in `gone` (inclusive ranges), nor
-/// a line left with none or that does not parse; `None` when that is all
-/// of them, unchanged.
+/// The lines of `text` without the ids in `gone` (inclusive ranges, in
+/// any order), nor a line left with none or that does not parse; `None`
+/// when that is all of them, unchanged.
 fn without(text: &str, gone: &[[u64; 2]]) -> Option<String> {
-    let mut gone = gone.to_vec();
-    gone.sort_unstable();
+    // Merged into disjoint ranges in order, then searched.
+    let mut sorted = gone.to_vec();
+    sorted.sort_unstable();
+    let mut merged: Vec<[u64; 2]> = Vec::new();
+    for [a, b] in sorted.into_iter().filter(|&[a, b]| a <= b) {
+        match merged.last_mut() {
+            Some(last) if a <= last[1].saturating_add(1) => last[1] = last[1].max(b),
+            _ => merged.push([a, b]),
+        }
+    }
     let forgotten = |seq: u64| {
-        // The last range starting at or before `seq`, and any before it
-        // that reaches that far (ranges of several forgets may overlap).
-        let end = gone.partition_point(|r| r[0] <= seq);
-        gone[..end].iter().rev().any(|r| r[1] >= seq)
+        let end = merged.partition_point(|r| r[0] <= seq);
+        end > 0 && merged[end - 1][1] >= seq
     };
     let mut out = String::new();
     let mut changed = false;

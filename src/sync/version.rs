@@ -20,7 +20,8 @@
 //! and a link that would lead out of the tree is left out, as in a merge.
 //!
 //! Locks: `restore` holds `sync/lock` (no sync merges meanwhile); `show`
-//! none (git reads without them).
+//! none (git reads without them); `diff` takes it without waiting, only
+//! to append what it hashed to `sync/blobmap`, and goes without if busy.
 
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -305,11 +306,12 @@ pub fn their_version(layout: &Layout, version: (&str, u64)) -> Result<TheirVersi
     let dir = repo.parent().unwrap_or(&repo).to_path_buf();
     let mut blobs = GitBlobs::open(&dir, &repo);
     let tree = read_tree(&mut blobs, &v, &mut Vec::new())?;
-    // (Opened, never made: a store with fetched versions has synced.)
-    if let Ok(lock) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("lock"))
+    // Held only for the append, and only when there is one: a sync
+    // started meanwhile is refused as busy for that moment. (Opened, never
+    // made, and never through a symlink, as a sync opens it.)
+    if blobs.unsaved()
+        && let Ok(sync) = crate::store::Dir::open_path(&dir)
+        && let Ok(lock) = sync.open("lock", libc::O_RDWR, 0)
         && crate::sys::try_lock_exclusive(&lock).unwrap_or(false)
         && let Err(why) = blobs.save()
     {
