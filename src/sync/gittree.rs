@@ -161,12 +161,12 @@ impl GitBlobs {
         Ok(())
     }
 
-    /// Appends what was learnt to `sync/blobmap`.
     /// Whether this run hashed something `sync/blobmap` does not say.
     pub fn unsaved(&self) -> bool {
         !self.new.is_empty()
     }
 
+    /// Appends what was learnt to `sync/blobmap`.
     pub fn save(&mut self) -> Result<(), String> {
         if self.new.is_empty() {
             return Ok(());

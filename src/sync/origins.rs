@@ -129,41 +129,23 @@ pub(super) fn note<'a>(
 }
 
 /// Appends `text` to `sync/origins.jsonl`; first, when `records` (the
-/// whole journal) holds a `forget` of ids the file still names, writes it
-/// anew without them (and without a line left with none, or one a power
-/// cut tore). A file that cannot be written anew (a disk too full for a
-/// copy) is appended to as before.
+/// whole journal) holds a `forget` of ids the file still names (those
+/// `log` hides), writes it anew without them (and without a line left
+/// with none, or one a power cut tore). A file that cannot be written
+/// anew (a disk too full for a copy) is appended to as before: a line
+/// written twice says the same twice.
 ///
 /// Its cost after any forget: the file is read and parsed at each note,
 /// no more than the journal the caller has just read (one line per unit
 /// written, against at least one record each).
 fn write(dir: &Dir, records: &[Record], text: String) -> std::io::Result<()> {
-    // Only ids made before each forget, as the history counts them (see
-    // `Catalog`): a damaged or crafted range drops nothing else.
-    let gone: Vec<[u64; 2]> = records
-        .iter()
-        .filter(|r| r.op == crate::store::journal::Op::Forget)
-        .flat_map(|r| {
-            r.forgot
-                .iter()
-                .map(|&[a, b]| [a.max(1), b.min(r.seq.saturating_sub(1))])
-        })
-        .filter(|&[a, b]| a <= b)
-        .collect();
-    if !gone.is_empty() {
+    let gone = crate::retention::forgotten(records);
+    if gone.forgotten_count() > 0 {
         let old = std::fs::read_to_string(dir.join(ORIGINS)).unwrap_or_default();
-        if let Some(kept) = without(&old, &gone) {
+        if let Some(kept) = without(&old, |seq| gone.is_forgotten(seq)) {
             let io = crate::store::durable::StoreIo::real();
             match dir.replace(ORIGINS, (kept + &text).as_bytes(), &io) {
                 Ok(()) => return Ok(()),
-                // Renamed over, then the directory's sync failed: the
-                // lines are there, and the warning says what failed.
-                Err(e)
-                    if std::fs::read_to_string(dir.join(ORIGINS))
-                        .is_ok_and(|t| t.ends_with(&text)) =>
-                {
-                    return Err(e);
-                }
                 Err(e) => tracing::warn!("sync: could not write origins.jsonl anew: {e}"),
             }
         }
@@ -171,24 +153,10 @@ fn write(dir: &Dir, records: &[Record], text: String) -> std::io::Result<()> {
     append_lines(dir, ORIGINS, text)
 }
 
-/// The lines of `text` without the ids in `gone` (inclusive ranges, in
-/// any order), nor a line left with none or that does not parse; `None`
-/// when that is all of them, unchanged.
-fn without(text: &str, gone: &[[u64; 2]]) -> Option<String> {
-    // Merged into disjoint ranges in order, then searched.
-    let mut sorted = gone.to_vec();
-    sorted.sort_unstable();
-    let mut merged: Vec<[u64; 2]> = Vec::new();
-    for [a, b] in sorted.into_iter().filter(|&[a, b]| a <= b) {
-        match merged.last_mut() {
-            Some(last) if a <= last[1].saturating_add(1) => last[1] = last[1].max(b),
-            _ => merged.push([a, b]),
-        }
-    }
-    let forgotten = |seq: u64| {
-        let end = merged.partition_point(|r| r[0] <= seq);
-        end > 0 && merged[end - 1][1] >= seq
-    };
+/// The lines of `text` without the ids `forgotten` says, nor a line left
+/// with none or that does not parse; `None` when that is all of them,
+/// unchanged.
+fn without(text: &str, forgotten: impl Fn(u64) -> bool) -> Option<String> {
     let mut out = String::new();
     let mut changed = false;
     for line in text.lines() {
@@ -202,7 +170,7 @@ fn without(text: &str, gone: &[[u64; 2]]) -> Option<String> {
         };
         let left: Vec<serde_json::Value> = seqs
             .iter()
-            .filter(|s| !s.as_u64().is_some_and(forgotten))
+            .filter(|s| !s.as_u64().is_some_and(&forgotten))
             .cloned()
             .collect();
         if left.len() == seqs.len() {
@@ -385,8 +353,13 @@ mod tests {
             "",
         ]
         .join("\n");
+        let gone = |ranges: &[[u64; 2]]| {
+            let mut h = crate::history::HistoryIndex::new();
+            h.forget(ranges);
+            move |seq| h.is_forgotten(seq)
+        };
         // Overlapping ranges of two forgets: 2-8 and 4-5.
-        let got = without(&text, &[[2, 8], [4, 5], [12, 12]]).unwrap();
+        let got = without(&text, gone(&[[2, 8], [4, 5], [12, 12]])).unwrap();
         let lines: Vec<serde_json::Value> = got
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -397,8 +370,11 @@ mod tests {
         assert!(got.lines().nth(1) == text.lines().nth(2), "{got}");
         // Nothing of it forgotten: left as it is.
         let whole = text.lines().take(3).collect::<Vec<_>>().join("\n") + "\n";
-        assert_eq!(without(&whole, &[[30, 40], [1, 2]]), None);
-        assert_eq!(without(&whole, &[[20, 20]]).unwrap().lines().count(), 2);
+        assert_eq!(without(&whole, gone(&[[30, 40], [1, 2]])), None);
+        assert_eq!(
+            without(&whole, gone(&[[20, 20]])).unwrap().lines().count(),
+            2
+        );
     }
 
     /// Names made to look like authors or other paths stay paths of the

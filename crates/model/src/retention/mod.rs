@@ -137,15 +137,22 @@ impl Policy {
     }
 }
 
+/// The ids the `forget` records of `records` took, as `log` hides them
+/// ([`unforgotten`]): asked with `is_forgotten`.
+pub fn forgotten(records: &[skillfs_store::journal::Record]) -> HistoryIndex {
+    let mut h = HistoryIndex::new();
+    for r in records.iter().filter(|r| !r.forgot.is_empty()) {
+        h.forget(&r.forgot);
+    }
+    h
+}
+
 /// The records a reader of the journal shows: those of forgotten ids left
 /// out (the `forget` records say which).
 pub fn unforgotten(
     records: &[skillfs_store::journal::Record],
 ) -> Vec<skillfs_store::journal::Record> {
-    let mut h = HistoryIndex::new();
-    for r in records.iter().filter(|r| !r.forgot.is_empty()) {
-        h.forget(&r.forgot);
-    }
+    let h = forgotten(records);
     if h.forgotten_count() == 0 {
         return records.to_vec();
     }
