@@ -186,6 +186,114 @@ fn another_replicas_versions_are_listed_before_any_merge() {
     assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
 }
 
+/// Another replica's versions are in `.history` by the names `log
+/// --replica` gives them, before anything is merged: read-only, shown by
+/// no listing, with what a merge would take of them (no link out of the
+/// tree), restored by a plain `cp -a`, and seen from a directory's own
+/// `.history` too.
+#[test]
+fn another_replicas_versions_are_in_history_for_a_plain_cp() {
+    use std::os::unix::fs::PermissionsExt;
+    let Pair { a, mut b } = pair("theirshistory");
+    fs::create_dir_all(a.path("cat/s/references")).unwrap();
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "one\n")).unwrap();
+    fs::write(a.path("cat/s/references/r.md"), "r\n").unwrap();
+    fs::write(a.path("cat/s/run.sh"), "#!/bin/sh\n").unwrap();
+    fs::set_permissions(a.path("cat/s/run.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("SKILL.md", a.path("cat/s/link")).unwrap();
+    std::os::unix::fs::symlink("../../../etc", a.path("cat/s/out")).unwrap();
+    sync(&a);
+    fs::write(a.path("cat/s/SKILL.md"), skill("s", "two\n")).unwrap();
+    sync(&a);
+    b.umount();
+    sync(&b);
+    b.remount();
+    common::assert_enoent(b.path("cat"));
+    let id = replica_of(&a);
+    let json = fetched_log(&b, &id, &["--json"]);
+    let names: Vec<String> = json
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            format!("{}:{}", &id[..8], v["id"].as_u64().unwrap())
+        })
+        .collect();
+    assert!(names.len() >= 2, "{json}");
+    // The last change before "two" (everything made), and "two".
+    let (first, last) = (&names[names.len() - 2], names.last().unwrap());
+    let h = b.path(".history");
+    let at = |name: &str, p: &str| h.join(name).join(p);
+    assert_eq!(
+        fs::read_to_string(at(first, "cat/s/SKILL.md")).unwrap(),
+        skill("s", "one\n")
+    );
+    assert_eq!(
+        fs::read_to_string(at(last, "cat/s/SKILL.md")).unwrap(),
+        skill("s", "two\n")
+    );
+    let list = |p: PathBuf| {
+        let mut v: Vec<String> = fs::read_dir(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(list(h.join(last)), ["cat"]);
+    assert_eq!(
+        list(at(last, "cat/s")),
+        ["SKILL.md", "link", "references", "run.sh"],
+        "no link out of the tree"
+    );
+    common::assert_enoent(at(last, "cat/s/out"));
+    let mode = |p: PathBuf| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(at(last, "cat/s/run.sh")), 0o755);
+    assert_eq!(mode(at(last, "cat/s/SKILL.md")), 0o644);
+    assert_eq!(
+        fs::read_link(at(last, "cat/s/link")).unwrap(),
+        PathBuf::from("SKILL.md")
+    );
+    // Listed nowhere; read-only; unknown versions and replicas are absent.
+    assert!(list(h.clone()).iter().all(|n| !n.contains(':')));
+    let e = fs::write(at(last, "cat/s/SKILL.md"), "x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = fs::create_dir(at(last, "cat/new")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    common::assert_enoent(h.join(format!("{}:999999", &id[..8])));
+    common::assert_enoent(h.join("00000000:1"));
+    common::assert_enoent(at(last, "cat/nothing"));
+    // A plain `cp -a` restores the first version whole.
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(at(first, "cat"))
+        .arg(b.root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "one\n"));
+    assert_eq!(read(&b, "cat/s/references/r.md"), "r\n");
+    assert_eq!(mode(b.path("cat/s/run.sh")), 0o755);
+    assert_eq!(
+        fs::read_link(b.path("cat/s/link")).unwrap(),
+        PathBuf::from("SKILL.md")
+    );
+    // From the skill's own `.history`: that directory in the version.
+    assert_eq!(
+        fs::read_to_string(b.path("cat/s/.history").join(last).join("SKILL.md")).unwrap(),
+        skill("s", "two\n")
+    );
+    common::assert_enoent(b.path("cat/s/.history").join(last).join("cat"));
+    // What `cp` wrote is versions of this tree, as any write.
+    assert!(
+        b.log()
+            .iter()
+            .any(|r| r["path"].as_str() == Some("cat/s/SKILL.md")),
+        "{:?}",
+        b.log()
+    );
+    verify_full(&b);
+}
+
 /// `sync/origins.jsonl` holds no more than history does: the first merge
 /// after a `forget` writes it anew without the ids forgotten, and the
 /// changes still in history keep their authors.
@@ -895,6 +1003,26 @@ fn only_commits_signed_by_a_listed_key_are_merged_from_a_signed_remote() {
     assert!(
         listed.contains("k/evil/SKILL.md") && listed.contains("(quarantined: never merged)"),
         "{listed}"
+    );
+    // Nor does `.history` show one, so no plain `cp` takes it in; a's
+    // version, signed, is there.
+    let quarantined = listed
+        .lines()
+        .find(|l| l.contains("k/evil/SKILL.md"))
+        .unwrap();
+    let name = quarantined.split_whitespace().next().unwrap();
+    common::assert_enoent(b.path(".history").join(name));
+    let from_a = fetched_log(&b, &replica_of(&a), &[]);
+    let signed = from_a
+        .lines()
+        .last()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap();
+    assert_eq!(
+        fs::read_to_string(b.path(".history").join(signed).join("k/good/SKILL.md")).unwrap(),
+        skill("good", "from a\n")
     );
     // c signs with its own key, not in the file: still quarantined.
     let out = skillfs(&["remote", "remove", "hub", "--root", &root_arg(&c)]);

@@ -516,6 +516,8 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
     })?;
     let fs = SkillFs::new(root_fd, home, fds, rules, blobs, ledger, durability)
         .map_err(|e| Failure::new(Exit::BadRoot, format!("could not stat ROOT: {e:?}")))?;
+    // `.history/REPLICA:ID`: other replicas' versions, read from git.
+    fs.set_replicas(Box::new(crate::sync::Versions::new(layout.clone())));
     Ok(Prepared {
         mount_point,
         root,

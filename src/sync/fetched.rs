@@ -27,7 +27,7 @@ use crate::relpath::RelPath;
 use crate::store::Layout;
 
 /// One version of another replica.
-#[derive(Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Fetched {
     pub replica: String,
     /// Its change id on that replica (`skillfs-id`).

@@ -32,6 +32,32 @@ pub fn git(repo: Option<&Path>) -> Command {
             Ok(())
         });
     }
+    let for_the_mount = FOR_THE_MOUNT.with(std::cell::Cell::get);
+    if for_the_mount {
+        // None of the user's or the system's configuration (an `include`
+        // of a file in the mount would have the daemon wait on itself;
+        // reading the repository needs none), and a git that runs long
+        // is ended: it holds a request of the mount.
+        c.env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null");
+        // SAFETY: sched_setscheduler(2) and setrlimit(2) are
+        // async-signal-safe system calls on the child itself, run in the
+        // forked child before exec.
+        unsafe {
+            c.pre_exec(|| {
+                // A request thread of io_uring may be at SCHED_IDLE: git
+                // is not to inherit it (it would starve under load).
+                let p = libc::sched_param { sched_priority: 0 };
+                libc::sched_setscheduler(0, libc::SCHED_OTHER, &p);
+                let cpu = libc::rlimit {
+                    rlim_cur: MOUNT_GIT_CPU_SECONDS,
+                    rlim_max: MOUNT_GIT_CPU_SECONDS,
+                };
+                libc::setrlimit(libc::RLIMIT_CPU, &cpu);
+                Ok(())
+            });
+        }
+    }
     c.env("GIT_TERMINAL_PROMPT", "0")
         .args(["-c", "protocol.ext.allow=never"])
         // No gc or maintenance started by git itself: it would run as a
@@ -54,9 +80,10 @@ pub fn git(repo: Option<&Path>) -> Command {
     // Asked of git once a process (a sync runs git a few dozen times; the
     // daemon sees a change of the user's git config at its next start).
     static SSH_COMMAND_SET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let own_ssh = ["GIT_SSH_COMMAND", "GIT_SSH"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
+    let own_ssh = for_the_mount
+        || ["GIT_SSH_COMMAND", "GIT_SSH"]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some())
         || *SSH_COMMAND_SET.get_or_init(|| {
             crate::export::git::git(None)
                 .args(["config", "--get", "core.sshCommand"])
@@ -75,6 +102,32 @@ pub fn git(repo: Option<&Path>) -> Command {
         );
     }
     c
+}
+
+thread_local! {
+    /// Set while this thread reads the repository for the daemon's
+    /// `.history` (`for_the_mount`).
+    static FOR_THE_MOUNT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The CPU time a git run for the mount may take.
+const MOUNT_GIT_CPU_SECONDS: libc::rlim_t = 30;
+
+/// Runs `f` with every `git` this thread starts meanwhile made a reader
+/// for the mount (see `git`): a request thread of the daemon serving
+/// `.history/REPLICA:ID`. Other threads (the daemon's scheduled sync,
+/// which needs the user's configuration: keys, URL rewrites) are not
+/// touched.
+pub(super) fn for_the_mount<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FOR_THE_MOUNT.with(|c| c.set(false));
+        }
+    }
+    FOR_THE_MOUNT.with(|c| c.set(true));
+    let _reset = Reset;
+    f()
 }
 
 pub(super) fn said(out: &std::process::Output) -> String {

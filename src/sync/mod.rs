@@ -61,6 +61,7 @@ mod replica;
 mod run;
 pub mod trust;
 mod version;
+mod view;
 
 pub use apply::actor_of;
 pub use child::{output as run_bounded, stop};
@@ -76,6 +77,7 @@ pub use version::{
     TheirVersion, keeps_replica, parse_version, parse_version_path, restore_version, show_version,
     their_version,
 };
+pub use view::Versions;
 #[doc(hidden)]
 pub use {
     replica::parse as parse_replica,

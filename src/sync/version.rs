@@ -77,15 +77,8 @@ fn find(
 ) -> Result<(std::path::PathBuf, Fetched), Failure> {
     let (repo, replica) = pick(layout, prefix)?;
     let all = fetched(layout, &replica, None)?;
-    // One id on several histories (a rewritten branch may reuse ids):
-    // the branch's own, then one rewound away, then a quarantined one.
-    let found = all
-        .iter()
-        .position(|v| v.id == id && !v.quarantined && !v.rewound)
-        .or_else(|| all.iter().position(|v| v.id == id && !v.quarantined))
-        .or_else(|| all.iter().position(|v| v.id == id));
-    match found {
-        Some(i) => Ok((repo, all.into_iter().nth(i).expect("found"))),
+    match choose(&all, id) {
+        Some(v) => Ok((repo, v.clone())),
         None => Err(Failure::new(
             Exit::NotFound,
             format!(
@@ -94,6 +87,16 @@ fn find(
             ),
         )),
     }
+}
+
+/// The version `id` among a replica's (`fetched`). One id on several
+/// histories (a rewritten branch may reuse ids): the branch's own, then
+/// one rewound away, then a quarantined one.
+pub(super) fn choose(all: &[Fetched], id: u64) -> Option<&Fetched> {
+    all.iter()
+        .find(|v| v.id == id && !v.quarantined && !v.rewound)
+        .or_else(|| all.iter().find(|v| v.id == id && !v.quarantined))
+        .or_else(|| all.iter().find(|v| v.id == id))
 }
 
 fn no_path(v: &Fetched, path: &RelPath) -> Failure {

@@ -11,7 +11,10 @@
 //! Invariants:
 //! - virtual inode numbers encode their node (no table, nothing to forget):
 //!   bit 63 set; bit 62 for a listing; bits 32..62 the path index; bits 0..32
-//!   the id. Real inode numbers never reach bit 62;
+//!   the id. Real inode numbers never reach bit 62. A node of another
+//!   replica's version (`theirs`) has bit 62 set and non-zero low bits (a
+//!   listing's are zero): bits 32..62 its path's number there, bits 0..32
+//!   its version's plus one;
 //! - snapshot nodes never change, so the kernel may cache them for as long
 //!   as it likes; listings grow, so they are cached for a second, and an
 //!   alias is resolved again at every lookup;
@@ -36,6 +39,8 @@ use skillfs_model::ledger::Ledger;
 use skillfs_store::blobs::{BlobStore, Opened};
 use skillfs_store::journal::{EntryState, Kind};
 
+use super::theirs::{Node, Theirs};
+
 pub const HISTORY: &[u8] = b".history";
 const VIRT: u64 = 1 << 63;
 const LISTING: u64 = 1 << 62;
@@ -46,6 +51,9 @@ const IDX_MASK: u64 = (1 << 30) - 1;
 pub enum VNode {
     Listing(PathIdx),
     Snap(PathIdx, u64),
+    /// Another replica's version (`theirs`): a path's number and a
+    /// version's, as `Theirs` interned them.
+    Theirs(u32, u32),
 }
 
 pub fn decode(ino: Ino) -> Option<VNode> {
@@ -54,7 +62,10 @@ pub fn decode(ino: Ino) -> Option<VNode> {
     }
     let idx = ((ino >> 32) & IDX_MASK) as PathIdx;
     Some(if ino & LISTING != 0 {
-        VNode::Listing(idx)
+        match ino & SEQ_MASK {
+            0 => VNode::Listing(idx),
+            n => VNode::Theirs(idx, (n - 1) as u32),
+        }
     } else {
         VNode::Snap(idx, ino & SEQ_MASK)
     })
@@ -64,6 +75,9 @@ pub fn encode(v: VNode) -> Ino {
     match v {
         VNode::Listing(idx) => VIRT | LISTING | ((idx as u64 & IDX_MASK) << 32),
         VNode::Snap(idx, id) => VIRT | ((idx as u64 & IDX_MASK) << 32) | (id & SEQ_MASK),
+        VNode::Theirs(p, n) => {
+            VIRT | LISTING | ((p as u64 & IDX_MASK) << 32) | ((n as u64 + 1) & SEQ_MASK)
+        }
     }
 }
 
@@ -105,6 +119,8 @@ pub struct HistoryView<'a> {
     /// The root: a version's directories are owned like it, and a snapshot
     /// of the root has its mode.
     pub root: &'a OwnedFd,
+    /// Other replicas' versions, by the names `REPLICA:ID`.
+    pub theirs: &'a Theirs,
 }
 
 impl HistoryView<'_> {
@@ -122,6 +138,44 @@ impl HistoryView<'_> {
             target: None,
         });
         st.st_size = 4096;
+        Ok(st)
+    }
+
+    /// A node of another replica's version: a file as git keeps its mode
+    /// (0644, or 0755 if executable), a directory 0755, everything owned
+    /// like the root and as old as the version.
+    fn their_stat(&self, p: u32, n: u32) -> FsResult<libc::stat> {
+        let (node, time) = self.theirs.node(p, n)?;
+        let root = sys::fstat(self.root)?;
+        let (kind, mode, size, target) = match node {
+            Node::Dir => (Kind::Dir, 0o755, 0, None),
+            Node::Entry(e) => {
+                let mode = match e.kind {
+                    Kind::Symlink => 0o777,
+                    _ if e.exec => 0o755,
+                    _ => 0o644,
+                };
+                (
+                    e.kind,
+                    mode,
+                    e.size,
+                    e.target.map(skillfs_base::relpath::ByteString),
+                )
+            }
+        };
+        let mut st = stat_from_state(&EntryState {
+            kind,
+            blob: None,
+            size,
+            mode,
+            uid: root.st_uid,
+            gid: root.st_gid,
+            mtime_ns: time.into(),
+            target,
+        });
+        if kind == Kind::Dir {
+            st.st_size = 4096;
+        }
         Ok(st)
     }
 
@@ -157,6 +211,10 @@ impl HistoryView<'_> {
                 st
             }
             VNode::Snap(idx, id) => stat_from_state(h.state_at(idx, id).ok_or(FsError::ENOENT)?),
+            VNode::Theirs(p, n) => {
+                drop(ledger);
+                self.their_stat(p, n)?
+            }
         };
         let ino = encode(v);
         let mut stat = stat;
@@ -166,6 +224,13 @@ impl HistoryView<'_> {
 
     pub fn lookup(&self, v: VNode, name: &[u8]) -> FsResult<Entry> {
         match v {
+            VNode::Listing(scope) if Theirs::may_name(name) => {
+                let path = self.ledger.lock().history().path(scope).clone();
+                let (p, n) = self.theirs.resolve(name, path.as_bytes())?;
+                // Looked up again: a rewritten branch may give the name
+                // another version (what is below one never changes).
+                self.attr(VNode::Theirs(p, n), Ttl::Volatile)
+            }
             VNode::Listing(scope) => {
                 let text = std::str::from_utf8(name).map_err(|_| FsError::ENOENT)?;
                 let alias =
@@ -194,10 +259,22 @@ impl HistoryView<'_> {
                 };
                 self.attr(VNode::Snap(child, id), Ttl::Immutable)
             }
+            VNode::Theirs(p, n) => {
+                let c = self.theirs.child(p, n, name)?;
+                // Owned like the root, which may change: asked again as a
+                // listing's are (the entries below never change).
+                self.attr(VNode::Theirs(c, n), Ttl::Volatile)
+            }
         }
     }
 
     pub fn readlink(&self, v: VNode) -> FsResult<Vec<u8>> {
+        if let VNode::Theirs(p, n) = v {
+            return match self.theirs.node(p, n)? {
+                (Node::Entry(e), _) => e.target.ok_or(FsError::EINVAL),
+                _ => Err(FsError::EINVAL),
+            };
+        }
         let VNode::Snap(idx, id) = v else {
             return Err(FsError::EINVAL);
         };
@@ -213,6 +290,18 @@ impl HistoryView<'_> {
     pub fn open(&self, v: VNode, flags: i32) -> FsResult<Opened> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return Err(FsError::EROFS);
+        }
+        if let VNode::Theirs(p, n) = v {
+            let e = match self.theirs.node(p, n)? {
+                (Node::Entry(e), _) if e.kind == Kind::File => e,
+                _ => return Err(FsError::EISDIR),
+            };
+            return self.theirs.content(&e).map(Opened::File).map_err(|err| {
+                FsError::of(super::theirs::unreadable(&err)).context(format_args!(
+                    "read object {} of another replica's version: {err}",
+                    e.object
+                ))
+            });
         }
         let VNode::Snap(idx, id) = v else {
             return Err(FsError::EISDIR);
@@ -281,6 +370,21 @@ impl HistoryView<'_> {
                         name: h.path(c).file_name().to_vec(),
                         kind: s.kind,
                         ino: encode(VNode::Snap(c, id)),
+                        special: 0,
+                    });
+                }
+            }
+            VNode::Theirs(p, n) => {
+                drop(ledger);
+                if !matches!(self.theirs.node(p, n)?, (Node::Dir, _)) {
+                    return Err(FsError::ENOTDIR);
+                }
+                let children = self.theirs.children(p, n)?;
+                for (name, kind, c) in children {
+                    entries.push(DirEntry {
+                        name,
+                        kind,
+                        ino: encode(VNode::Theirs(c, n)),
                         special: 0,
                     });
                 }

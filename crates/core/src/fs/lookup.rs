@@ -165,7 +165,10 @@ impl SkillFs {
             let ttl = match v {
                 // The root's own mode and owner are not versioned: a
                 // snapshot of the root shows the current ones.
-                VNode::Listing(_) | VNode::Snap(history::ROOT_IDX, _) => Ttl::Volatile,
+                // Another replica's entries are owned like the root too.
+                VNode::Listing(_) | VNode::Snap(history::ROOT_IDX, _) | VNode::Theirs(..) => {
+                    Ttl::Volatile
+                }
                 VNode::Snap(..) => Ttl::Immutable,
             };
             return self.history().attr(v, ttl);

@@ -111,6 +111,7 @@ mod rename_plan;
 mod reply;
 mod retention;
 mod sweep;
+mod theirs;
 mod tree;
 mod unpark;
 mod versions;
@@ -154,6 +155,7 @@ use pages::{Claim, PageStore};
 pub use pages::{Kernel as PageKernel, PageOp};
 use parks::Parks;
 pub use reply::{DirEntry, Entry, Invalidation, OpenReply, SetAttr, Ttl};
+pub use theirs::{Replicas, TheirEntry, TheirTree};
 use tree::{Area, Tree};
 pub use tree::{Ino, Location, ROOT_INO};
 use versions::Versioning;
@@ -266,6 +268,8 @@ pub struct SkillFs {
     /// The files that an unlink or a rename over them took from the tree
     /// while the kernel still names their inode (see `kept::StaleFiles`).
     stale: StaleFiles,
+    /// Other replicas' versions under `.history` (see `theirs`).
+    theirs: theirs::Theirs,
 }
 
 /// Work for the janitor thread.
@@ -384,6 +388,7 @@ impl SkillFs {
             janitor: Mutex::new(Some(janitor)),
             swaps: AtomicU64::new(0),
             stale: StaleFiles::default(),
+            theirs: theirs::Theirs::default(),
             parks: Parks::default(),
             held,
             shared,
@@ -399,6 +404,12 @@ impl SkillFs {
     /// changed behind its back (set once, by the FUSE adapter).
     pub fn set_invalidator(&self, f: Box<dyn Fn(Invalidation) + Send + Sync>) {
         self.notices.set_invalidator(f);
+    }
+
+    /// Where other replicas' versions are read from (set once, by the
+    /// application, before the mount serves; see `theirs`).
+    pub fn set_replicas(&self, r: Box<dyn Replicas>) {
+        self.theirs.set(r);
     }
 
     /// Whether the kernel takes backing files (set by the adapter at INIT,
@@ -467,6 +478,7 @@ impl SkillFs {
             ledger: self.versions.ledger_lock(),
             blobs: &self.blobs,
             root: &self.root_fd,
+            theirs: &self.theirs,
         }
     }
 

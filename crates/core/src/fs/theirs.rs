@@ -1,0 +1,540 @@
+//! Other replicas' versions under `.history`: the name `REPLICA:ID` (as
+//! `skillfs log --replica` prints it) looked up in a `.history` listing is
+//! that directory as replica `REPLICA`'s version `ID` has it, read-only,
+//! so that a plain `cp -a .history/REPLICA:ID/cat/skill ./cat/` restores
+//! it as `cp` does one of this tree's own versions. Like an alias, the
+//! name resolves on lookup and no listing shows it.
+//!
+//! The core knows no git: what a replica's version holds and its bytes
+//! come from a [`Replicas`] the application gives it at mount
+//! (`SkillFs::set_replicas`); without one, no such name exists.
+//!
+//! Invariants:
+//! - a node names a path and an interned *version key* (what the
+//!   application resolved the name to: a commit, which never changes), so
+//!   its inode number stays the same while the mount lives and what is
+//!   below it never changes; the name itself is resolved again at every
+//!   lookup (a rewritten branch may give an id another commit), and the
+//!   attributes are asked again as a `.history` listing's are (they are
+//!   owned like the root, which may change);
+//! - the interned keys and paths only grow, by versions and paths that
+//!   exist (a lookup of a name that resolves to nothing interns nothing);
+//! - nothing under it can be changed (`history_view::check_writable`).
+//!
+//! Owns: [`Theirs`], the interned keys and paths and the last trees read.
+//! Locks: `table`, briefly, never while the application is asked;
+//! `asking`, held while it is (it runs git: milliseconds, more for a large
+//! tree), so one request thread at a time waits on git for this and the
+//! others wait at most [`ASK_WAIT`] for it, then answer `EAGAIN`: a slow
+//! git holds up lookups of other replicas' versions, never the rest of
+//! the mount. Neither is taken with any other lock of the core held.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::File;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::error::{FsError, FsResult};
+use skillfs_store::journal::Kind;
+
+/// An entry of another replica's version, as its git tree holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TheirEntry {
+    pub kind: Kind,
+    /// A file's executable bit (all git keeps of a mode).
+    pub exec: bool,
+    /// A file's size; a symlink's target's length.
+    pub size: u64,
+    /// What [`Replicas::content`] takes to read it (git's object id).
+    pub object: String,
+    /// A symlink's target.
+    pub target: Option<Vec<u8>>,
+}
+
+/// A version of another replica: every entry by its path below the root
+/// (directories too).
+#[derive(Clone, Debug, Default)]
+pub struct TheirTree {
+    pub entries: BTreeMap<Vec<u8>, TheirEntry>,
+}
+
+impl TheirTree {
+    /// The entries directly below `dir` (`b""`: the root), by name.
+    pub fn children<'a>(
+        &'a self,
+        dir: &'a [u8],
+    ) -> impl Iterator<Item = (&'a [u8], &'a TheirEntry)> + 'a {
+        let start = if dir.is_empty() {
+            Vec::new()
+        } else {
+            [dir, b"/"].concat()
+        };
+        let n = start.len();
+        self.entries
+            .range(start.clone()..)
+            .take_while(move |(p, _)| p.starts_with(&start))
+            .filter_map(move |(p, e)| {
+                let name = &p[n..];
+                (!name.is_empty() && !name.contains(&b'/')).then_some((name, e))
+            })
+    }
+}
+
+/// What the application knows of other replicas' versions (git's).
+pub trait Replicas: Send + Sync {
+    /// The version that `name` (`REPLICA:ID`) names, as a key that names
+    /// its content for good (a commit id) and when it was made (ns since
+    /// the epoch); `Ok(None)` when no version of that name is kept, or it
+    /// may not be shown.
+    fn resolve(&self, name: &str) -> std::io::Result<Option<(String, i64)>>;
+    /// The entries of the version `key` names.
+    fn tree(&self, key: &str) -> std::io::Result<TheirTree>;
+    /// A file holding the bytes of `object` (an entry's, `size` bytes),
+    /// to read at any offset.
+    fn content(&self, object: &str, size: u64) -> std::io::Result<File>;
+}
+
+/// The errno for a version the application could not read: a full disk
+/// and a file or tree too large say so; anything else is `EIO`.
+pub fn unreadable(e: &std::io::Error) -> i32 {
+    use std::io::ErrorKind as K;
+    match (e.raw_os_error(), e.kind()) {
+        (Some(c @ (libc::ENOSPC | libc::EFBIG)), _) => c,
+        (_, K::StorageFull) => libc::ENOSPC,
+        (_, K::FileTooLarge) => libc::EFBIG,
+        _ => libc::EIO,
+    }
+}
+
+/// How long a request waits for another one asking the application.
+pub const ASK_WAIT: Duration = Duration::from_secs(2);
+/// The trees kept in memory: at most this many...
+const TREES_KEPT: usize = 16;
+/// ...and at most this many entries in all (the newest is kept whatever
+/// its size).
+const ENTRIES_KEPT: usize = 1 << 20;
+
+#[derive(Default)]
+struct Table {
+    keys: Vec<(String, i64)>,
+    key_ix: HashMap<String, u32>,
+    paths: Vec<Vec<u8>>,
+    path_ix: HashMap<Vec<u8>, u32>,
+    /// The newest first.
+    trees: VecDeque<(u32, Arc<TheirTree>)>,
+}
+
+impl Table {
+    fn intern_path(&mut self, p: &[u8]) -> FsResult<u32> {
+        if let Some(&i) = self.path_ix.get(p) {
+            return Ok(i);
+        }
+        // The inode number holds 30 bits of it.
+        let i = u32::try_from(self.paths.len())
+            .ok()
+            .filter(|&i| i < 1 << 30)
+            .ok_or(FsError::of(libc::ENOSPC))?;
+        self.paths.push(p.to_vec());
+        self.path_ix.insert(p.to_vec(), i);
+        Ok(i)
+    }
+
+    fn intern_key(&mut self, key: String, time_ns: i64) -> FsResult<u32> {
+        if let Some(&i) = self.key_ix.get(&key) {
+            return Ok(i);
+        }
+        // The inode number holds it plus one in 32 bits.
+        let i = u32::try_from(self.keys.len())
+            .ok()
+            .filter(|&i| i < u32::MAX - 1)
+            .ok_or(FsError::of(libc::ENOSPC))?;
+        self.key_ix.insert(key.clone(), i);
+        self.keys.push((key, time_ns));
+        Ok(i)
+    }
+
+    fn cached(&mut self, n: u32) -> Option<Arc<TheirTree>> {
+        let i = self.trees.iter().position(|(k, _)| *k == n)?;
+        let found = self.trees.remove(i).expect("in range");
+        let tree = Arc::clone(&found.1);
+        self.trees.push_front(found);
+        Some(tree)
+    }
+
+    fn keep(&mut self, n: u32, tree: Arc<TheirTree>) {
+        self.trees.retain(|(k, _)| *k != n);
+        self.trees.push_front((n, tree));
+        let mut entries = 0;
+        let mut kept = 0;
+        for (i, (_, t)) in self.trees.iter().enumerate() {
+            entries += t.entries.len();
+            if i > 0 && (i >= TREES_KEPT || entries > ENTRIES_KEPT) {
+                break;
+            }
+            kept = i + 1;
+        }
+        self.trees.truncate(kept);
+    }
+}
+
+/// The other replicas' versions the kernel has looked up.
+#[derive(Default)]
+pub struct Theirs {
+    replicas: OnceLock<Box<dyn Replicas>>,
+    table: Mutex<Table>,
+    asking: Mutex<()>,
+}
+
+/// What a node of another replica's version is.
+pub enum Node {
+    /// A directory (the version's root, or one in it).
+    Dir,
+    Entry(TheirEntry),
+}
+
+impl Theirs {
+    /// Set once, by the application, at mount.
+    pub fn set(&self, r: Box<dyn Replicas>) {
+        let _ = self.replicas.set(r);
+    }
+
+    /// Whether `name` may name another replica's version: the start of a
+    /// replica's id (8 to 32 hex digits), a colon and a change id. Checked
+    /// before the application is asked, so no other name costs anything.
+    pub fn may_name(name: &[u8]) -> bool {
+        let Some(colon) = name.iter().position(|&b| b == b':') else {
+            return false;
+        };
+        let (r, n) = (&name[..colon], &name[colon + 1..]);
+        (8..=32).contains(&r.len())
+            && r.iter().all(u8::is_ascii_hexdigit)
+            && (1..=20).contains(&n.len())
+            && n.iter().all(u8::is_ascii_digit)
+    }
+
+    /// Runs `f` on the application, one request at a time (`asking`).
+    fn ask<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&dyn Replicas) -> std::io::Result<T>,
+    ) -> FsResult<T> {
+        let r = self.replicas.get().ok_or(FsError::ENOENT)?;
+        let Some(_asking) = self.asking.try_lock_for(ASK_WAIT) else {
+            return Err(FsError::of(libc::EAGAIN).context(format_args!(
+                "{what}: another request has been reading another replica's versions for {}s",
+                ASK_WAIT.as_secs()
+            )));
+        };
+        f(r.as_ref()).map_err(|e| FsError::of(unreadable(&e)).context(format_args!("{what}: {e}")))
+    }
+
+    /// The version `name` names, seen from the directory `scope` (`b""`:
+    /// the root): its node there (path and key numbers), if the version
+    /// has that directory.
+    pub fn resolve(&self, name: &[u8], scope: &[u8]) -> FsResult<(u32, u32)> {
+        if !Self::may_name(name) {
+            return Err(FsError::ENOENT);
+        }
+        let text = std::str::from_utf8(name).map_err(|_| FsError::ENOENT)?;
+        let (key, time) = self
+            .ask("find another replica's version", |r| r.resolve(text))?
+            .ok_or(FsError::ENOENT)?;
+        let n = self.table.lock().intern_key(key, time)?;
+        let tree = self.tree_of(n)?;
+        if !scope.is_empty() && !matches!(tree.entries.get(scope), Some(e) if e.kind == Kind::Dir) {
+            return Err(FsError::ENOENT);
+        }
+        Ok((self.table.lock().intern_path(scope)?, n))
+    }
+
+    /// The tree of the version numbered `n`: kept, or read (outside
+    /// `table`).
+    fn tree_of(&self, n: u32) -> FsResult<Arc<TheirTree>> {
+        let key = {
+            let mut t = self.table.lock();
+            if let Some(tree) = t.cached(n) {
+                return Ok(tree);
+            }
+            t.keys.get(n as usize).ok_or(FsError::ENOENT)?.0.clone()
+        };
+        let tree = self.ask("read another replica's version", |r| {
+            // Read by another request while this one waited?
+            if let Some(tree) = self.table.lock().cached(n) {
+                return Ok(tree);
+            }
+            r.tree(&key).map(Arc::new)
+        })?;
+        self.table.lock().keep(n, Arc::clone(&tree));
+        Ok(tree)
+    }
+
+    /// The path `p` names, its version's time and tree.
+    fn get(&self, p: u32, n: u32) -> FsResult<(Vec<u8>, i64, Arc<TheirTree>)> {
+        let (path, time) = {
+            let t = self.table.lock();
+            let path = t.paths.get(p as usize).ok_or(FsError::ENOENT)?.clone();
+            (path, t.keys.get(n as usize).ok_or(FsError::ENOENT)?.1)
+        };
+        Ok((path, time, self.tree_of(n)?))
+    }
+
+    /// What the node `(p, n)` is, and when its version was made.
+    pub fn node(&self, p: u32, n: u32) -> FsResult<(Node, i64)> {
+        let (path, time, tree) = self.get(p, n)?;
+        if path.is_empty() {
+            return Ok((Node::Dir, time));
+        }
+        let e = tree.entries.get(&path).ok_or(FsError::ENOENT)?;
+        Ok((
+            match e.kind {
+                Kind::Dir => Node::Dir,
+                _ => Node::Entry(e.clone()),
+            },
+            time,
+        ))
+    }
+
+    /// The child `name` of the directory node `(p, n)`: its path number.
+    pub fn child(&self, p: u32, n: u32, name: &[u8]) -> FsResult<u32> {
+        let (path, _, tree) = self.get(p, n)?;
+        let child = if path.is_empty() {
+            name.to_vec()
+        } else {
+            [&path[..], b"/", name].concat()
+        };
+        tree.entries.get(&child).ok_or(FsError::ENOENT)?;
+        self.table.lock().intern_path(&child)
+    }
+
+    /// The entries of the directory node `(p, n)`: name, kind, path number.
+    pub fn children(&self, p: u32, n: u32) -> FsResult<Vec<(Vec<u8>, Kind, u32)>> {
+        let (path, _, tree) = self.get(p, n)?;
+        let mut t = self.table.lock();
+        let mut out = Vec::new();
+        for (name, e) in tree.children(&path) {
+            let child = if path.is_empty() {
+                name.to_vec()
+            } else {
+                [&path[..], b"/", name].concat()
+            };
+            out.push((name.to_vec(), e.kind, t.intern_path(&child)?));
+        }
+        Ok(out)
+    }
+
+    /// A file's bytes, to read (not under `asking`: a large file is
+    /// copied for as long as it takes, holding only its own request).
+    pub fn content(&self, e: &TheirEntry) -> std::io::Result<File> {
+        match self.replicas.get() {
+            Some(r) => r.content(&e.object, e.size),
+            None => Err(std::io::Error::from_raw_os_error(libc::ENOENT)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(object: &str, size: u64) -> TheirEntry {
+        TheirEntry {
+            kind: Kind::File,
+            exec: false,
+            size,
+            object: object.into(),
+            target: None,
+        }
+    }
+
+    fn dir() -> TheirEntry {
+        TheirEntry {
+            kind: Kind::Dir,
+            exec: false,
+            size: 0,
+            object: String::new(),
+            target: None,
+        }
+    }
+
+    /// Two versions of one replica, `a1b2c3d4:1` and `:2`, counting how
+    /// often each was asked for.
+    #[derive(Default)]
+    struct Fake {
+        trees_read: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Replicas for Fake {
+        fn resolve(&self, name: &str) -> std::io::Result<Option<(String, i64)>> {
+            Ok(match name {
+                "a1b2c3d4:1" => Some(("c1".into(), 10)),
+                "a1b2c3d4:2" | "A1B2C3D4:2" => Some(("c2".into(), 20)),
+                _ => None,
+            })
+        }
+        fn tree(&self, key: &str) -> std::io::Result<TheirTree> {
+            self.trees_read
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut entries = BTreeMap::new();
+            entries.insert(b"cat".to_vec(), dir());
+            entries.insert(b"cat/s".to_vec(), dir());
+            entries.insert(b"cat/s/SKILL.md".to_vec(), file("o1", 5));
+            if key == "c2" {
+                entries.insert(b"cat/s/more.md".to_vec(), file("o2", 7));
+                entries.insert(b"cat-x".to_vec(), file("o3", 1));
+            }
+            Ok(TheirTree { entries })
+        }
+        fn content(&self, _: &str, _: u64) -> std::io::Result<File> {
+            Err(std::io::Error::from_raw_os_error(libc::EIO))
+        }
+    }
+
+    #[test]
+    fn only_a_replicas_version_name_is_asked_for() {
+        assert!(Theirs::may_name(b"a1b2c3d4:1"));
+        assert!(Theirs::may_name(b"0123456789abcdef0123456789abcdef:42"));
+        assert!(!Theirs::may_name(b"a1b2c3d:1"), "seven digits");
+        assert!(!Theirs::may_name(b"latest"));
+        assert!(!Theirs::may_name(b"a1b2c3d4:"));
+        assert!(!Theirs::may_name(b"a1b2c3d4:1x"));
+        assert!(!Theirs::may_name(b"g1b2c3d4:1"));
+        assert!(!Theirs::may_name(b"42"));
+    }
+
+    #[test]
+    fn a_version_is_a_tree_of_nodes_that_keep_their_numbers() {
+        let t = Theirs::default();
+        assert!(t.resolve(b"a1b2c3d4:1", b"").is_err(), "no replicas given");
+        t.set(Box::new(Fake::default()));
+        let (root, n1) = t.resolve(b"a1b2c3d4:1", b"").unwrap();
+        let (root2, n2) = t.resolve(b"a1b2c3d4:2", b"").unwrap();
+        assert_eq!(root, root2, "one path, one number");
+        assert_ne!(n1, n2);
+        assert_eq!(t.resolve(b"a1b2c3d4:1", b"").unwrap(), (root, n1));
+        assert!(t.resolve(b"a1b2c3d4:9", b"").is_err());
+        // From a directory's `.history`: that directory, if it has it.
+        let (cat, n) = t.resolve(b"a1b2c3d4:1", b"cat").unwrap();
+        assert_eq!(n, n1);
+        assert_eq!(t.child(root, n1, b"cat").ok(), Some(cat));
+        assert!(
+            t.resolve(b"a1b2c3d4:1", b"cat/s/SKILL.md").is_err(),
+            "a file"
+        );
+        assert!(t.resolve(b"a1b2c3d4:1", b"dog").is_err());
+
+        let names = |p, n| {
+            t.children(p, n)
+                .unwrap()
+                .into_iter()
+                .map(|(name, _, _)| String::from_utf8(name).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(root, n1), ["cat"]);
+        assert_eq!(names(root, n2), ["cat", "cat-x"]);
+        let s = t.child(cat, n2, b"s").unwrap();
+        assert_eq!(names(s, n2), ["SKILL.md", "more.md"]);
+        assert_eq!(names(s, n1), ["SKILL.md"]);
+        assert!(t.child(s, n1, b"more.md").is_err(), "not in version 1");
+        let more = t.child(s, n2, b"more.md").unwrap();
+        match t.node(more, n2) {
+            Ok((Node::Entry(e), 20)) => assert_eq!(e, file("o2", 7)),
+            _ => panic!("a file of version 2"),
+        }
+        assert!(t.node(more, n1).is_err());
+        assert!(matches!(t.node(root, n1), Ok((Node::Dir, 10))));
+    }
+
+    #[test]
+    fn trees_read_again_only_past_the_kept_few() {
+        let t = Theirs::default();
+        let fake = Arc::new(Fake::default());
+        struct Shared(Arc<Fake>);
+        impl Replicas for Shared {
+            fn resolve(&self, name: &str) -> std::io::Result<Option<(String, i64)>> {
+                self.0.resolve(name)
+            }
+            fn tree(&self, key: &str) -> std::io::Result<TheirTree> {
+                self.0.tree(key)
+            }
+            fn content(&self, o: &str, size: u64) -> std::io::Result<File> {
+                self.0.content(o, size)
+            }
+        }
+        t.set(Box::new(Shared(Arc::clone(&fake))));
+        let (root, n) = t.resolve(b"a1b2c3d4:1", b"").unwrap();
+        for _ in 0..10 {
+            t.children(root, n).unwrap();
+        }
+        let read = || fake.trees_read.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(read(), 1);
+        // Forgotten from memory, a tree is read again and is the same.
+        t.table.lock().trees.clear();
+        assert_eq!(t.children(root, n).unwrap().len(), 1);
+        assert_eq!(read(), 2);
+    }
+
+    /// A slow application holds up only the lookups that ask it: a
+    /// second one waits `ASK_WAIT`, then answers `EAGAIN`; what is kept
+    /// in memory is served meanwhile.
+    #[test]
+    fn a_slow_reader_holds_up_only_other_readers_and_not_for_long() {
+        struct Slow(std::sync::atomic::AtomicBool);
+        impl Replicas for Slow {
+            fn resolve(&self, name: &str) -> std::io::Result<Option<(String, i64)>> {
+                Fake::default().resolve(name)
+            }
+            fn tree(&self, key: &str) -> std::io::Result<TheirTree> {
+                if key == "c2" && self.0.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(ASK_WAIT + Duration::from_secs(1));
+                }
+                Fake::default().tree(key)
+            }
+            fn content(&self, _: &str, _: u64) -> std::io::Result<File> {
+                Err(std::io::Error::from_raw_os_error(libc::EIO))
+            }
+        }
+        let t = Arc::new(Theirs::default());
+        t.set(Box::new(Slow(std::sync::atomic::AtomicBool::new(true))));
+        let (root, n1) = t.resolve(b"a1b2c3d4:1", b"").unwrap();
+        let slow = {
+            let t = Arc::clone(&t);
+            std::thread::spawn(move || t.resolve(b"a1b2c3d4:2", b"").is_ok())
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        let started = std::time::Instant::now();
+        // Kept: answered at once.
+        assert_eq!(t.children(root, n1).unwrap().len(), 1);
+        assert!(started.elapsed() < ASK_WAIT / 2);
+        // Not kept: refused after the wait.
+        t.table.lock().trees.clear();
+        let e = t.children(root, n1).map(|_| ()).unwrap_err();
+        assert!(e.is(libc::EAGAIN), "{e:?}");
+        assert!(started.elapsed() >= ASK_WAIT);
+        assert!(slow.join().unwrap(), "the slow one is answered");
+        assert_eq!(t.children(root, n1).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_trees_kept_are_bounded_by_count_and_entries() {
+        let mut t = Table::default();
+        let tree = |n: usize| {
+            let mut entries = BTreeMap::new();
+            for i in 0..n {
+                entries.insert(format!("f{i}").into_bytes(), file("o", 1));
+            }
+            Arc::new(TheirTree { entries })
+        };
+        for n in 0..40 {
+            t.keep(n, tree(1));
+        }
+        assert_eq!(t.trees.len(), TREES_KEPT);
+        assert_eq!(t.trees.front().unwrap().0, 39, "the newest first");
+        t.keep(100, tree(ENTRIES_KEPT - 2));
+        assert_eq!(t.trees.len(), 3, "the big one and two small ones");
+        t.keep(101, tree(ENTRIES_KEPT + 5));
+        assert_eq!(t.trees.len(), 1, "the newest, whatever its size");
+        assert!(t.cached(101).is_some() && t.cached(100).is_none());
+    }
+}
