@@ -17,14 +17,16 @@
 //! a bounded CPU time); a file's bytes are streamed by git into an
 //! unlinked file in the store's `sync/` directory (a memory file where
 //! that filesystem has no `O_TMPFILE`), which the reader's handle holds
-//! and which is gone when it closes, and only while that leaves the
+//! and which is gone when it closes (the last small ones are kept a while,
+//! [`COPIES_KEPT`] of at most [`COPY_KEPT_MAX`] bytes, to open again without
+//! git), and only while that leaves the
 //! store's filesystem room ([`room_left`]); a tree of more than
 //! [`ENTRIES_MAX`] entries is refused, never held.
 //!
 //! Locks: `cache`, held while git runs; the core asks one request at a
 //! time (its `asking`), holding no other lock of its own.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -66,13 +68,22 @@ const REFS_FOR: Duration = Duration::from_secs(1);
 pub struct Versions {
     layout: Layout,
     cache: Mutex<Cache>,
+    /// The last small files copied, by git object id (the newest first):
+    /// opened again (`cat`, then `cp`) without git.
+    copies: Mutex<VecDeque<(String, File)>>,
 }
+
+/// Small files kept copied: at most this many...
+const COPIES_KEPT: usize = 32;
+/// ...of at most this size each (so at most 32 MiB of the store's disk).
+const COPY_KEPT_MAX: u64 = 1 << 20;
 
 impl Versions {
     pub fn new(layout: Layout) -> Versions {
         Versions {
             layout,
             cache: Mutex::default(),
+            copies: Mutex::default(),
         }
     }
 
@@ -129,6 +140,17 @@ impl Replicas for Versions {
         if object.is_empty() || !object.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
+        let small = size <= COPY_KEPT_MAX;
+        if small {
+            let mut copies = self.copies.lock();
+            if let Some(i) = copies.iter().position(|(o, _)| o == object) {
+                let found = copies.remove(i).expect("in range");
+                // The same open file: read at offsets only (`pread`).
+                let file = found.1.try_clone();
+                copies.push_front(found);
+                return file;
+            }
+        }
         let sync = self.sync();
         room_left(&sync, size)?;
         let file = unlinked(&sync)?;
@@ -140,6 +162,12 @@ impl Replicas for Versions {
                 .status()
         })?;
         check(&format!("cat-file blob {object}"), status)?;
+        if small && let Ok(kept) = file.try_clone() {
+            let mut copies = self.copies.lock();
+            copies.retain(|(o, _)| o != object);
+            copies.push_front((object.to_string(), kept));
+            copies.truncate(COPIES_KEPT);
+        }
         Ok(file)
     }
 }
@@ -510,5 +538,57 @@ mod tests {
         let cut = &out[..10];
         let links = vec![(b"l".to_vec(), "aaaa".to_string())];
         assert!(read_targets(&mut &cut[..], links).is_err());
+    }
+
+    /// A small file opened again is served from its copy, without git
+    /// (its object removed from the repository meanwhile); a large one is
+    /// copied at each open.
+    #[test]
+    fn small_files_are_opened_again_from_their_copy() {
+        use std::os::unix::fs::FileExt;
+        let dir = std::env::temp_dir().join(format!("skillfs-view-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let repo = dir.join("sync").join("repo.git");
+        std::fs::create_dir_all(&repo).unwrap();
+        // Objects written as a fetch writes them (from files: git's own
+        // command for the store, no stdin).
+        let git_out = |args: &[&str]| {
+            let out = git(Some(&repo)).args(args).output().unwrap();
+            assert!(out.status.success(), "git {args:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        git_out(&["init", "-q", "--bare"]);
+        let small = b"a small file\n".to_vec();
+        let large = vec![7u8; COPY_KEPT_MAX as usize + 1];
+        let write = |name: &str, bytes: &[u8]| {
+            let f = dir.join(name);
+            std::fs::write(&f, bytes).unwrap();
+            git_out(&["hash-object", "-w", f.to_str().unwrap()])
+        };
+        let (s, l) = (write("small", &small), write("large", &large));
+        let v = Versions::new(Layout::new(dir.clone()));
+        let read = |f: File, n: usize| {
+            let mut b = vec![0u8; n];
+            f.read_exact_at(&mut b, 0).unwrap();
+            b
+        };
+        assert_eq!(
+            read(v.content(&s, small.len() as u64).unwrap(), small.len()),
+            small
+        );
+        assert_eq!(
+            read(v.content(&l, large.len() as u64).unwrap(), 16),
+            large[..16]
+        );
+        let object = |o: &str| repo.join("objects").join(&o[..2]).join(&o[2..]);
+        std::fs::remove_file(object(&s)).unwrap();
+        std::fs::remove_file(object(&l)).unwrap();
+        assert_eq!(
+            read(v.content(&s, small.len() as u64).unwrap(), small.len()),
+            small
+        );
+        assert!(v.content(&l, large.len() as u64).is_err(), "copied again");
+        assert!(v.content("not-hex", 1).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
