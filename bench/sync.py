@@ -17,6 +17,13 @@ and the same by hand with git on plain directories (what a user of git
 would do instead): `git add -A; git commit; git push` in a working tree of
 the same files, `git pull` in a clone of it (the first pull: `git clone`).
 
+Then, on B, A's newest version read through B's mount (`.history/REPLICA:ID`,
+served by B's daemon from git): the first lookup of the name (the replica's
+versions listed, the version's tree read), a `cp -a` of one skill out of it
+(each file copied out of git at its open), the same copy again (the tree
+kept in memory, small files kept copied), and `skillfs show` of one file of
+it for comparison.
+
 Each step is timed as the command's wall time; the median of REPS
 repeats (each in fresh directories) is printed, with skillfs/git.
 
@@ -26,6 +33,7 @@ and a release build (cargo build --release; SKILLFS_BIN names another).
 """
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -144,6 +152,21 @@ def one_rep(base, n, remote_kind, sshd):
         got["one file, pull"] = timed([str(BIN), "sync", "--root", roots[1]], env)
         with open(probe) as f:
             assert f.read().endswith("One more line.\n"), "the edit did not arrive"
+        # A's newest version, through B's `.history`.
+        with open(os.path.join(top, "a", ".skillfs", "skills", "REPLICA")) as f:
+            rid = f.read().strip()
+        out = run([str(BIN), "log", "--replica", rid, "--json", "-n", "1", "--root", roots[1]],
+                  env=env, stdout=subprocess.PIPE).stdout
+        name = "%s:%d" % (rid[:8], json.loads(out.decode().splitlines()[-1])["id"])
+        h = os.path.join(roots[1], ".history", name)
+        skill = os.path.join(h, "cat07", "skill-0007")
+        got["history: first lookup"] = timed(["stat", "-c", "%i", h])
+        got["history: cp -a of a skill"] = timed(["cp", "-a", skill, os.path.join(top, "cp1")])
+        got["history: the same again"] = timed(["cp", "-a", skill, os.path.join(top, "cp2")])
+        with open(os.path.join(top, "cp1", "SKILL.md")) as f:
+            assert f.read().endswith("One more line.\n"), "not the newest version"
+        got["show: one file"] = timed(
+            [str(BIN), "show", name + ":cat07/skill-0007/SKILL.md", "--root", roots[1]], env)
     finally:
         for r in mounted:
             subprocess.run([str(BIN), "umount", r], timeout=60)
@@ -195,6 +218,12 @@ def main():
              ("one file, pull", "git: one file, pull")]
     for s, g in pairs:
         print("| %s | %.3f | %.3f | %.1fx |" % (s, med[s], med[g], med[s] / med[g]))
+    print()
+    print("| another replica's version, read on B (ms) | median |")
+    print("|---|---:|")
+    for s in ("history: first lookup", "history: cp -a of a skill", "history: the same again",
+              "show: one file"):
+        print("| %s | %.1f |" % (s, med[s] * 1000))
 
 
 if __name__ == "__main__":
