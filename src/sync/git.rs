@@ -38,6 +38,13 @@ pub fn git(repo: Option<&Path>) -> Command {
         // of a file in the mount would have the daemon wait on itself;
         // reading the repository needs none), and a git that runs long
         // is ended: it holds a request of the mount.
+        // Nothing of the environment either (`GIT_CONFIG_PARAMETERS`,
+        // `GIT_CONFIG_COUNT`, a `GIT_TRACE` file in the mount): only PATH.
+        let path = std::env::var_os("PATH");
+        c.env_clear();
+        if let Some(p) = path {
+            c.env("PATH", p);
+        }
         c.env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null");
         // SAFETY: sched_setscheduler(2) and setrlimit(2) are

@@ -346,7 +346,9 @@ impl GitBlobs {
 /// instructions the agent runs: no link from another machine may lead
 /// out of the tree, and a chain of links each climbing a little can.
 pub fn link_stays_inside(_path: &[u8], target: &[u8]) -> bool {
+    // A NUL ends the target where the kernel reads it (`..\0x` is `..`).
     !target.is_empty()
+        && !target.contains(&0)
         && !target.starts_with(b"/")
         && target.split(|&b| b == b'/').all(|c| c != b"..")
 }
@@ -400,5 +402,7 @@ mod tests {
         assert!(!link_stays_inside(b"cat/l", b"/etc/passwd"));
         assert!(!link_stays_inside(b"cat/l", b""));
         assert!(!link_stays_inside(b"cat/l", b"./x/../y"));
+        assert!(!link_stays_inside(b"l", b"..\0x"), "cut at the NUL: '..'");
+        assert!(!link_stays_inside(b"l", b"a\0"));
     }
 }

@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -56,8 +56,13 @@ struct Cache {
     lists: HashMap<String, Vec<Fetched>>,
 }
 
-/// The most entries a version's tree may have to be shown.
+/// The most entries a version's tree may have to be shown...
 pub const ENTRIES_MAX: usize = 1_000_000;
+/// ...and the most bytes its `ls-tree` lines may take.
+pub const TREE_BYTES_MAX: usize = 128 << 20;
+/// The largest file copied into memory where the store's filesystem has
+/// no `O_TMPFILE`.
+const MEMORY_COPY_MAX: u64 = 64 << 20;
 
 /// How long the refs read are taken as they are: a version fetched
 /// meanwhile is found after this, and a stream of lookups of names that
@@ -153,7 +158,7 @@ impl Replicas for Versions {
         }
         let sync = self.sync();
         room_left(&sync, size)?;
-        let file = unlinked(&sync)?;
+        let file = unlinked(&sync, size)?;
         let status = for_the_mount(|| {
             git(Some(&self.repo()))
                 .args(["cat-file", "blob", object])
@@ -275,7 +280,7 @@ fn read_tree(repo: &Path, commit: &str) -> io::Result<TheirTree> {
             }
         }
     }
-    Ok(TheirTree { entries })
+    Ok(TheirTree::new(entries))
 }
 
 type Listed = (BTreeMap<Vec<u8>, TheirEntry>, Vec<(Vec<u8>, String)>);
@@ -286,13 +291,35 @@ fn list_tree(from: &mut impl std::io::BufRead, commit: &str) -> io::Result<Liste
     let mut entries = BTreeMap::new();
     let mut links = Vec::new();
     let mut item = Vec::new();
+    let mut bytes = 0usize;
+    // A line: mode, type, object, size and a path no longer than a path
+    // may be; a longer one is never held whole.
+    let line_max = libc::PATH_MAX as u64 + 128;
     loop {
         item.clear();
-        if from.read_until(0, &mut item)? == 0 {
+        if from.by_ref().take(line_max).read_until(0, &mut item)? == 0 {
             break;
         }
         if item.last() == Some(&0) {
             item.pop();
+        } else if item.len() as u64 == line_max {
+            // Skipped to its end: a path longer than PATH_MAX.
+            let mut rest = Vec::new();
+            loop {
+                rest.clear();
+                let n = from.by_ref().take(line_max).read_until(0, &mut rest)?;
+                if n == 0 || rest.last() == Some(&0) {
+                    break;
+                }
+            }
+            continue;
+        }
+        bytes += item.len();
+        if bytes > TREE_BYTES_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!("commit {commit} lists more than {TREE_BYTES_MAX} bytes of paths"),
+            ));
         }
         if item.is_empty() {
             continue;
@@ -379,9 +406,10 @@ fn free_space(dir: &Path) -> io::Result<(u64, u64)> {
     Ok((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
 }
 
-/// An unlinked file in `dir` to write and read (a memory file where the
-/// filesystem has no `O_TMPFILE`).
-fn unlinked(dir: &Path) -> io::Result<File> {
+/// An unlinked file in `dir` to write `size` bytes in and read (a memory
+/// file where the filesystem has no `O_TMPFILE`, for at most
+/// [`MEMORY_COPY_MAX`] bytes).
+fn unlinked(dir: &Path, size: u64) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     match std::fs::OpenOptions::new()
         .read(true)
@@ -391,6 +419,15 @@ fn unlinked(dir: &Path) -> io::Result<File> {
         .open(dir)
     {
         Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            if size > MEMORY_COPY_MAX {
+                return Err(io::Error::new(
+                    io::ErrorKind::FileTooLarge,
+                    format!(
+                        "'{}' has no O_TMPFILE, and a copy of {size} bytes in memory is refused",
+                        dir.display()
+                    ),
+                ));
+            }
             // SAFETY: a NUL-ended name and plain flags; the fd returned is
             // new and ours alone.
             let fd = unsafe { libc::memfd_create(c"skillfs-version".as_ptr(), libc::MFD_CLOEXEC) };
@@ -517,6 +554,17 @@ mod tests {
         let long = [b"100644 blob 2222 1\tcat/".as_slice(), &[b'x'; 256], b"\0"].concat();
         assert!(list_tree(&mut &long[..], "c").unwrap().0.is_empty());
         assert!(list_tree(&mut &b"100644 blob 2222\tcat/a\0"[..], "c").is_err());
+        // A path longer than a path may be is skipped as it streams, and
+        // the line after it read.
+        let deep = [
+            b"100644 blob 3333 1\t".as_slice(),
+            &b"d/".repeat(libc::PATH_MAX as usize),
+            b"f\x00",
+            b"100644 blob 4444 2\tok\0",
+        ]
+        .concat();
+        let (entries, _) = list_tree(&mut &deep[..], "c").unwrap();
+        assert_eq!(entries.keys().collect::<Vec<_>>(), [&b"ok".to_vec()]);
     }
 
     #[test]

@@ -296,12 +296,7 @@ impl HistoryView<'_> {
                 (Node::Entry(e), _) if e.kind == Kind::File => e,
                 _ => return Err(FsError::EISDIR),
             };
-            return self.theirs.content(&e).map(Opened::File).map_err(|err| {
-                FsError::of(super::theirs::unreadable(&err)).context(format_args!(
-                    "read object {} of another replica's version: {err}",
-                    e.object
-                ))
-            });
+            return self.theirs.content(&e).map(Opened::File);
         }
         let VNode::Snap(idx, id) = v else {
             return Err(FsError::EISDIR);

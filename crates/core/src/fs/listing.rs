@@ -159,8 +159,13 @@ impl SkillFs {
             } else {
                 self.lookup(ino, &e.name)
             };
-            let Ok(entry) = found else {
-                continue;
+            let entry = match found {
+                Ok(entry) => entry,
+                // Another replica's version that cannot be read now (its
+                // tree being read by another request: `EAGAIN`) is said,
+                // never listed short: a `cp -a` would copy less, silently.
+                Err(e) if is_virtual(ino) && !e.is(libc::ENOENT) => return Err(e),
+                Err(_) => continue,
             };
             let full = reply.add(DirectoryEntry {
                 ino: entry.ino,

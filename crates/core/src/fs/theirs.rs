@@ -10,33 +10,37 @@
 //! (`SkillFs::set_replicas`); without one, no such name exists.
 //!
 //! Invariants:
-//! - a node names a path and an interned *version key* (what the
-//!   application resolved the name to: a commit, which never changes), so
-//!   its inode number stays the same while the mount lives and what is
-//!   below it never changes; the name itself is resolved again at every
+//! - a node names an entry by its place in its version's sorted tree (0:
+//!   the root) and an interned *version key* (what the application
+//!   resolved the name to: a commit, which never changes), so its inode
+//!   number stays the same while the mount lives and what is below it
+//!   never changes; the name itself is resolved again at every
 //!   lookup (a rewritten branch may give an id another commit), and the
 //!   attributes are asked again as a `.history` listing's are (they are
 //!   owned like the root, which may change);
-//! - the interned keys and paths only grow, by versions and paths that
-//!   exist (a lookup of a name that resolves to nothing interns nothing);
+//! - the interned keys only grow, by versions that exist (a lookup of a
+//!   name that resolves to nothing interns nothing); no path is interned;
 //! - nothing under it can be changed (`history_view::check_writable`).
 //!
-//! Owns: [`Theirs`], the interned keys and paths and the last trees read.
+//! Owns: [`Theirs`], the interned keys and the last trees read.
 //! Locks: `table`, briefly, never while the application is asked;
 //! `asking`, held while it is (it runs git: milliseconds, more for a large
-//! tree), so one request thread at a time waits on git for this and the
-//! others wait at most [`ASK_WAIT`] for it, then answer `EAGAIN`: a slow
-//! git holds up lookups of other replicas' versions, never the rest of
-//! the mount. Neither is taken with any other lock of the core held.
+//! tree or file), so one request thread at a time waits on git for this,
+//! one more waits at most [`ASK_WAIT`] for it, and any other answers
+//! `EAGAIN` at once: a slow git holds at most two request threads, and
+//! the others serve the rest of the mount. Neither lock is taken with any
+//! other lock of the core held.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use crate::error::{FsError, FsResult};
+use skillfs_base::sys;
 use skillfs_store::journal::Kind;
 
 /// An entry of another replica's version, as its git tree holds it.
@@ -53,32 +57,70 @@ pub struct TheirEntry {
     pub target: Option<Vec<u8>>,
 }
 
-/// A version of another replica: every entry by its path below the root
-/// (directories too).
+/// A version of another replica: every entry (directories too), sorted
+/// by path below the root. An entry's number in the version is its
+/// position plus one (0: the root), which never changes for a commit, so
+/// nothing of a listing needs remembering.
 #[derive(Clone, Debug, Default)]
 pub struct TheirTree {
-    pub entries: BTreeMap<Vec<u8>, TheirEntry>,
+    entries: Vec<(Vec<u8>, TheirEntry)>,
 }
 
 impl TheirTree {
-    /// The entries directly below `dir` (`b""`: the root), by name.
-    pub fn children<'a>(
-        &'a self,
-        dir: &'a [u8],
-    ) -> impl Iterator<Item = (&'a [u8], &'a TheirEntry)> + 'a {
-        let start = if dir.is_empty() {
-            Vec::new()
-        } else {
-            [dir, b"/"].concat()
+    pub fn new(entries: BTreeMap<Vec<u8>, TheirEntry>) -> TheirTree {
+        TheirTree {
+            entries: entries.into_iter().collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The number of the entry at `path` (`b""`: the root, 0).
+    pub fn number(&self, path: &[u8]) -> Option<u32> {
+        if path.is_empty() {
+            return Some(0);
+        }
+        let i = self
+            .entries
+            .binary_search_by(|(p, _)| p.as_slice().cmp(path))
+            .ok()?;
+        u32::try_from(i + 1).ok()
+    }
+
+    /// The path and entry numbered `n` (`None` for the root, or none).
+    fn numbered(&self, n: u32) -> Option<&(Vec<u8>, TheirEntry)> {
+        self.entries.get((n as usize).checked_sub(1)?)
+    }
+
+    /// The entries directly below the entry numbered `dir` (0: the root):
+    /// name, entry, number.
+    pub fn children(&self, dir: u32) -> Vec<(&[u8], &TheirEntry, u32)> {
+        let prefix = match self.numbered(dir) {
+            None if dir == 0 => Vec::new(),
+            None => return Vec::new(),
+            Some((p, _)) => [p.as_slice(), b"/"].concat(),
         };
-        let n = start.len();
-        self.entries
-            .range(start.clone()..)
-            .take_while(move |(p, _)| p.starts_with(&start))
-            .filter_map(move |(p, e)| {
+        let n = prefix.len();
+        // Every path that starts with `prefix` sorts together.
+        let from = self
+            .entries
+            .partition_point(|(p, _)| p.as_slice() < prefix.as_slice());
+        self.entries[from..]
+            .iter()
+            .enumerate()
+            .take_while(|(_, (p, _))| p.starts_with(&prefix))
+            .filter_map(|(i, (p, e))| {
                 let name = &p[n..];
-                (!name.is_empty() && !name.contains(&b'/')).then_some((name, e))
+                let number = u32::try_from(from + i + 1).ok()?;
+                (!name.is_empty() && !name.contains(&b'/')).then_some((name, e, number))
             })
+            .collect()
     }
 }
 
@@ -120,27 +162,11 @@ const ENTRIES_KEPT: usize = 1 << 20;
 struct Table {
     keys: Vec<(String, i64)>,
     key_ix: HashMap<String, u32>,
-    paths: Vec<Vec<u8>>,
-    path_ix: HashMap<Vec<u8>, u32>,
     /// The newest first.
     trees: VecDeque<(u32, Arc<TheirTree>)>,
 }
 
 impl Table {
-    fn intern_path(&mut self, p: &[u8]) -> FsResult<u32> {
-        if let Some(&i) = self.path_ix.get(p) {
-            return Ok(i);
-        }
-        // The inode number holds 30 bits of it.
-        let i = u32::try_from(self.paths.len())
-            .ok()
-            .filter(|&i| i < 1 << 30)
-            .ok_or(FsError::of(libc::ENOSPC))?;
-        self.paths.push(p.to_vec());
-        self.path_ix.insert(p.to_vec(), i);
-        Ok(i)
-    }
-
     fn intern_key(&mut self, key: String, time_ns: i64) -> FsResult<u32> {
         if let Some(&i) = self.key_ix.get(&key) {
             return Ok(i);
@@ -169,7 +195,7 @@ impl Table {
         let mut entries = 0;
         let mut kept = 0;
         for (i, (_, t)) in self.trees.iter().enumerate() {
-            entries += t.entries.len();
+            entries += t.len();
             if i > 0 && (i >= TREES_KEPT || entries > ENTRIES_KEPT) {
                 break;
             }
@@ -185,6 +211,8 @@ pub struct Theirs {
     replicas: OnceLock<Box<dyn Replicas>>,
     table: Mutex<Table>,
     asking: Mutex<()>,
+    /// Requests waiting for `asking` (at most one waits).
+    waiting: AtomicUsize,
 }
 
 /// What a node of another replica's version is.
@@ -214,25 +242,43 @@ impl Theirs {
             && n.iter().all(u8::is_ascii_digit)
     }
 
-    /// Runs `f` on the application, one request at a time (`asking`).
+    /// Runs `f` on the application, one request at a time (`asking`):
+    /// one more may wait for it, up to [`ASK_WAIT`]; any other answers
+    /// `EAGAIN` at once, so at most two request threads are ever held
+    /// here. Run at `SCHED_OTHER` (an io_uring quick request is served at
+    /// `SCHED_IDLE`, which would starve under load while it holds
+    /// `asking`).
     fn ask<T>(
         &self,
         what: &str,
         f: impl FnOnce(&dyn Replicas) -> std::io::Result<T>,
     ) -> FsResult<T> {
         let r = self.replicas.get().ok_or(FsError::ENOENT)?;
-        let Some(_asking) = self.asking.try_lock_for(ASK_WAIT) else {
-            return Err(FsError::of(libc::EAGAIN).context(format_args!(
-                "{what}: another request has been reading another replica's versions for {}s",
-                ASK_WAIT.as_secs()
-            )));
+        let busy = || {
+            FsError::of(libc::EAGAIN).context(format_args!(
+                "{what}: another request is reading another replica's versions"
+            ))
         };
-        f(r.as_ref()).map_err(|e| FsError::of(unreadable(&e)).context(format_args!("{what}: {e}")))
+        let asking = match self.asking.try_lock() {
+            Some(g) => g,
+            None => {
+                if self.waiting.fetch_add(1, Ordering::SeqCst) > 0 {
+                    self.waiting.fetch_sub(1, Ordering::SeqCst);
+                    return Err(busy());
+                }
+                let g = self.asking.try_lock_for(ASK_WAIT);
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                g.ok_or_else(busy)?
+            }
+        };
+        let out = sys::at_normal_priority(|| f(r.as_ref()));
+        drop(asking);
+        out.map_err(|e| FsError::of(unreadable(&e)).context(format_args!("{what}: {e}")))
     }
 
     /// The version `name` names, seen from the directory `scope` (`b""`:
-    /// the root): its node there (path and key numbers), if the version
-    /// has that directory.
+    /// the root): its node there (entry and version numbers), if the
+    /// version has that directory.
     pub fn resolve(&self, name: &[u8], scope: &[u8]) -> FsResult<(u32, u32)> {
         if !Self::may_name(name) {
             return Err(FsError::ENOENT);
@@ -243,10 +289,11 @@ impl Theirs {
             .ok_or(FsError::ENOENT)?;
         let n = self.table.lock().intern_key(key, time)?;
         let tree = self.tree_of(n)?;
-        if !scope.is_empty() && !matches!(tree.entries.get(scope), Some(e) if e.kind == Kind::Dir) {
-            return Err(FsError::ENOENT);
+        let p = tree.number(scope).ok_or(FsError::ENOENT)?;
+        match tree.numbered(p) {
+            Some((_, e)) if e.kind != Kind::Dir => Err(FsError::ENOENT),
+            _ => Ok((p, n)),
         }
-        Ok((self.table.lock().intern_path(scope)?, n))
     }
 
     /// The tree of the version numbered `n`: kept, or read (outside
@@ -270,23 +317,20 @@ impl Theirs {
         Ok(tree)
     }
 
-    /// The path `p` names, its version's time and tree.
-    fn get(&self, p: u32, n: u32) -> FsResult<(Vec<u8>, i64, Arc<TheirTree>)> {
-        let (path, time) = {
-            let t = self.table.lock();
-            let path = t.paths.get(p as usize).ok_or(FsError::ENOENT)?.clone();
-            (path, t.keys.get(n as usize).ok_or(FsError::ENOENT)?.1)
-        };
-        Ok((path, time, self.tree_of(n)?))
-    }
-
     /// What the node `(p, n)` is, and when its version was made.
     pub fn node(&self, p: u32, n: u32) -> FsResult<(Node, i64)> {
-        let (path, time, tree) = self.get(p, n)?;
-        if path.is_empty() {
+        let time = self
+            .table
+            .lock()
+            .keys
+            .get(n as usize)
+            .ok_or(FsError::ENOENT)?
+            .1;
+        if p == 0 {
             return Ok((Node::Dir, time));
         }
-        let e = tree.entries.get(&path).ok_or(FsError::ENOENT)?;
+        let tree = self.tree_of(n)?;
+        let (_, e) = tree.numbered(p).ok_or(FsError::ENOENT)?;
         Ok((
             match e.kind {
                 Kind::Dir => Node::Dir,
@@ -296,41 +340,34 @@ impl Theirs {
         ))
     }
 
-    /// The child `name` of the directory node `(p, n)`: its path number.
+    /// The child `name` of the directory node `(p, n)`: its number.
     pub fn child(&self, p: u32, n: u32, name: &[u8]) -> FsResult<u32> {
-        let (path, _, tree) = self.get(p, n)?;
-        let child = if path.is_empty() {
-            name.to_vec()
-        } else {
-            [&path[..], b"/", name].concat()
+        let tree = self.tree_of(n)?;
+        let child = match tree.numbered(p) {
+            None if p == 0 => name.to_vec(),
+            None => return Err(FsError::ENOENT),
+            Some((path, _)) => [path.as_slice(), b"/", name].concat(),
         };
-        tree.entries.get(&child).ok_or(FsError::ENOENT)?;
-        self.table.lock().intern_path(&child)
+        tree.number(&child).ok_or(FsError::ENOENT)
     }
 
-    /// The entries of the directory node `(p, n)`: name, kind, path number.
+    /// The entries of the directory node `(p, n)`: name, kind, number.
     pub fn children(&self, p: u32, n: u32) -> FsResult<Vec<(Vec<u8>, Kind, u32)>> {
-        let (path, _, tree) = self.get(p, n)?;
-        let mut t = self.table.lock();
-        let mut out = Vec::new();
-        for (name, e) in tree.children(&path) {
-            let child = if path.is_empty() {
-                name.to_vec()
-            } else {
-                [&path[..], b"/", name].concat()
-            };
-            out.push((name.to_vec(), e.kind, t.intern_path(&child)?));
-        }
-        Ok(out)
+        let tree = self.tree_of(n)?;
+        Ok(tree
+            .children(p)
+            .into_iter()
+            .map(|(name, e, c)| (name.to_vec(), e.kind, c))
+            .collect())
     }
 
-    /// A file's bytes, to read (not under `asking`: a large file is
-    /// copied for as long as it takes, holding only its own request).
-    pub fn content(&self, e: &TheirEntry) -> std::io::Result<File> {
-        match self.replicas.get() {
-            Some(r) => r.content(&e.object, e.size),
-            None => Err(std::io::Error::from_raw_os_error(libc::ENOENT)),
-        }
+    /// A file's bytes, to read (asked as the rest: a copy holds one
+    /// request thread, and another waits for it at most [`ASK_WAIT`]).
+    pub fn content(&self, e: &TheirEntry) -> FsResult<File> {
+        self.ask(
+            &format!("read object {} of another replica's version", e.object),
+            |r| r.content(&e.object, e.size),
+        )
     }
 }
 
@@ -384,7 +421,7 @@ mod tests {
                 entries.insert(b"cat/s/more.md".to_vec(), file("o2", 7));
                 entries.insert(b"cat-x".to_vec(), file("o3", 1));
             }
-            Ok(TheirTree { entries })
+            Ok(TheirTree::new(entries))
         }
         fn content(&self, _: &str, _: u64) -> std::io::Result<File> {
             Err(std::io::Error::from_raw_os_error(libc::EIO))
@@ -433,16 +470,20 @@ mod tests {
         };
         assert_eq!(names(root, n1), ["cat"]);
         assert_eq!(names(root, n2), ["cat", "cat-x"]);
-        let s = t.child(cat, n2, b"s").unwrap();
-        assert_eq!(names(s, n2), ["SKILL.md", "more.md"]);
-        assert_eq!(names(s, n1), ["SKILL.md"]);
-        assert!(t.child(s, n1, b"more.md").is_err(), "not in version 1");
-        let more = t.child(s, n2, b"more.md").unwrap();
+        // Numbers are each version's own (its entries' order).
+        let cat2 = t.child(root, n2, b"cat").unwrap();
+        let s2 = t.child(cat2, n2, b"s").unwrap();
+        let s1 = t.child(cat, n1, b"s").unwrap();
+        assert_eq!(names(s2, n2), ["SKILL.md", "more.md"]);
+        assert_eq!(names(s1, n1), ["SKILL.md"]);
+        assert!(t.child(s1, n1, b"more.md").is_err(), "not in version 1");
+        let more = t.child(s2, n2, b"more.md").unwrap();
         match t.node(more, n2) {
             Ok((Node::Entry(e), 20)) => assert_eq!(e, file("o2", 7)),
             _ => panic!("a file of version 2"),
         }
-        assert!(t.node(more, n1).is_err());
+        assert_eq!(t.resolve(b"a1b2c3d4:2", b"cat/s").unwrap(), (s2, n2));
+        assert!(t.node(99, n1).is_err());
         assert!(matches!(t.node(root, n1), Ok((Node::Dir, 10))));
     }
 
@@ -507,9 +548,19 @@ mod tests {
         // Kept: answered at once.
         assert_eq!(t.children(root, n1).unwrap().len(), 1);
         assert!(started.elapsed() < ASK_WAIT / 2);
-        // Not kept: refused after the wait.
+        // Not kept: one request waits, and is refused after the wait; a
+        // third is refused at once (two request threads held at most).
         t.table.lock().trees.clear();
+        let waiter = {
+            let t = Arc::clone(&t);
+            std::thread::spawn(move || t.children(root, n1).map(|_| ()).unwrap_err())
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        let at_once = std::time::Instant::now();
         let e = t.children(root, n1).map(|_| ()).unwrap_err();
+        assert!(e.is(libc::EAGAIN), "{e:?}");
+        assert!(at_once.elapsed() < ASK_WAIT / 2, "{:?}", at_once.elapsed());
+        let e = waiter.join().unwrap();
         assert!(e.is(libc::EAGAIN), "{e:?}");
         assert!(started.elapsed() >= ASK_WAIT);
         assert!(slow.join().unwrap(), "the slow one is answered");
@@ -524,7 +575,7 @@ mod tests {
             for i in 0..n {
                 entries.insert(format!("f{i}").into_bytes(), file("o", 1));
             }
-            Arc::new(TheirTree { entries })
+            Arc::new(TheirTree::new(entries))
         };
         for n in 0..40 {
             t.keep(n, tree(1));
