@@ -11,5 +11,6 @@
 
 pub mod mounts;
 pub mod relpath;
+pub mod sched;
 pub mod sys;
 pub mod time;

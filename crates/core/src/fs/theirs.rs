@@ -40,7 +40,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::error::{FsError, FsResult};
-use skillfs_base::sys;
+use skillfs_base::sched;
 use skillfs_store::journal::Kind;
 
 /// An entry of another replica's version, as its git tree holds it.
@@ -271,7 +271,7 @@ impl Theirs {
                 g.ok_or_else(busy)?
             }
         };
-        let out = sys::at_normal_priority(|| f(r.as_ref()));
+        let out = sched::at_normal_priority(|| f(r.as_ref()));
         drop(asking);
         out.map_err(|e| FsError::of(unreadable(&e)).context(format_args!("{what}: {e}")))
     }
