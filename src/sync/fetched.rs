@@ -60,15 +60,26 @@ fn kept_ids(repo: &Path) -> Result<Vec<String>, Failure> {
         c,
         &format!("read the replicas kept in '{}'", repo.display()),
     )?;
-    let mut ids: Vec<String> = String::from_utf8_lossy(&out)
+    Ok(replica_ids(&out))
+}
+
+/// The replica ids named by the refs `refs` lists (`for-each-ref` lines
+/// that start with the ref's name) under `refs/skillfs/kept/` or
+/// `refs/skillfs/quarantine/`, sorted, each once.
+pub(super) fn replica_ids(refs: &[u8]) -> Vec<String> {
+    let mut ids: Vec<String> = String::from_utf8_lossy(refs)
         .lines()
-        .filter_map(|r| r.rsplit('/').next())
+        .filter_map(|l| l.split(' ').next())
+        .filter_map(|r| {
+            r.strip_prefix("refs/skillfs/kept/")
+                .or_else(|| r.strip_prefix("refs/skillfs/quarantine/"))
+        })
         .filter(|id| replica::valid(id))
         .map(str::to_string)
         .collect();
     ids.sort();
     ids.dedup();
-    Ok(ids)
+    ids
 }
 
 /// The replica that `prefix` names (its id, or the start of one) among

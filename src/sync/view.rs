@@ -35,11 +35,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::fetched::{Fetched, fetched};
+use super::fetched::{Fetched, fetched, replica_ids};
 use super::git;
 use super::git::for_the_mount;
 use super::gittree::link_stays_inside;
-use super::replica;
 use super::version::{choose, parse_version};
 use crate::store::Layout;
 use crate::store::journal::Kind;
@@ -112,24 +111,6 @@ fn check(what: &str, status: std::process::ExitStatus) -> io::Result<()> {
     } else {
         Err(io::Error::other(format!("git {what}: {status}")))
     }
-}
-
-/// The replica ids the refs `refs` (`for-each-ref` of `refs/skillfs/`)
-/// keep versions of.
-fn kept_ids(refs: &[u8]) -> Vec<String> {
-    let mut ids: Vec<String> = String::from_utf8_lossy(refs)
-        .lines()
-        .filter_map(|l| l.split(' ').next())
-        .filter_map(|r| {
-            r.strip_prefix("refs/skillfs/kept/")
-                .or_else(|| r.strip_prefix("refs/skillfs/quarantine/"))
-        })
-        .filter(|id| replica::valid(id))
-        .map(str::to_string)
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
 }
 
 impl Replicas for Versions {
@@ -231,7 +212,7 @@ impl Versions {
             ));
         }
         let prefix = prefix.to_ascii_lowercase();
-        let matching: Vec<String> = kept_ids(&cache.refs)
+        let matching: Vec<String> = replica_ids(&cache.refs)
             .into_iter()
             .filter(|r| r.starts_with(&prefix))
             .collect();
@@ -530,7 +511,7 @@ mod tests {
              refs/skillfs/quarantine/{a} 3333\nrefs/skillfs/rewound/{a}/1 4444\n\
              refs/skillfs/kept/not-an-id 5555\n"
         );
-        assert_eq!(kept_ids(refs.as_bytes()), [a, b]);
+        assert_eq!(replica_ids(refs.as_bytes()), [a, b]);
     }
 
     #[test]
