@@ -399,8 +399,9 @@ fn a_shell_redirect_records_one_version() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    std::thread::sleep(Duration::from_millis(200)); // the release is asynchronous
-    assert_eq!(m.log().last().unwrap()["state"]["size"], 0);
+    // The release is asynchronous: the version lands a moment after `close`.
+    let log = m.log_when(|l| l.last().is_some_and(|r| r["state"]["size"] == 0));
+    assert_eq!(log.last().unwrap()["state"]["size"], 0);
 }
 
 #[test]
@@ -852,14 +853,14 @@ fn a_split_for_chmod_leaves_a_writers_bytes_alone() {
     fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
     w.write_all(b"rest\n").unwrap();
     drop(w);
-    std::thread::sleep(Duration::from_millis(200)); // the release is asynchronous
     assert_eq!(fs::read_to_string(&p).unwrap(), "PARTIAL-rest\n");
     assert_eq!(fs::read_to_string(outside.join("hlink")).unwrap(), "old\n");
+    // The release is asynchronous: wait for the whole file's version.
+    let whole = sha256_hex(b"PARTIAL-rest\n");
+    let log = m.log_when(|l| l.iter().any(|r| r["state"]["blob"] == whole.as_str()));
     let partial = sha256_hex(b"PARTIAL-");
     assert!(
-        !m.log()
-            .iter()
-            .any(|r| r["state"]["blob"] == partial.as_str()),
+        !log.iter().any(|r| r["state"]["blob"] == partial.as_str()),
         "the writer's half-written bytes became a version"
     );
 }

@@ -417,6 +417,20 @@ impl Mount {
             .collect()
     }
 
+    /// The log once `done` holds of it, read again for up to 10 s: the
+    /// kernel sends a file's last release after `close` returned, so the
+    /// version it publishes may land a moment later.
+    pub fn log_when(&self, done: impl Fn(&[serde_json::Value]) -> bool) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if done(&log) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn ops_for(&self, path: &str) -> Vec<String> {
         self.log()
             .into_iter()
