@@ -8,7 +8,7 @@
 #
 # A crash, a hang (-timeout), an allocation past -malloc_limit_mb or a
 # process past -rss_limit_mb is written to fuzz/regressions/<target>/
-# (commit it with its fix: tests/fuzz_replay.rs replays it under plain
+# (commit it with its fix: tests/it/fuzz_replay.rs replays it under plain
 # `cargo test`), and the script exits non-zero after running the rest.
 #
 # Environment: SKILLFS_FUZZ_SANITIZER (address, the default, or none:

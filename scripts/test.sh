@@ -38,7 +38,7 @@ export SKILLFS_HERMES_PYTHON
 # FUSE over io_uring needs Linux 6.14+ with CONFIG_FUSE_IO_URING, and the
 # fuse module's enable_uring on (scripts/test-machine.sh switches it on).
 uring_param=/sys/module/fuse/parameters/enable_uring
-# (tests/transport.rs switches kernel.io_uring_disabled for one test and puts
+# (tests/it/transport.rs switches kernel.io_uring_disabled for one test and puts
 # it back; a run killed midway would leave it set: put back here too. A
 # test's own change undone, not the host's set-up.)
 uring_disabled=/proc/sys/kernel/io_uring_disabled
@@ -68,7 +68,7 @@ for transport in $transports; do
     if [ "$transport" = uring ]; then
         SKILLFS_NO_PASSTHROUGH=1 SKILLFS_TRANSPORT=$transport cargo test --locked
         # (and the suites of the kernel's own reads, with them)
-        SKILLFS_TRANSPORT=$transport cargo test --locked --test cache --test home
+        SKILLFS_TRANSPORT=$transport cargo test --locked --test it -- cache:: home::
     else
         SKILLFS_TRANSPORT=$transport cargo test --locked
     fi
@@ -84,7 +84,7 @@ fsx_transport=both
 
 # Every fuzz target for a few seconds (docs/testing.md, "Fuzzing"), built
 # without ASan: its build would add minutes. The crash inputs kept in
-# fuzz/regressions/ are replayed by `cargo test` above (tests/fuzz_replay.rs).
+# fuzz/regressions/ are replayed by `cargo test` above (tests/it/fuzz_replay.rs).
 SKILLFS_FUZZ_SANITIZER=none ./scripts/fuzz.sh 5
 
 # pjdfstest on a plain directory and on a --allow-other mount, as root (it
@@ -104,19 +104,19 @@ fi
 # The plain files of a home mount are served by the kernel on backing files
 # (FUSE passthrough) when the daemon runs as root; run those tests again
 # with the daemon serving them itself, as for an unprivileged user.
-SKILLFS_NO_PASSTHROUGH=1 cargo test --locked --test home --test agent
+SKILLFS_NO_PASSTHROUGH=1 cargo test --locked --test it -- home:: agent::
 
 # The suites that mount through the harness, again over an agent's home
 # (`--versioned skills`): skills/ must behave exactly as a skills-only mount.
 # (The others mount ROOT by hand, or keep a plain tree beside ROOT, which
 # over a home would be inside the mount.)
-SKILLFS_TEST_HOME=1 cargo test --locked --test posix --test versioning --test history --test crash --test agent --test cache --test export
+SKILLFS_TEST_HOME=1 cargo test --locked --test it -- posix:: versioning:: history:: crash:: agent:: cache:: export::
 
 # Both fsync strategies: the one-commit path runs where the filesystem has a
 # journal (ext4 with its journal, XFS), the step-by-step path elsewhere.
 # Force the step-by-step one here, and, as root, run the durability tests
 # again on a journaled ext4 image so the one-commit path runs too.
-SKILLFS_PORTABLE_FSYNC=1 SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash
+SKILLFS_PORTABLE_FSYNC=1 SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test it -- posix:: versioning:: crash::
 if [ "$(id -u)" = 0 ]; then
     command -v mkfs.ext4 >/dev/null 2>&1 || {
         echo "test: mkfs.ext4 is missing (the journaled ext4 pass needs it): run ./scripts/test-machine.sh" >&2
@@ -129,7 +129,7 @@ if [ "$(id -u)" = 0 ]; then
     truncate -s 3G "$img"
     mkfs.ext4 -q -F "$img"
     mount -o loop "$img" "$mnt"
-    TMPDIR="$mnt" SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test posix --test versioning --test crash --test history --test trust --test concurrency --test cache
+    TMPDIR="$mnt" SKILLFS_CRASH_ROUNDS=20 cargo test --locked --test it -- posix:: versioning:: crash:: history:: trust:: concurrency:: cache::
 fi
 
 set +x

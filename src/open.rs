@@ -3,9 +3,9 @@
 //! and lock, the journal replayed into the ledger, the scan of ROOT) and
 //! hands back the [`SkillFs`] to drive through its handlers directly, as the
 //! FUSE adapter would. For tests that apply thousands of operations a second
-//! (`tests/reftest.rs`); the daemon mounts the very same core.
+//! (`tests/it/reftest.rs`); the daemon mounts the very same core.
 //! [`open_core_with`] opens it through another door to the disk (a test
-//! `SyncBackend`: `tests/power_loss_core.rs`) and a chosen durability
+//! `SyncBackend`: `tests/it/power_loss_core.rs`) and a chosen durability
 //! order.
 //!
 //! Invariant: the store is locked for as long as the [`Core`] lives, so a

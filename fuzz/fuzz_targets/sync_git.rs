@@ -1,5 +1,5 @@
 #![no_main]
-// The body is skillfs::fuzz_targets::sync_git (replayed by tests/fuzz_replay.rs).
+// The body is skillfs::fuzz_targets::sync_git (replayed by tests/it/fuzz_replay.rs).
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     skillfs::fuzz_targets::sync_git(data);
 });

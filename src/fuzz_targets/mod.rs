@@ -1,7 +1,7 @@
 //! The bodies of the fuzz targets (`fuzz/`, run by `scripts/fuzz.sh`):
 //! one function per parser of bytes skillfs did not write itself in this
 //! process, taking those bytes. The libFuzzer targets call them, and
-//! `tests/fuzz_replay.rs` feeds them every kept crash input
+//! `tests/it/fuzz_replay.rs` feeds them every kept crash input
 //! (`fuzz/regressions/<target>/`) and every seed (`fuzz/seeds/<target>/`)
 //! under plain `cargo test`, so a crash once fixed stays fixed without a
 //! fuzzer. The merge of fetched trees is `skillfs_sync::fuzz_targets`.

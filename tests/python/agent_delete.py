@@ -1,4 +1,4 @@
-"""The real agent's delete of a category's last skill, for tests/agent.rs.
+"""The real agent's delete of a category's last skill, for tests/it/agent.rs.
 
 Run with the agent's own interpreter and HERMES_HOME set to the mount
 point. `create` makes social/greet through skill_manage (SKILL.md, then

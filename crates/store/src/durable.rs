@@ -13,7 +13,7 @@
 //!   own: the daemon and the command-line commands that open a store
 //!   unmounted build the one real instance ([`StoreIo::real`]); a test
 //!   builds another ([`StoreIo::with_backend`]) and stands in for the disk
-//!   (`tests/power_loss.rs`, `tests/power_loss_core.rs`: a live and a
+//!   (`tests/it/power_loss.rs`, `tests/it/power_loss_core.rs`: a live and a
 //!   durable image, power lost at every sync point);
 //! - after one of them fails the store is *poisoned*: Linux may have marked
 //!   the pages that failed to write as clean, so a retry could "succeed"
@@ -61,7 +61,7 @@ pub struct Disk;
 
 /// A debug build's stand-in for a slow device: every device flush first
 /// sleeps `SKILLFS_TEST_SYNC_DELAY_MS`, so that a test can tell whether a
-/// lock is held across one (`tests/concurrency.rs`). Release builds read no
+/// lock is held across one (`tests/it/concurrency.rs`). Release builds read no
 /// such variable.
 fn slow_device() {
     test_delay("SKILLFS_TEST_SYNC_DELAY_MS");

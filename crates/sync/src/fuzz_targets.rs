@@ -1,6 +1,6 @@
 //! The body of the `sync_merge` fuzz target (`fuzz/`, run by
 //! `scripts/fuzz.sh`): trees and file contents as another replica's
-//! fetched commits would give them, merged. The root's `tests/fuzz_replay.rs`
+//! fetched commits would give them, merged. The root's `tests/it/fuzz_replay.rs`
 //! feeds it every kept crash input and seed under plain `cargo test`.
 //!
 //! Input: one entry a line, `<tree><kind><path>[\t<payload>]`: tree `0`
