@@ -140,7 +140,10 @@ impl Driver {
         };
         let written = (|| {
             for (i, chunk) in data.chunks(64 << 10).enumerate() {
-                errno(self.fs().write(fh, (i * (64 << 10)) as u64, chunk))?;
+                errno(
+                    self.fs()
+                        .write(fh, (i * (64 << 10)) as u64, chunk, &self.caller),
+                )?;
             }
             if fsync {
                 errno(self.fs().fsync(fh, &self.caller))?;

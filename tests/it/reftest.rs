@@ -879,7 +879,7 @@ impl Kernel {
         if data.is_empty() {
             return Ok(0);
         }
-        let n = self.fs().write(fh, off, data).map_err(err)?;
+        let n = self.fs().write(fh, off, data, &self.caller).map_err(err)?;
         Ok(n as usize)
     }
 

@@ -650,7 +650,7 @@ fn write_through(fs: &skillfs::fs::SkillFs, name: &str, data: &[u8]) -> Result<(
         }
     };
     let written = (|| {
-        fs.write(fh, 0, data).map_err(e("write"))?;
+        fs.write(fh, 0, data, &caller).map_err(e("write"))?;
         fs.fsync(fh, &caller).map_err(e("fsync"))?;
         fs.flush(fh, &caller).map_err(e("flush"))
     })();

@@ -68,6 +68,50 @@ fn overwritten_renamed_and_deleted_content_stays_in_history() {
     );
 }
 
+/// A process forked while a file is open for writing holds it too, and
+/// its `exec` closes it (close-on-exec): that flush, before the writer's
+/// own close, publishes the writer's bytes. Their actor is the writer,
+/// not the process that happened to flush them.
+#[test]
+fn a_version_is_the_writers_even_when_a_forked_child_flushes_it() {
+    let m = Mount::new("actor-fork");
+    let p = m.path("w.md");
+    let (written, forked) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("the-writer".into())
+            .spawn_scoped(s, || {
+                let mut f = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&p)
+                    .unwrap();
+                f.write_all(b"the writer's bytes").unwrap();
+                written.wait();
+                forked.wait();
+                drop(f);
+            })
+            .unwrap();
+        std::thread::Builder::new()
+            .name("the-forker".into())
+            .spawn_scoped(s, || {
+                written.wait();
+                // The child holds the writer's file from its fork to its
+                // exec, and flushes it there.
+                let st = Command::new("true").status().unwrap();
+                assert!(st.success());
+                forked.wait();
+            })
+            .unwrap();
+    });
+    let log = m.log_when(|l| l.iter().any(|r| r["op"] == "write"));
+    let w: Vec<_> = log.iter().filter(|r| r["op"] == "write").collect();
+    assert_eq!(w.len(), 1, "{log:#?}");
+    assert_eq!(w[0]["state"]["blob"], sha256_hex(b"the writer's bytes"));
+    assert_eq!(w[0]["actor"]["comm"], "the-writer", "{:#?}", w[0]);
+}
+
 #[test]
 fn journal_records_have_gap_free_ids_actor_and_state() {
     let m = Mount::new("journal");

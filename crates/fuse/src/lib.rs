@@ -50,7 +50,7 @@ pub use mount::{Mounted, Transport, mount, uring_unavailable};
 /// Test hook (debug builds only): `SKILLFS_TEST_FSYNC_DELAY_MS` holds every
 /// fsync that long before it is served, so that a test sees a blocked
 /// handler leave the other requests of its CPU's queue served
-/// (`tests/transport.rs`).
+/// (`tests/it/transport.rs`).
 fn fsync_delay() -> Option<std::time::Duration> {
     static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
     *DELAY.get_or_init(|| skillfs_base::time::test_pause("SKILLFS_TEST_FSYNC_DELAY_MS"))
@@ -365,7 +365,7 @@ impl Filesystem for FuseAdapter {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -375,7 +375,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(fh.0, offset, data) {
+        match self.fs.write(fh.0, offset, data, &caller(req)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno("write", e)),
         }

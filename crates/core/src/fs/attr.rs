@@ -237,7 +237,7 @@ impl SkillFs {
             self.ensure_staging(&mut s, size == 0, self.write_place(loc))?;
             let stg = s.staging.as_mut().expect("just ensured");
             sys::ftruncate(&*stg.file, size)?;
-            stg.mark_written();
+            stg.written_by(caller);
             if let Some(l) = loc {
                 self.touched(l);
             }

@@ -29,6 +29,12 @@ pub(super) struct Staging {
     /// its locks to flush swaps it in only if none came meanwhile (see
     /// `publish_durable`).
     pub(super) edits: u64,
+    /// Who changed its bytes last (a write's or a truncation's caller):
+    /// the actor of the version they make, rather than whoever's flush
+    /// publishes them. A process forked between a write and its close
+    /// holds the file too and flushes it at its `exec`, before the writer
+    /// closes: that flush publishes the writer's bytes, not its own.
+    pub(super) writer: Option<Caller>,
 }
 
 impl Staging {
@@ -37,6 +43,21 @@ impl Staging {
         self.dirty = true;
         self.trunc_only = false;
         self.edits += 1;
+    }
+
+    /// [`Staging::mark_written`] by `caller` (not the kernel's own
+    /// request, which names no process).
+    pub(super) fn written_by(&mut self, caller: &Caller) {
+        self.mark_written();
+        if caller.pid != 0 {
+            self.writer = Some(*caller);
+        }
+    }
+
+    /// The actor of the version its bytes make, when `publisher` publishes
+    /// them (see `writer`).
+    pub(super) fn author(&self, publisher: &Caller) -> Caller {
+        self.writer.unwrap_or(*publisher)
     }
 }
 

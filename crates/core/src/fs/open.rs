@@ -122,6 +122,7 @@ impl SkillFs {
                     trunc_only: false,
                     in_place: true,
                     edits: 0,
+                    writer: None,
                 });
                 return Ok(());
             }
@@ -155,6 +156,7 @@ impl SkillFs {
             trunc_only: false,
             in_place: false,
             edits: 0,
+            writer: None,
         });
         Ok(())
     }
@@ -275,7 +277,7 @@ impl SkillFs {
                     return Err(e.into());
                 }
                 let stg = s.staging.as_mut().expect("just ensured");
-                stg.mark_written();
+                stg.written_by(caller);
                 stg.trunc_only = true;
                 if let Some(l) = loc {
                     self.touched(l);
@@ -326,7 +328,7 @@ impl SkillFs {
         Ok(buf)
     }
 
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], caller: &Caller) -> FsResult<u32> {
         let (ino, write, append) = self.file_handle(fh)?;
         if !write {
             return Err(FsError::EBADF);
@@ -351,7 +353,7 @@ impl SkillFs {
             offset
         };
         stg.file.write_all_at(data, offset)?;
-        stg.mark_written();
+        stg.written_by(caller);
         let in_place = stg.in_place;
         drop(s);
         // Written in place: a hidden file, which an unpark may be planned

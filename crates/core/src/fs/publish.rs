@@ -155,6 +155,7 @@ impl SkillFs {
             return Ok(true);
         };
         let stg_file = Arc::clone(&stg.file);
+        let caller = &stg.author(caller);
         let path = self.versioned(&loc, Kind::File);
         if stg.in_place {
             // Nothing to swap: recorded (if visible now) and flushed.
@@ -354,6 +355,7 @@ impl SkillFs {
         caller: &Caller,
     ) -> FsResult<()> {
         let stg = s.staging.as_ref().expect("caller checked");
+        let caller = &stg.author(caller);
         if stg.in_place {
             return self.publish_in_place(s, loc, op, durable, caller);
         }
@@ -630,7 +632,7 @@ impl SkillFs {
 /// Test hook (debug builds only): `SKILLFS_TEST_SWAP_DELAY_MS` holds every
 /// swap of a writer's bytes that long before its exchange, so that a test
 /// can replace the file behind the daemon in that moment
-/// (`tests/behind.rs`).
+/// (`tests/it/behind.rs`).
 fn swap_delay() -> Option<std::time::Duration> {
     static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
     *DELAY.get_or_init(|| skillfs_base::time::test_pause("SKILLFS_TEST_SWAP_DELAY_MS"))
