@@ -16,7 +16,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
@@ -414,14 +414,14 @@ fn apply_meta(p: &Path, s: &EntryState) -> std::io::Result<()> {
     let path = p.as_os_str().as_bytes();
     if sys::geteuid() == 0 {
         // Best effort, as `cp -a`: the content and times still restore.
-        let _ = sys::lchownat(libc::AT_FDCWD, path, s.uid, s.gid);
+        let _ = sys::lchownat(sys::CWD, path, s.uid, s.gid);
     }
     if s.kind != Kind::Symlink {
         fs::set_permissions(p, fs::Permissions::from_mode(s.mode))?;
     }
     let (secs, nsecs) = sys::split_ns(s.mtime_ns);
     let t = sys::Time::At(secs, nsecs);
-    sys::lutimensat(libc::AT_FDCWD, path, t, t)
+    sys::lutimensat(sys::CWD, path, t, t)
 }
 
 /// Creates `s` (with its content) at `p`.
@@ -550,7 +550,7 @@ pub fn restore(store: &Store, root: &Path, id: u64, path: &RelPath) -> Result<Re
     for (_, s) in store.subtree(idx, id) {
         count(&mut done, s.kind);
     }
-    let dir = parent_fd.as_raw_fd();
+    let dir = parent_fd.as_fd();
     let exists = sys::lstatat(dir, name).is_ok();
     let flags = if exists { libc::RENAME_EXCHANGE } else { 0 };
     if let Err(e) = sys::renameat2(dir, &stage_rel, dir, name, flags) {
@@ -584,7 +584,7 @@ pub(crate) fn staging_dir(
         std::process::id(),
         crate::time::now_ns()
     );
-    sys::mkdirat(parent_fd.as_raw_fd(), name.as_bytes(), 0o700)
+    sys::mkdirat(parent_fd.as_fd(), name.as_bytes(), 0o700)
         .map_err(|e| Failure::io(Exit::Internal, "create", &target.with_file_name(&name), &e))?;
     Ok(name)
 }
@@ -609,7 +609,7 @@ pub fn remove(root: &Path, path: &RelPath) -> Result<(), Failure> {
     let mut to = park_name.clone().into_bytes();
     to.push(b'/');
     to.extend_from_slice(path.file_name());
-    let dir = parent_fd.as_raw_fd();
+    let dir = parent_fd.as_fd();
     sys::renameat2(dir, path.file_name(), dir, &to, 0).map_err(|e| {
         let _ = sys::unlinkat(dir, park_name.as_bytes(), true);
         Failure::io(Exit::Internal, "set aside", &target, &e)
@@ -623,7 +623,7 @@ pub fn remove(root: &Path, path: &RelPath) -> Result<(), Failure> {
 /// outermost missing path (else `path` itself).
 pub(crate) fn open_parent(root: &Path, path: &RelPath) -> Result<(OwnedFd, RelPath), Failure> {
     let mut fd = sys::openat(
-        libc::AT_FDCWD,
+        sys::CWD,
         root.as_os_str().as_bytes(),
         libc::O_RDONLY | libc::O_DIRECTORY,
         0,
@@ -634,11 +634,11 @@ pub(crate) fn open_parent(root: &Path, path: &RelPath) -> Result<(OwnedFd, RelPa
     let mut so_far = RelPath::root();
     for comp in parent.components() {
         so_far = so_far.join(comp);
-        match sys::open_dir(fd.as_raw_fd(), comp) {
+        match sys::open_dir(fd.as_fd(), comp) {
             Ok(next) => fd = next,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((fd, so_far)),
             Err(e) => {
-                let st = sys::lstatat(fd.as_raw_fd(), comp);
+                let st = sys::lstatat(fd.as_fd(), comp);
                 let what = if st.is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK) {
                     "a symlink: a restore writes only inside ROOT, never through a link"
                 } else if e.raw_os_error() == Some(libc::ENOTDIR) {

@@ -104,7 +104,7 @@ pub fn describe(id: &str, actor: Option<&str>, action: &str, skill: Option<&str>
 pub fn read(path: &Path) -> (Vec<Entry>, Vec<Damage>) {
     let (mut entries, mut damage) = (Vec::new(), Vec::new());
     let Ok(f) = crate::sys::openat(
-        libc::AT_FDCWD,
+        crate::sys::CWD,
         path.as_os_str().as_encoded_bytes(),
         libc::O_RDONLY | libc::O_NOFOLLOW,
         0,
@@ -193,7 +193,7 @@ pub fn open_blob(blobs: &Path, sha256: &str) -> Result<std::io::Take<File>, Stri
     }
     let path = blobs.join(sha256);
     crate::sys::openat(
-        libc::AT_FDCWD,
+        crate::sys::CWD,
         path.as_os_str().as_encoded_bytes(),
         libc::O_RDONLY | libc::O_NOFOLLOW,
         0,

@@ -150,7 +150,7 @@ pub fn list(root: &Path) -> (Vec<Snapshot>, Vec<Damage>) {
 /// The manifest, if it is there and JSON (it only says why and when).
 fn read_manifest(dir: &Path) -> Option<serde_json::Value> {
     let f = crate::sys::openat(
-        libc::AT_FDCWD,
+        crate::sys::CWD,
         dir.join(MANIFEST).as_os_str().as_encoded_bytes(),
         libc::O_RDONLY | libc::O_NOFOLLOW,
         0,
@@ -164,7 +164,7 @@ fn read_manifest(dir: &Path) -> Option<serde_json::Value> {
 /// Opens a snapshot's archive, never through a symlink.
 pub fn open(s: &Snapshot) -> io::Result<File> {
     crate::sys::openat(
-        libc::AT_FDCWD,
+        crate::sys::CWD,
         s.dir.join(ARCHIVE).as_os_str().as_encoded_bytes(),
         libc::O_RDONLY | libc::O_NOFOLLOW,
         0,

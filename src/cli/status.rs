@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 
 use crate::error::Failure;
 use crate::store::journal::{Kind, Record};
@@ -56,7 +56,7 @@ fn versions(records: &[Record]) -> (u64, u64, u64) {
 fn waiting(area: &std::path::Path) -> Vec<(String, i128)> {
     let mut out = Vec::new();
     let Ok(fd) = crate::sys::openat(
-        libc::AT_FDCWD,
+        crate::sys::CWD,
         std::os::unix::ffi::OsStrExt::as_bytes(area.as_os_str()),
         libc::O_RDONLY | libc::O_DIRECTORY,
         0,
@@ -64,12 +64,12 @@ fn waiting(area: &std::path::Path) -> Vec<(String, i128)> {
         return out;
     };
     let fd = std::os::fd::OwnedFd::from(fd);
-    for key in crate::sys::read_dir_at(fd.as_raw_fd(), b".").unwrap_or_default() {
-        for e in crate::sys::read_dir_at(fd.as_raw_fd(), &key.name).unwrap_or_default() {
+    for key in crate::sys::read_dir_at(fd.as_fd(), b".").unwrap_or_default() {
+        for e in crate::sys::read_dir_at(fd.as_fd(), &key.name).unwrap_or_default() {
             let mut rel = key.name.clone();
             rel.push(b'/');
             rel.extend_from_slice(&e.name);
-            if let Ok(t) = crate::sys::newest_mtime_at(fd.as_raw_fd(), &rel) {
+            if let Ok(t) = crate::sys::newest_mtime_at(fd.as_fd(), &rel) {
                 out.push((String::from_utf8_lossy(&e.name).into_owned(), t));
             }
         }

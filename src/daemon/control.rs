@@ -22,7 +22,7 @@
 //! `SkillFs`.
 
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
@@ -66,7 +66,7 @@ pub fn serve(top: &Dir, fs: Arc<SkillFs>, transport: String) -> io::Result<()> {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let at = format!("/proc/self/fd/{}/{CONTROL}", top.fd());
+    let at = format!("/proc/self/fd/{}/{CONTROL}", top.as_raw_fd());
     let listener = UnixListener::bind(&at)?;
     // Bound, then made the owner's alone (the store around it is already).
     crate::sys::fchmodat(top.fd(), CONTROL.as_bytes(), 0o600)?;
@@ -181,13 +181,13 @@ pub fn ask(store: &Path, req: &Request, wait: Duration) -> io::Result<Response> 
     use std::os::unix::ffi::OsStrExt;
     let deadline = Instant::now() + wait;
     let dir = crate::sys::openat(
-        libc::AT_FDCWD,
+        crate::sys::CWD,
         store.as_os_str().as_bytes(),
         libc::O_PATH | libc::O_DIRECTORY,
         0,
     )?;
     let owner = crate::sys::fstat(&dir)?.st_uid;
-    let st = crate::sys::lstatat(dir.as_raw_fd(), CONTROL.as_bytes())?;
+    let st = crate::sys::lstatat(dir.as_fd(), CONTROL.as_bytes())?;
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,

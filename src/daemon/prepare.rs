@@ -16,7 +16,7 @@
 #![deny(clippy::unwrap_used)]
 
 use std::fs;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -103,7 +103,7 @@ fn agent_home_under(root: &Path) -> crate::sync::AgentHome {
         return crate::sync::AgentHome::Missing;
     };
     match crate::sys::openat(
-        libc::AT_FDCWD,
+        crate::sys::CWD,
         home.as_os_str().as_bytes(),
         libc::O_RDONLY | libc::O_DIRECTORY,
         0,
@@ -436,7 +436,7 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
 
     let open_dir = |p: &Path, exit: Exit| {
         crate::sys::openat(
-            libc::AT_FDCWD,
+            crate::sys::CWD,
             p.as_os_str().as_bytes(),
             libc::O_RDONLY | libc::O_DIRECTORY,
             0,
@@ -452,7 +452,7 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
             let home_fd = open_dir(&mount_point, Exit::BadRoot)?;
             let name = name.as_bytes().to_vec();
             let root_fd = crate::sys::openat(
-                home_fd.as_raw_fd(),
+                home_fd.as_fd(),
                 &name,
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                 0,
@@ -469,7 +469,7 @@ fn settle(o: Opened, durability: Durability) -> Result<Prepared, Failure> {
 
     let started = Instant::now();
     let areas = Areas {
-        root_fd: root_fd.as_raw_fd(),
+        root_fd: root_fd.as_fd(),
         parked_fd: fds.parked.fd(),
         orphans_fd: fds.orphans.fd(),
     };

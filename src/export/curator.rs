@@ -26,7 +26,7 @@
 //! daemon's own apply.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -150,7 +150,7 @@ pub fn write_snapshot(
     let backups_path = root.join(BACKUPS);
     let io = |what: &str, p: &Path, e: std::io::Error| Failure::io(Exit::Internal, what, p, &e);
     let root_fd: OwnedFd = sys::openat(
-        libc::AT_FDCWD,
+        sys::CWD,
         root.as_os_str().as_bytes(),
         libc::O_RDONLY | libc::O_DIRECTORY,
         0,
@@ -158,19 +158,19 @@ pub fn write_snapshot(
     .map_err(|e| Failure::io(Exit::BadRoot, "open", root, &e))?
     .into();
     // Made as the agent makes it (`mkdir(parents=True, exist_ok=True)`).
-    let made = match sys::mkdirat(root_fd.as_raw_fd(), BACKUPS.as_bytes(), 0o777) {
+    let made = match sys::mkdirat(root_fd.as_fd(), BACKUPS.as_bytes(), 0o777) {
         Ok(()) => true,
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
         Err(e) => return Err(io("create", &backups_path, e)),
     };
-    let backups = sys::open_dir(root_fd.as_raw_fd(), BACKUPS.as_bytes()).map_err(|e| {
+    let backups = sys::open_dir(root_fd.as_fd(), BACKUPS.as_bytes()).map_err(|e| {
         io(
             "open the directory (never through a symlink)",
             &backups_path,
             e,
         )
     })?;
-    let bfd = backups.as_raw_fd();
+    let bfd = backups.as_fd();
     let staging = format!(
         ".rollback-staging-skillfs-export-{}-{}",
         std::process::id(),
@@ -189,7 +189,7 @@ pub fn write_snapshot(
     if result.is_err() {
         let _ = sys::remove_tree_at(bfd, staging.as_bytes());
         if made {
-            let _ = sys::unlinkat(root_fd.as_raw_fd(), BACKUPS.as_bytes(), true);
+            let _ = sys::unlinkat(root_fd.as_fd(), BACKUPS.as_bytes(), true);
         }
     }
     result
@@ -231,7 +231,7 @@ fn create_in(
     rel.push(b'/');
     rel.extend_from_slice(name.as_bytes());
     sys::openat(
-        backups.as_raw_fd(),
+        backups.as_fd(),
         &rel,
         libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
         0o666,
@@ -244,7 +244,7 @@ fn free_name(backups: &OwnedFd, time: i64) -> String {
     let base = utc_id(time);
     let mut name = base.clone();
     let mut n = 1;
-    while sys::lstatat(backups.as_raw_fd(), name.as_bytes()).is_ok() {
+    while sys::lstatat(backups.as_fd(), name.as_bytes()).is_ok() {
         name = format!("{base}-{n:02}");
         n += 1;
     }
@@ -262,7 +262,7 @@ fn place(
     time: i64,
     manifest_for: impl Fn(&str) -> String,
 ) -> Result<String, Failure> {
-    let b = backups.as_raw_fd();
+    let b = backups.as_fd();
     let staging_path = backups_path.join(staging);
     loop {
         let name = free_name(backups, time);

@@ -29,7 +29,7 @@ pub mod git;
 pub mod tar;
 
 use std::fs::File;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -191,15 +191,15 @@ impl Output {
             parent
         };
         let dir = sys::openat(
-            libc::AT_FDCWD,
+            sys::CWD,
             parent.as_os_str().as_bytes(),
             libc::O_RDONLY | libc::O_DIRECTORY,
             0,
         )
         .map_err(|e| Failure::io(Exit::Usage, "open the directory", parent, &e))?;
         let name = name.as_bytes().to_vec();
-        use std::os::fd::AsRawFd;
-        check_target(dir.as_raw_fd(), &name, path, replace)?;
+
+        check_target(dir.as_fd(), &name, path, replace)?;
         let mut tmp = b".".to_vec();
         tmp.extend_from_slice(&name);
         tmp.extend_from_slice(
@@ -213,7 +213,7 @@ impl Output {
         // The owner's alone (a stricter umask narrows it further): the
         // history may hold files only their owner could read.
         let file = sys::openat(
-            dir.as_raw_fd(),
+            dir.as_fd(),
             &tmp,
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
             0o600,
@@ -235,10 +235,9 @@ impl Output {
 
     /// Makes the content durable and puts it at its path.
     pub fn commit(mut self, replace: bool) -> Result<(), Failure> {
-        use std::os::fd::AsRawFd;
         let io = |what: &str, e: std::io::Error| Failure::io(Exit::Internal, what, &self.path, &e);
         sys::fsync(&self.file).map_err(|e| io("write", e))?;
-        let d = self.dir.as_raw_fd();
+        let d = self.dir.as_fd();
         // What took the name since `create` looked is judged again.
         check_target(d, &self.name, &self.path, replace)?;
         // No replace: the name must still be free (another writer may have
@@ -268,7 +267,12 @@ impl Output {
 /// that leads to a file or nowhere. Never a directory, a device, a FIFO or
 /// a socket, nor a link to one: `-o /dev/null --force` as root would turn
 /// the system's `/dev/null` into a file, `-o /dev/stdout` its link.
-fn check_target(dir: RawFd, name: &[u8], path: &Path, replace: bool) -> Result<(), Failure> {
+fn check_target(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    path: &Path,
+    replace: bool,
+) -> Result<(), Failure> {
     let usage = |m: String| Err(Failure::new(Exit::Usage, m));
     let Ok(st) = sys::lstatat(dir, name) else {
         return Ok(());
@@ -319,9 +323,8 @@ fn kind(fmt: libc::mode_t) -> &'static str {
 
 impl Drop for Output {
     fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
         if !self.tmp.is_empty() {
-            let _ = sys::unlinkat(self.dir.as_raw_fd(), &self.tmp, false);
+            let _ = sys::unlinkat(self.dir.as_fd(), &self.tmp, false);
         }
     }
 }

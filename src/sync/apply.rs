@@ -30,7 +30,7 @@
 //! daemon's locks, and the caller holds `sync/lock`.
 
 use std::collections::{BTreeSet, HashMap};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -235,8 +235,7 @@ fn build(
                 {
                     let (secs, nsecs) = sys::split_ns(mtime);
                     let t = sys::Time::At(secs, nsecs);
-                    sys::lutimensat(libc::AT_FDCWD, at.as_os_str().as_bytes(), t, t)
-                        .map_err(fail)?;
+                    sys::lutimensat(sys::CWD, at.as_os_str().as_bytes(), t, t).map_err(fail)?;
                 }
             }
             Entry::Symlink { target } => {
@@ -290,7 +289,7 @@ fn put(
         Ok(p) => p,
         Err(f) => return failed(f.to_string()),
     };
-    let dir = parent_fd.as_raw_fd();
+    let dir = parent_fd.as_fd();
     let Some(want) = merged.get(unit) else {
         if top != rel {
             return Ok(Outcome::Done); // already gone
@@ -337,7 +336,7 @@ fn put(
         Ok(n) => n,
         Err(f) => return failed(f.to_string()),
     };
-    let parent = PathBuf::from(format!("/proc/self/fd/{dir}"));
+    let parent = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
     let stage = parent
         .join(&park_name)
         .join(std::ffi::OsStr::from_bytes(&name));
@@ -433,9 +432,9 @@ fn carry_over(old: &Path, new: &Path, unit: &[u8], (ours, merged): (&Tree, &Tree
                     }
                     if merged.get(&above) == Some(&Entry::Dir) {
                         let _ = sys::renameat2(
-                            libc::AT_FDCWD,
+                            sys::CWD,
                             e.path().as_os_str().as_bytes(),
-                            libc::AT_FDCWD,
+                            sys::CWD,
                             to.as_os_str().as_bytes(),
                             libc::RENAME_NOREPLACE,
                         );

@@ -56,9 +56,9 @@ pub fn agent_sync_on(home: &Path) -> bool {
 
 /// [`agent_sync_on`] for the home open at `fd` (at `path`, for messages).
 fn agent_sync_on_at(fd: &std::os::fd::OwnedFd, path: &Path) -> bool {
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     let read =
-        crate::sys::openat(fd.as_raw_fd(), b"config.yaml", libc::O_RDONLY, 0).and_then(|mut f| {
+        crate::sys::openat(fd.as_fd(), b"config.yaml", libc::O_RDONLY, 0).and_then(|mut f| {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut f, &mut text).map(|_| text)
         });

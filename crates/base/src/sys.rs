@@ -4,8 +4,10 @@
 //! *before* the mount, plus a relative path with no leading `/`. Nothing here
 //! ever takes an absolute path of the mounted root, because a path through the
 //! mount point would send a request to our own daemon and deadlock it.
-//! (The command line, which is not the daemon, passes `AT_FDCWD` and an
-//! absolute path where it must.)
+//! (The command line, which is not the daemon, passes [`CWD`] and an
+//! absolute path where it must.) A directory is always a `BorrowedFd`,
+//! never a number: what the kernel resolves a path from is open for the
+//! whole call, by the type.
 //!
 //! Every other module calls the system through here (or through `std`):
 //! each `unsafe` below carries a `// SAFETY:` line saying why it is sound
@@ -15,8 +17,16 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+
+/// The working directory as the `dir` of the `*at` calls: a relative
+/// path from where the process runs, or an absolute one (the command
+/// line's, never the daemon's: see above).
+// SAFETY: AT_FDCWD is no fd and never closed: every `*at` call takes it
+// for the working directory, and it is not -1 (what `BorrowedFd` keeps
+// for its niche). Only the `*at` calls here are given it.
+pub const CWD: BorrowedFd<'static> = unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) };
 
 /// A relative path as the C string the kernel wants; the empty path is `.`.
 pub fn cpath(rel: &[u8]) -> io::Result<CString> {
@@ -34,13 +44,13 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-pub fn openat(dir: RawFd, rel: &[u8], flags: libc::c_int, mode: u32) -> io::Result<File> {
+pub fn openat(dir: BorrowedFd<'_>, rel: &[u8], flags: libc::c_int, mode: u32) -> io::Result<File> {
     let c = cpath(rel)?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF).
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call.
     let fd = check(unsafe {
         libc::openat(
-            dir,
+            dir.as_raw_fd(),
             c.as_ptr(),
             flags | libc::O_CLOEXEC,
             mode as libc::c_uint,
@@ -50,7 +60,7 @@ pub fn openat(dir: RawFd, rel: &[u8], flags: libc::c_int, mode: u32) -> io::Resu
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-pub fn open_dir(dir: RawFd, rel: &[u8]) -> io::Result<OwnedFd> {
+pub fn open_dir(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<OwnedFd> {
     let f = openat(
         dir,
         rel,
@@ -66,30 +76,37 @@ pub fn empty_stat() -> libc::stat {
 }
 
 /// `lstat` relative to `dir` (never follows a final symlink).
-pub fn lstatat(dir: RawFd, rel: &[u8]) -> io::Result<libc::stat> {
+pub fn lstatat(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<libc::stat> {
     let c = cpath(rel)?;
     let mut st = empty_stat();
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF). `st` is a valid `stat` to write.
-    check(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call. `st` is a valid `stat` to write.
+    check(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
     Ok(st)
 }
 
 /// `stat` relative to `dir`, following a final symlink.
-pub fn statat(dir: RawFd, rel: &[u8]) -> io::Result<libc::stat> {
+pub fn statat(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<libc::stat> {
     let c = cpath(rel)?;
     let mut st = empty_stat();
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF). `st` is a valid `stat` to write.
-    check(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, 0) })?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call. `st` is a valid `stat` to write.
+    check(unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), &mut st, 0) })?;
     Ok(st)
 }
 
 /// Marks an open file so that reads through it leave its access time
 /// alone (`O_NOATIME`; refused unless the caller owns the file or has
 /// CAP_FOWNER, which is not an error worth reporting).
-pub fn set_noatime(fd: &impl AsRawFd) {
-    let fd = fd.as_raw_fd();
+pub fn set_noatime(fd: &impl AsFd) {
+    let fd = fd.as_fd().as_raw_fd();
     // SAFETY: fcntl takes and returns plain integers; a closed fd is EBADF.
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFL);
@@ -99,35 +116,35 @@ pub fn set_noatime(fd: &impl AsRawFd) {
     }
 }
 
-pub fn fstat(fd: &impl AsRawFd) -> io::Result<libc::stat> {
+pub fn fstat(fd: &impl AsFd) -> io::Result<libc::stat> {
     let mut st = empty_stat();
     // SAFETY: `st` is a valid `stat` to write; the fd is borrowed for the call.
-    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    check(unsafe { libc::fstat(fd.as_fd().as_raw_fd(), &mut st) })?;
     Ok(st)
 }
 
-pub fn mkdirat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
+pub fn mkdirat(dir: BorrowedFd<'_>, rel: &[u8], mode: u32) -> io::Result<()> {
     let c = cpath(rel)?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF).
-    check(unsafe { libc::mkdirat(dir, c.as_ptr(), mode as libc::mode_t) }).map(drop)
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode as libc::mode_t) }).map(drop)
 }
 
 /// A FIFO or socket node (`mode` holds its type).
-pub fn mknodat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
+pub fn mknodat(dir: BorrowedFd<'_>, rel: &[u8], mode: u32) -> io::Result<()> {
     let c = cpath(rel)?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF).
-    check(unsafe { libc::mknodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call.
+    check(unsafe { libc::mknodat(dir.as_raw_fd(), c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
 }
 
 /// Reserves blocks for `len` bytes from `offset` without changing the
 /// file's size (`FALLOC_FL_KEEP_SIZE`): writes there need no allocation.
-pub fn reserve(f: &impl AsRawFd, offset: u64, len: u64) -> io::Result<()> {
+pub fn reserve(f: &impl AsFd, offset: u64, len: u64) -> io::Result<()> {
     // SAFETY: plain integers; the fd is borrowed for the call.
     check(unsafe {
         libc::fallocate(
-            f.as_raw_fd(),
+            f.as_fd().as_raw_fd(),
             libc::FALLOC_FL_KEEP_SIZE,
             offset as libc::off_t,
             len as libc::off_t,
@@ -138,42 +155,51 @@ pub fn reserve(f: &impl AsRawFd, offset: u64, len: u64) -> io::Result<()> {
 
 /// Whether the file has any extended attribute (ACLs and security labels
 /// included); an error counts as yes.
-pub fn has_xattrs(f: &impl AsRawFd) -> bool {
+pub fn has_xattrs(f: &impl AsFd) -> bool {
     // SAFETY: a null buffer of size 0 asks only for the size of the list.
-    let n = unsafe { libc::flistxattr(f.as_raw_fd(), std::ptr::null_mut(), 0) };
+    let n = unsafe { libc::flistxattr(f.as_fd().as_raw_fd(), std::ptr::null_mut(), 0) };
     n != 0
 }
 
-pub fn unlinkat(dir: RawFd, rel: &[u8], remove_dir: bool) -> io::Result<()> {
+pub fn unlinkat(dir: BorrowedFd<'_>, rel: &[u8], remove_dir: bool) -> io::Result<()> {
     let c = cpath(rel)?;
     let flags = if remove_dir { libc::AT_REMOVEDIR } else { 0 };
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF).
-    check(unsafe { libc::unlinkat(dir, c.as_ptr(), flags) }).map(drop)
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) }).map(drop)
 }
 
 pub fn renameat2(
-    olddir: RawFd,
+    olddir: BorrowedFd<'_>,
     old: &[u8],
-    newdir: RawFd,
+    newdir: BorrowedFd<'_>,
     new: &[u8],
     flags: u32,
 ) -> io::Result<()> {
     let o = cpath(old)?;
     let n = cpath(new)?;
-    // SAFETY: both paths are NUL-terminated strings that outlive the call; the fds are only
-    // numbers to the kernel.
-    check(unsafe { libc::renameat2(olddir, o.as_ptr(), newdir, n.as_ptr(), flags) }).map(drop)
+    // SAFETY: both paths are NUL-terminated strings that outlive the call; both fds are
+    // borrowed, so open for the call.
+    check(unsafe {
+        libc::renameat2(
+            olddir.as_raw_fd(),
+            o.as_ptr(),
+            newdir.as_raw_fd(),
+            n.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
 }
 
-pub fn symlinkat(target: &[u8], dir: RawFd, rel: &[u8]) -> io::Result<()> {
+pub fn symlinkat(target: &[u8], dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<()> {
     let t = CString::new(target).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let c = cpath(rel)?;
     // SAFETY: both strings are NUL-terminated and outlive the call.
-    check(unsafe { libc::symlinkat(t.as_ptr(), dir, c.as_ptr()) }).map(drop)
+    check(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) }).map(drop)
 }
 
-pub fn readlinkat(dir: RawFd, rel: &[u8]) -> io::Result<Vec<u8>> {
+pub fn readlinkat(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<Vec<u8>> {
     let c = cpath(rel)?;
     let mut buf = vec![0u8; 4096];
     loop {
@@ -181,7 +207,7 @@ pub fn readlinkat(dir: RawFd, rel: &[u8]) -> io::Result<Vec<u8>> {
         // many; `c` outlives the call.
         let n = unsafe {
             libc::readlinkat(
-                dir,
+                dir.as_raw_fd(),
                 c.as_ptr(),
                 buf.as_mut_ptr().cast(),
                 buf.len() as libc::size_t,
@@ -199,11 +225,11 @@ pub fn readlinkat(dir: RawFd, rel: &[u8]) -> io::Result<Vec<u8>> {
     }
 }
 
-pub fn fchmodat(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
+pub fn fchmodat(dir: BorrowedFd<'_>, rel: &[u8], mode: u32) -> io::Result<()> {
     let c = cpath(rel)?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF).
-    check(unsafe { libc::fchmodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call.
+    check(unsafe { libc::fchmodat(dir.as_raw_fd(), c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
 }
 
 /// Connects a unix stream socket to `path`, waiting at most `timeout`
@@ -249,7 +275,7 @@ pub fn connect_unix(path: &[u8], timeout: std::time::Duration) -> io::Result<Uni
 }
 
 /// The uid of the process at the other end of a unix socket.
-pub fn peer_uid(sock: &impl AsRawFd) -> io::Result<u32> {
+pub fn peer_uid(sock: &impl AsFd) -> io::Result<u32> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -260,7 +286,7 @@ pub fn peer_uid(sock: &impl AsRawFd) -> io::Result<u32> {
     // the call.
     check(unsafe {
         libc::getsockopt(
-            sock.as_raw_fd(),
+            sock.as_fd().as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_PEERCRED,
             (&mut cred as *mut libc::ucred).cast(),
@@ -270,23 +296,32 @@ pub fn peer_uid(sock: &impl AsRawFd) -> io::Result<u32> {
     Ok(cred.uid)
 }
 
-pub fn fchmod(fd: &impl AsRawFd, mode: u32) -> io::Result<()> {
+pub fn fchmod(fd: &impl AsFd, mode: u32) -> io::Result<()> {
     // SAFETY: plain integers; the fd is borrowed for the call.
-    check(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }).map(drop)
+    check(unsafe { libc::fchmod(fd.as_fd().as_raw_fd(), mode as libc::mode_t) }).map(drop)
 }
 
-/// `lchown` relative to `dir` (or an absolute path with `AT_FDCWD`);
+/// `lchown` relative to `dir` (or an absolute path with [`CWD`]);
 /// `u32::MAX` leaves an id unchanged.
-pub fn lchownat(dir: RawFd, rel: &[u8], uid: u32, gid: u32) -> io::Result<()> {
+pub fn lchownat(dir: BorrowedFd<'_>, rel: &[u8], uid: u32, gid: u32) -> io::Result<()> {
     let c = cpath(rel)?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF).
-    check(unsafe { libc::fchownat(dir, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call.
+    check(unsafe {
+        libc::fchownat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            uid,
+            gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
 }
 
-pub fn fchown(fd: &impl AsRawFd, uid: u32, gid: u32) -> io::Result<()> {
+pub fn fchown(fd: &impl AsFd, uid: u32, gid: u32) -> io::Result<()> {
     // SAFETY: plain integers; the fd is borrowed for the call.
-    check(unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) }).map(drop)
+    check(unsafe { libc::fchown(fd.as_fd().as_raw_fd(), uid, gid) }).map(drop)
 }
 
 /// A timestamp argument for [`utimensat`].
@@ -314,49 +349,56 @@ fn timespec(t: Time) -> libc::timespec {
     }
 }
 
-pub fn lutimensat(dir: RawFd, rel: &[u8], atime: Time, mtime: Time) -> io::Result<()> {
+pub fn lutimensat(dir: BorrowedFd<'_>, rel: &[u8], atime: Time, mtime: Time) -> io::Result<()> {
     let c = cpath(rel)?;
     let ts = [timespec(atime), timespec(mtime)];
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF). `ts` is the array of two timespecs utimensat reads.
-    check(unsafe { libc::utimensat(dir, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
-        .map(drop)
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call. `ts` is the array of two timespecs utimensat reads.
+    check(unsafe {
+        libc::utimensat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            ts.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
 }
 
-pub fn futimens(fd: &impl AsRawFd, atime: Time, mtime: Time) -> io::Result<()> {
+pub fn futimens(fd: &impl AsFd, atime: Time, mtime: Time) -> io::Result<()> {
     let ts = [timespec(atime), timespec(mtime)];
     // SAFETY: `ts` is the array of two timespecs futimens reads; the fd is borrowed for the
     // call.
-    check(unsafe { libc::futimens(fd.as_raw_fd(), ts.as_ptr()) }).map(drop)
+    check(unsafe { libc::futimens(fd.as_fd().as_raw_fd(), ts.as_ptr()) }).map(drop)
 }
 
-pub fn fstatvfs(fd: &impl AsRawFd) -> io::Result<libc::statvfs> {
+pub fn fstatvfs(fd: &impl AsFd) -> io::Result<libc::statvfs> {
     // SAFETY: `statvfs` is plain integers, for which all zeros is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid `statvfs` to write; the fd is borrowed for the call.
-    check(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;
+    check(unsafe { libc::fstatvfs(fd.as_fd().as_raw_fd(), &mut st) })?;
     Ok(st)
 }
 
-pub fn fsync(fd: &impl AsRawFd) -> io::Result<()> {
+pub fn fsync(fd: &impl AsFd) -> io::Result<()> {
     // SAFETY: plain integers; the fd is borrowed for the call.
-    check(unsafe { libc::fsync(fd.as_raw_fd()) }).map(drop)
+    check(unsafe { libc::fsync(fd.as_fd().as_raw_fd()) }).map(drop)
 }
 
-pub fn fdatasync(fd: &impl AsRawFd) -> io::Result<()> {
+pub fn fdatasync(fd: &impl AsFd) -> io::Result<()> {
     // SAFETY: plain integers; the fd is borrowed for the call.
-    check(unsafe { libc::fdatasync(fd.as_raw_fd()) }).map(drop)
+    check(unsafe { libc::fdatasync(fd.as_fd().as_raw_fd()) }).map(drop)
 }
 
-pub fn ftruncate(fd: &impl AsRawFd, size: u64) -> io::Result<()> {
+pub fn ftruncate(fd: &impl AsFd, size: u64) -> io::Result<()> {
     // SAFETY: plain integers; the fd is borrowed for the call.
-    check(unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) }).map(drop)
+    check(unsafe { libc::ftruncate(fd.as_fd().as_raw_fd(), size as libc::off_t) }).map(drop)
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: `Ok(false)` when another holder has it.
-pub fn try_lock_exclusive(fd: &impl AsRawFd) -> io::Result<bool> {
+pub fn try_lock_exclusive(fd: &impl AsFd) -> io::Result<bool> {
     // SAFETY: plain integers; the fd is borrowed for the call.
-    let r = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let r = unsafe { libc::flock(fd.as_fd().as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if r == 0 {
         return Ok(true);
     }
@@ -376,7 +418,7 @@ pub struct RawDirEntry {
 }
 
 /// Lists the directory at `rel` under `dir` (without `.` and `..`).
-pub fn read_dir_at(dir: RawFd, rel: &[u8]) -> io::Result<Vec<RawDirEntry>> {
+pub fn read_dir_at(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<Vec<RawDirEntry>> {
     let fd = open_dir(dir, rel)?;
     read_dir_fd(fd)
 }
@@ -471,25 +513,27 @@ pub fn process_name(pid: u32) -> String {
 
 /// Writes the dirty pages of `fd` and waits for them, without flushing the
 /// device cache or committing metadata (`sync_file_range`).
-pub fn write_out(fd: &impl AsRawFd) -> io::Result<()> {
+pub fn write_out(fd: &impl AsFd) -> io::Result<()> {
     let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
         | libc::SYNC_FILE_RANGE_WRITE
         | libc::SYNC_FILE_RANGE_WAIT_AFTER;
     // SAFETY: plain integers; the fd is borrowed for the call.
-    check(unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, flags) }).map(drop)
+    check(unsafe { libc::sync_file_range(fd.as_fd().as_raw_fd(), 0, 0, flags) }).map(drop)
 }
 
 /// Starts writing the dirty pages of `fd` out, without waiting.
-pub fn start_write_out(fd: &impl AsRawFd) -> io::Result<()> {
+pub fn start_write_out(fd: &impl AsFd) -> io::Result<()> {
     // SAFETY: plain integers; the fd is borrowed for the call.
-    check(unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) })
-        .map(drop)
+    check(unsafe {
+        libc::sync_file_range(fd.as_fd().as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE)
+    })
+    .map(drop)
 }
 
 /// `syncfs`: everything dirty on the filesystem of `fd`, one commit.
-pub fn syncfs(fd: &impl AsRawFd) -> io::Result<()> {
+pub fn syncfs(fd: &impl AsFd) -> io::Result<()> {
     // SAFETY: plain integers; the fd is borrowed for the call.
-    check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+    check(unsafe { libc::syncfs(fd.as_fd().as_raw_fd()) }).map(drop)
 }
 
 /// Whether one `fsync` on the filesystem of `fd` commits every metadata
@@ -497,13 +541,13 @@ pub fn syncfs(fd: &impl AsRawFd) -> io::Result<()> {
 /// a full durability point. True of XFS (one log) and of ext4 *with* its
 /// journal (one jbd2 transaction at a time); an ext4 made without a journal
 /// writes only the inodes it is asked to, so it is not.
-pub fn has_ordered_commit(fd: &impl AsRawFd) -> bool {
+pub fn has_ordered_commit(fd: &impl AsFd) -> bool {
     const EXT4: i64 = 0xEF53;
     const XFS: i64 = 0x5846_5342;
     // SAFETY: `statfs` is plain integers, for which all zeros is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid `statfs` to write; the fd is borrowed for the call.
-    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+    if unsafe { libc::fstatfs(fd.as_fd().as_raw_fd(), &mut st) } != 0 {
         return false;
     }
     match st.f_type as i64 {
@@ -515,7 +559,7 @@ pub fn has_ordered_commit(fd: &impl AsRawFd) -> bool {
 
 /// `/sys/fs/ext4/<device>/journal_task` names the journal thread, or
 /// `<none>` on an ext4 without a journal.
-fn ext4_has_journal(fd: &impl AsRawFd) -> Option<bool> {
+fn ext4_has_journal(fd: &impl AsFd) -> Option<bool> {
     let st = fstat(fd).ok()?;
     let (maj, min) = (libc::major(st.st_dev), libc::minor(st.st_dev));
     let dev = std::fs::read_link(format!("/sys/dev/block/{maj}:{min}")).ok()?;
@@ -573,15 +617,15 @@ pub fn getegid() -> u32 {
 /// An identity for the directory at `rel` that survives renames and is not
 /// reused when the inode number is: `<ino>-<birth time>` (just `<ino>-0`
 /// where the filesystem records no birth time).
-pub fn dir_key(dir: RawFd, rel: &[u8]) -> io::Result<String> {
+pub fn dir_key(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<String> {
     let c = cpath(rel)?;
     // SAFETY: `statx` is plain integers, for which all zeros is a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is only a number to
-    // the kernel (a closed one is EBADF). `stx` is a valid `statx` to write.
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is borrowed, so open for
+    // the call. `stx` is a valid `statx` to write.
     check(unsafe {
         libc::statx(
-            dir,
+            dir.as_raw_fd(),
             c.as_ptr(),
             libc::AT_SYMLINK_NOFOLLOW,
             libc::STATX_INO | libc::STATX_BTIME,
@@ -600,7 +644,7 @@ pub fn dir_key(dir: RawFd, rel: &[u8]) -> io::Result<String> {
 
 /// Removes `rel` under `dir` and everything below it, read-only
 /// directories included.
-pub fn remove_tree_at(dir: RawFd, rel: &[u8]) -> io::Result<()> {
+pub fn remove_tree_at(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<()> {
     let st = lstatat(dir, rel)?;
     if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
         // A read-only directory (a module cache, `chmod -R a-w`) is made
@@ -622,7 +666,7 @@ pub fn remove_tree_at(dir: RawFd, rel: &[u8]) -> io::Result<()> {
 
 /// When `rel` or anything below it was last touched: the newest mtime or
 /// ctime (a rename, which is how parks are made, changes only the ctime).
-pub fn newest_mtime_at(dir: RawFd, rel: &[u8]) -> io::Result<i128> {
+pub fn newest_mtime_at(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<i128> {
     let st = lstatat(dir, rel)?;
     let ctime_ns = st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128;
     let mut newest = mtime_ns(&st).max(ctime_ns);
@@ -638,7 +682,7 @@ pub fn newest_mtime_at(dir: RawFd, rel: &[u8]) -> io::Result<i128> {
 }
 
 /// `mkdirat` that accepts an existing directory.
-pub fn ensure_dir_at(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
+pub fn ensure_dir_at(dir: BorrowedFd<'_>, rel: &[u8], mode: u32) -> io::Result<()> {
     match mkdirat(dir, rel, mode) {
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
         r => r,
@@ -649,7 +693,7 @@ pub fn ensure_dir_at(dir: RawFd, rel: &[u8], mode: u32) -> io::Result<()> {
 /// more from it than its mode and owner: a set-group-ID directory passes
 /// on its group, one with a default ACL its ACL. Such entries must be
 /// created in place, not made elsewhere and renamed in.
-pub fn dir_passes_on_more(dir: RawFd, rel: &[u8]) -> io::Result<bool> {
+pub fn dir_passes_on_more(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<bool> {
     let st = lstatat(dir, rel)?;
     if st.st_mode & libc::S_ISGID != 0 {
         return Ok(true);
@@ -659,10 +703,10 @@ pub fn dir_passes_on_more(dir: RawFd, rel: &[u8]) -> io::Result<bool> {
         // The directory itself (through /proc its fd is a link, and
         // lgetxattr would ask the link).
         // SAFETY: a null buffer of size 0 asks only for the size; `name` is a C string literal
-        // and `dir` only a number to the kernel.
-        unsafe { libc::fgetxattr(dir, name.as_ptr(), std::ptr::null_mut(), 0) }
+        // and `dir` is borrowed.
+        unsafe { libc::fgetxattr(dir.as_raw_fd(), name.as_ptr(), std::ptr::null_mut(), 0) }
     } else {
-        let mut path = format!("/proc/self/fd/{dir}/").into_bytes();
+        let mut path = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
         path.extend_from_slice(rel);
         let c = cpath(&path)?;
         // SAFETY: a null buffer of size 0 asks only for the size; `c` and `name` are

@@ -31,7 +31,7 @@
 //! lock without asking the daemon anything.
 //! Locks: none of its own.
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -78,8 +78,8 @@ pub enum Seen {
 /// (relative to the root at `root_fd`; hidden entries attached in
 /// `parked_fd`).
 pub fn seen(
-    root_fd: RawFd,
-    parked_fd: RawFd,
+    root_fd: BorrowedFd<'_>,
+    parked_fd: BorrowedFd<'_>,
     rules: &HideRules,
     dir: &RelPath,
     name: &[u8],
@@ -90,9 +90,10 @@ pub fn seen(
     let own = dir.join(name);
     // The root's own absolute path (as the daemon opened it), for targets
     // that leave it and come back (`../skills/x`, `/home/u/.hermes/skills/x`).
-    let root_abs: Vec<Vec<u8>> = std::fs::read_link(format!("/proc/self/fd/{root_fd}"))
-        .map(|p| split(p.as_os_str().as_bytes()))
-        .unwrap_or_default();
+    let root_abs: Vec<Vec<u8>> =
+        std::fs::read_link(format!("/proc/self/fd/{}", root_fd.as_raw_fd()))
+            .map(|p| split(p.as_os_str().as_bytes()))
+            .unwrap_or_default();
     let mut pos = Pos::Inside(dir.components().map(<[u8]>::to_vec).collect());
     let mut todo: Vec<Vec<u8>> = Vec::new();
     queue(&mut todo, &mut pos, target);
@@ -228,13 +229,13 @@ fn outside(abs: Vec<Vec<u8>>, root_abs: &[Vec<u8>], mut links: usize) -> Kind {
             return Kind::Symlink;
         }
         let path = [b"/".as_slice(), &at.join(&b'/')].concat();
-        let Ok(st) = sys::lstatat(libc::AT_FDCWD, &path) else {
+        let Ok(st) = sys::lstatat(sys::CWD, &path) else {
             return Kind::Symlink;
         };
         match kind_of(&st) {
             Some(Kind::Symlink) => {
                 links += 1;
-                let Ok(t) = sys::readlinkat(libc::AT_FDCWD, &path) else {
+                let Ok(t) = sys::readlinkat(sys::CWD, &path) else {
                     return Kind::Symlink;
                 };
                 if links > MAX_LINKS {
@@ -280,7 +281,7 @@ fn queue(todo: &mut Vec<Vec<u8>>, pos: &mut Pos, target: &[u8]) {
 
 /// Whether the directory at `at` (components from the root) or one of
 /// its ancestors is a skill package (holds a `SKILL.md`).
-fn in_skill(root_fd: RawFd, at: &[Vec<u8>]) -> bool {
+fn in_skill(root_fd: BorrowedFd<'_>, at: &[Vec<u8>]) -> bool {
     (0..=at.len()).any(|n| {
         let dir = at[..n].join(&b'/');
         let p = if dir.is_empty() {
@@ -299,8 +300,8 @@ fn in_skill(root_fd: RawFd, at: &[Vec<u8>]) -> bool {
 /// in different places.)
 #[allow(clippy::too_many_arguments)]
 pub fn hides(
-    root_fd: RawFd,
-    parked_fd: RawFd,
+    root_fd: BorrowedFd<'_>,
+    parked_fd: BorrowedFd<'_>,
     rules: &HideRules,
     dir: &RelPath,
     name: &[u8],

@@ -18,7 +18,7 @@
 //!   planted in the store is an error, never followed;
 //! - a rename between the store and the live tree goes from the held fd
 //!   of the store's directory to the live tree's held fd (`Named::
-//!   exchange`, `Named::rename_out`), never through `AT_FDCWD`;
+//!   exchange`, `Named::rename_out`), never through the working directory;
 //! - what a `Dir` creates has the store's modes (`fsutil::DIR_MODE`,
 //!   `fsutil::FILE_MODE` or what the caller passes), never the umask's;
 //! - a `Dir` makes nothing durable by itself: `sync`, `replace` and
@@ -37,7 +37,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,7 +65,7 @@ fn one(name: &str) -> io::Result<&[u8]> {
     Ok(name.as_bytes())
 }
 
-fn open_dir_fd(dir: RawFd, name: &[u8]) -> io::Result<File> {
+fn open_dir_fd(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<File> {
     sys::openat(
         dir,
         name,
@@ -83,7 +83,7 @@ impl Dir {
             (Some(p), Some(n)) => (p, n),
             // `/` (or a path ending in `..`): nothing to name from a parent.
             _ => {
-                let file = open_dir_fd(libc::AT_FDCWD, path.as_os_str().as_bytes())?;
+                let file = open_dir_fd(sys::CWD, path.as_os_str().as_bytes())?;
                 return Ok(Dir {
                     file,
                     path: path.to_path_buf(),
@@ -96,12 +96,12 @@ impl Dir {
             parent
         };
         let up = sys::openat(
-            libc::AT_FDCWD,
+            sys::CWD,
             parent.as_os_str().as_bytes(),
             libc::O_RDONLY | libc::O_DIRECTORY,
             0,
         )?;
-        let file = open_dir_fd(up.as_raw_fd(), name.as_bytes())?;
+        let file = open_dir_fd(up.as_fd(), name.as_bytes())?;
         Ok(Dir {
             file,
             path: path.to_path_buf(),
@@ -136,8 +136,8 @@ impl Dir {
         self.sub(name)
     }
 
-    pub fn fd(&self) -> RawFd {
-        self.file.as_raw_fd()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 
     /// The directory as an open file (for `fsync`, `syncfs`).
@@ -231,7 +231,13 @@ impl Dir {
 
     /// Moves `rel` under the held directory `dir` (the live tree or a
     /// parked area) into this directory as `name`.
-    pub fn rename_in(&self, dir: RawFd, rel: &[u8], name: &str, flags: u32) -> io::Result<()> {
+    pub fn rename_in(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        name: &str,
+        flags: u32,
+    ) -> io::Result<()> {
         sys::renameat2(dir, rel, self.fd(), one(name)?, flags)
     }
 
@@ -263,7 +269,13 @@ impl Dir {
 
 impl AsRawFd for Dir {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd()
+        self.file.as_raw_fd()
+    }
+}
+
+impl AsFd for Dir {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 }
 
@@ -315,13 +327,13 @@ impl Named {
 
     /// Renames it to `rel` under the held directory `dir` (the live tree,
     /// a parked area).
-    pub fn rename_out(&self, dir: RawFd, rel: &[u8], flags: u32) -> io::Result<()> {
+    pub fn rename_out(&self, dir: BorrowedFd<'_>, rel: &[u8], flags: u32) -> io::Result<()> {
         sys::renameat2(self.dir.fd(), one(&self.name)?, dir, rel, flags)
     }
 
     /// Swaps it with `rel` under `dir` (`RENAME_EXCHANGE`): what was at
     /// `rel` is then here.
-    pub fn exchange(&self, dir: RawFd, rel: &[u8]) -> io::Result<()> {
+    pub fn exchange(&self, dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<()> {
         self.rename_out(dir, rel, libc::RENAME_EXCHANGE)
     }
 }

@@ -134,7 +134,7 @@ pub enum Durability {
 impl Durability {
     /// What the filesystem of `fd` allows: [`Durability::OneCommit`] where
     /// it orders its commits, unless `portable` asks for the steps.
-    pub fn of_filesystem(fd: &impl std::os::fd::AsRawFd, portable: bool) -> Durability {
+    pub fn of_filesystem(fd: &impl std::os::fd::AsFd, portable: bool) -> Durability {
         if !portable && sys::has_ordered_commit(fd) {
             Durability::OneCommit
         } else {

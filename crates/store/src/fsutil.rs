@@ -86,7 +86,7 @@ pub fn create_dir_all(path: &Path, io: &StoreIo) -> io::Result<()> {
 /// held open).
 pub fn sync_dir(dir: &Path, io: &StoreIo) -> io::Result<()> {
     let f = sys::openat(
-        libc::AT_FDCWD,
+        sys::CWD,
         dir.as_os_str().as_bytes(),
         libc::O_RDONLY | libc::O_DIRECTORY,
         0,
@@ -472,7 +472,7 @@ pub fn repair(repairs: &[Repair]) -> StoreResult<()> {
         let fail =
             |e: io::Error| StoreError::io(ErrorKind::Store, "repair the mode of", &r.path, e);
         let f = sys::openat(
-            libc::AT_FDCWD,
+            sys::CWD,
             r.path.as_os_str().as_bytes(),
             libc::O_PATH | libc::O_NOFOLLOW,
             0,

@@ -50,12 +50,12 @@ impl SkillFs {
         if meta_change {
             // As it was, to put back if the change cannot be journaled.
             let before = match &loc {
-                Ok(l) if self.versioned_now(l).is_some() => Some(l.lstat()?),
+                Ok(l) if self.versioned_now(l).is_some() => Some(l.lstat(self.area_dirs())?),
                 _ => None,
             };
             match &loc {
                 Ok(l) => {
-                    let applied = apply_meta_at(l, &attr);
+                    let applied = apply_meta_at(self.at(l), l, &attr);
                     self.touched(l);
                     applied?
                 }
@@ -108,7 +108,7 @@ impl SkillFs {
                 if let Err(e) = recorded {
                     if let Some(old) = &before {
                         let undo = undo_of(&attr, old);
-                        let undone = apply_meta_at(l, &undo);
+                        let undone = apply_meta_at(self.at(l), l, &undo);
                         if let Some(stg) = &staged {
                             let _ = apply_meta_fd(stg, &undo);
                         }
@@ -134,7 +134,7 @@ impl SkillFs {
     /// (they publish at its own close). The content is unchanged, so
     /// nothing is recorded. Called under the namespace lock.
     pub(super) fn split_if_linked(&self, ino: Ino, loc: &Location) -> TryResult<()> {
-        let st = loc.lstat()?;
+        let st = loc.lstat(self.area_dirs())?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink <= 1 {
             return Ok(());
         }
@@ -142,7 +142,7 @@ impl SkillFs {
         let result = (|| {
             let mut s = self.lock_to_change(ino, &of)?;
             let (path, copy) = self.copy_of(&s.live)?;
-            if let Err(e) = path.exchange(loc.dirfd, &loc.phys) {
+            if let Err(e) = path.exchange(self.at(loc), &loc.phys) {
                 let _ = path.unlink();
                 return Err(e.into());
             }
@@ -315,8 +315,8 @@ pub(super) fn undo_of(attr: &SetAttr, old: &libc::stat) -> SetAttr {
 
 /// Applies a metadata change to the entry at `l`, by path, never following
 /// a symlink (a symlink's own mode does not change).
-pub(super) fn apply_meta_at(l: &Location, attr: &SetAttr) -> FsResult<()> {
-    let (fd, rel) = (l.dirfd, l.phys.as_slice());
+pub(super) fn apply_meta_at(dir: BorrowedFd<'_>, l: &Location, attr: &SetAttr) -> FsResult<()> {
+    let (fd, rel) = (dir, l.phys.as_slice());
     if let Some(mode) = attr.mode {
         let st = sys::lstatat(fd, rel)?;
         if st.st_mode & libc::S_IFMT != libc::S_IFLNK {

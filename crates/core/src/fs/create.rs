@@ -27,7 +27,7 @@ impl SkillFs {
         caller: &Caller,
     ) -> FsResult<Entry> {
         self.make(parent, name, Kind::Symlink, Some(target), caller, |loc| {
-            sys::symlinkat(target, loc.dirfd, &loc.phys)
+            sys::symlinkat(target, self.at(loc), &loc.phys)
         })
     }
 
@@ -61,7 +61,7 @@ impl SkillFs {
         self.touched(&loc);
         made?;
         self.give_to_caller(&loc, caller);
-        let st = loc.lstat().inspect_err(|_| {
+        let st = loc.lstat(self.area_dirs()).inspect_err(|_| {
             // Made, but answered as failed: the kernel's negative entry for
             // the name (see `absence_is_cacheable`) must go.
             self.invalidate_entry(parent, name.to_vec());
@@ -137,7 +137,7 @@ impl SkillFs {
         if !created && super::open::opens_for_writing(flags) {
             self.meet(&loc)?;
         }
-        let st = loc.lstat()?;
+        let st = loc.lstat(self.area_dirs())?;
         let kind = kind_of(&st).ok_or(Attempt::Failed(FsError::EPERM))?;
         if kind == Kind::Dir {
             return Err(FsError::EISDIR.into());
@@ -215,7 +215,7 @@ impl SkillFs {
             libc::S_IFREG => {}
             libc::S_IFIFO | libc::S_IFSOCK => {
                 return self.make(parent, name, Kind::File, None, caller, |loc| {
-                    sys::mknodat(loc.dirfd, &loc.phys, mode & (libc::S_IFMT | 0o7777))
+                    sys::mknodat(self.at(loc), &loc.phys, mode & (libc::S_IFMT | 0o7777))
                 });
             }
             _ => return Err(FsError::EPERM),

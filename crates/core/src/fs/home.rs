@@ -15,11 +15,6 @@ pub struct Home {
 }
 
 impl SkillFs {
-    /// The home's fd, or -1 over a skills directory (no location uses it).
-    pub(super) fn home_raw(&self) -> RawFd {
-        self.home.as_ref().map_or(-1, |h| h.fd.as_raw_fd())
-    }
-
     /// Whether `loc` is outside the versioned root, in the home around it:
     /// plain files, written in place, no rule, no history.
     pub(super) fn outside(&self, loc: &Location) -> bool {

@@ -22,7 +22,7 @@ impl SkillFs {
             return None;
         }
         sys::openat(
-            loc.dirfd,
+            self.at(loc),
             &loc.phys,
             libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             0,
@@ -151,7 +151,7 @@ pub(super) fn recycle_inode(
 pub(super) fn put_spare(
     ready: std::io::Result<()>,
     spare: &Named,
-    dirfd: RawFd,
+    dirfd: BorrowedFd<'_>,
     rel: &[u8],
 ) -> std::io::Result<()> {
     let placed = ready.and_then(|()| spare.rename_out(dirfd, rel, libc::RENAME_NOREPLACE));

@@ -20,13 +20,13 @@ impl SkillFs {
         }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;
-        let mut raw = sys::read_dir_at(loc.dirfd, &loc.phys)?;
+        let mut raw = sys::read_dir_at(self.at(&loc), &loc.phys)?;
         let mut attached_names: Vec<Vec<u8>> = Vec::new();
         if loc.is_hidden() && !self.outside(&loc) {
             // Reached by path inside a hidden tree: the listing is whole,
             // its own hidden children included.
             let key = self.key_of(ino, &loc)?;
-            match sys::read_dir_at(self.parked_raw(), key.as_bytes()) {
+            match sys::read_dir_at(self.parked_dir(), key.as_bytes()) {
                 Ok(extra) => {
                     attached_names = extra.iter().map(|e| e.name.clone()).collect();
                     raw.extend(extra);
@@ -58,7 +58,7 @@ impl SkillFs {
                 libc::DT_FIFO => (Kind::File, libc::S_IFIFO),
                 libc::DT_SOCK => (Kind::File, libc::S_IFSOCK),
                 libc::DT_UNKNOWN if !attached_names.contains(&e.name) => {
-                    match loc.child(&e.name).lstat() {
+                    match loc.child(&e.name).lstat(self.area_dirs()) {
                         Ok(st) => match node_kind(&st) {
                             Some(k) => (k, special_of(&st)),
                             None => continue,
@@ -192,7 +192,7 @@ impl SkillFs {
         let dir = {
             let _ns = self.namespace.read();
             match self.loc(ino) {
-                Ok(loc) => Some((File::from(sys::open_dir(loc.dirfd, &loc.phys)?), loc)),
+                Ok(loc) => Some((File::from(sys::open_dir(self.at(&loc), &loc.phys)?), loc)),
                 // A directory removed while open has nothing left to make
                 // durable but the record of its removal, synced below.
                 Err(e) if e.is(libc::ENOENT) || e.is(libc::ESTALE) => None,

@@ -94,7 +94,9 @@ impl SkillFs {
         // `finish_stat`): if a version was swapped in since, and the file
         // is not open, stat again.
         let st = match &of {
-            None if self.swaps.load(Ordering::SeqCst) != swaps => f.loc.lstat().unwrap_or(f.st),
+            None if self.swaps.load(Ordering::SeqCst) != swaps => {
+                f.loc.lstat(self.area_dirs()).unwrap_or(f.st)
+            }
             _ => f.st,
         };
         Ok(Entry {
@@ -124,7 +126,7 @@ impl SkillFs {
         let known = self.tree.lock().child(parent, name).is_some();
         if known && self.stale.has_room() {
             return sys::openat(
-                loc.dirfd,
+                self.at(loc),
                 &loc.phys,
                 libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
                 0,
@@ -177,7 +179,7 @@ impl SkillFs {
         // Looked up before the stat (see `finish_stat`).
         let of = self.open_file(ino);
         let st = match self.loc(ino) {
-            Ok(loc) => loc.lstat()?,
+            Ok(loc) => loc.lstat(self.area_dirs())?,
             Err(e) => {
                 // A removed directory still open somewhere: as it was.
                 if let Some(st) = self.tree.lock().gone(ino) {
@@ -262,7 +264,7 @@ impl SkillFs {
         }
         let _ns = self.namespace.read();
         let loc = self.loc(ino)?;
-        Ok(sys::readlinkat(loc.dirfd, &loc.phys)?)
+        Ok(sys::readlinkat(self.at(&loc), &loc.phys)?)
     }
 
     pub fn statfs(&self) -> FsResult<libc::statvfs> {

@@ -47,7 +47,7 @@ impl SkillFs {
         if path.is_root() {
             return Ok(());
         }
-        let root = self.root_raw();
+        let root = self.root_dir();
         let st = match sys::lstatat(root, path.as_bytes()) {
             Ok(st) => st,
             // A name about to be made: its directory must be recorded.
@@ -80,7 +80,7 @@ impl SkillFs {
         let Some(path) = &loc.visible else {
             return Ok(());
         };
-        let st = match loc.lstat() {
+        let st = match loc.lstat(self.area_dirs()) {
             Ok(st) => st,
             Err(e) if enoent(&e) => return Ok(()),
             Err(e) => return Err(e.into()),
@@ -99,7 +99,7 @@ impl SkillFs {
     /// Records `path` (`st`, its `lstat`, of kind `kind`) as the daemon
     /// found it, its ancestors first.
     fn record_found(&self, path: &RelPath, st: &libc::stat, kind: Kind) -> FsResult<()> {
-        let root = self.root_raw();
+        let root = self.root_dir();
         if let Some(parent) = path.parent() {
             self.meet_path(&parent)?;
             // Met with a directory the journal never had: recorded there.

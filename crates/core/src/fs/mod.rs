@@ -118,7 +118,7 @@ mod versions;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -156,7 +156,7 @@ pub use pages::{Kernel as PageKernel, PageOp};
 use parks::Parks;
 pub use reply::{DirEntry, Entry, Invalidation, OpenReply, SetAttr, Ttl};
 pub use theirs::{Replicas, TheirEntry, TheirTree};
-use tree::{Area, Tree};
+use tree::{Area, AreaDirs, Tree};
 pub use tree::{Ino, Location, ROOT_INO};
 use versions::Versioning;
 
@@ -342,9 +342,9 @@ impl SkillFs {
         ledger: Ledger,
         durability: Durability,
     ) -> FsResult<SkillFs> {
-        let root_key = sys::dir_key(root_fd.as_raw_fd(), b"")?;
+        let root_key = sys::dir_key(root_fd.as_fd(), b"")?;
         let home_key = match &home {
-            Some(h) => Some((sys::dir_key(h.fd.as_raw_fd(), b"")?, h.versioned.clone())),
+            Some(h) => Some((sys::dir_key(h.fd.as_fd(), b"")?, h.versioned.clone())),
             None => None,
         };
         let tree = Tree::new(root_key, home_key);
@@ -482,18 +482,32 @@ impl SkillFs {
         }
     }
 
-    fn root_raw(&self) -> RawFd {
-        self.root_fd.as_raw_fd()
+    fn root_dir(&self) -> BorrowedFd<'_> {
+        self.root_fd.as_fd()
     }
 
-    fn parked_raw(&self) -> RawFd {
+    fn parked_dir(&self) -> BorrowedFd<'_> {
         self.dirs.parked.fd()
     }
 
-    fn areas(&self) -> Areas {
+    /// What each area's locations are relative to.
+    fn area_dirs(&self) -> AreaDirs<'_> {
+        AreaDirs {
+            root: self.root_dir(),
+            parked: self.parked_dir(),
+            home: self.home.as_ref().map(|h| h.fd.as_fd()),
+        }
+    }
+
+    /// The directory `loc.phys` is relative to.
+    fn at(&self, loc: &Location) -> BorrowedFd<'_> {
+        self.area_dirs().at(loc)
+    }
+
+    fn areas(&self) -> Areas<'_> {
         Areas {
-            root_fd: self.root_raw(),
-            parked_fd: self.parked_raw(),
+            root_fd: self.root_dir(),
+            parked_fd: self.parked_dir(),
             orphans_fd: self.dirs.orphans.fd(),
         }
     }

@@ -46,8 +46,8 @@ impl SkillFs {
         if dir && is_dir && f.loc.is_hidden() && !self.outside(&f.loc) {
             // Inside a hidden tree the listing shows attached children too:
             // a directory that lists entries is not empty.
-            let key = sys::dir_key(f.loc.dirfd, &f.loc.phys)?;
-            if sys::read_dir_at(self.parked_raw(), key.as_bytes()).is_ok_and(|v| !v.is_empty()) {
+            let key = sys::dir_key(self.at(&f.loc), &f.loc.phys)?;
+            if sys::read_dir_at(self.parked_dir(), key.as_bytes()).is_ok_and(|v| !v.is_empty()) {
                 return Err(FsError::ENOTEMPTY);
             }
         }
@@ -60,14 +60,14 @@ impl SkillFs {
         // (they are attached, elsewhere): it is removed and they become
         // orphans. Its key is taken before it is gone.
         let key = if dir && is_dir {
-            Some(sys::dir_key(f.loc.dirfd, &f.loc.phys)?)
+            Some(sys::dir_key(self.at(&f.loc), &f.loc.phys)?)
         } else {
             None
         };
         let last_ref = (!is_dir)
             .then(|| self.hold_name(parent, name, &f.loc))
             .flatten();
-        sys::unlinkat(f.loc.dirfd, &f.loc.phys, dir)?;
+        sys::unlinkat(self.at(&f.loc), &f.loc.phys, dir)?;
         self.touched(&f.loc);
         self.keep_stale(parent, name, last_ref);
         {
@@ -97,11 +97,11 @@ impl SkillFs {
     /// taken there (never, by the invariant that a name is in one place)
     /// leaves its entry in the park, swept in time as an orphan.
     pub(super) fn bring_hidden_out(&self, parent: Ino, name: &[u8], at: &Location) {
-        let parked = self.parked_raw();
+        let parked = self.parked_dir();
         let mut moved = false;
         let mut stack = vec![at.phys.clone()];
         while let Some(dir) = stack.pop() {
-            let Ok(key) = sys::dir_key(at.dirfd, &dir) else {
+            let Ok(key) = sys::dir_key(self.at(at), &dir) else {
                 continue;
             };
             let inside = |n: &[u8]| [dir.as_slice(), b"/", n].concat();
@@ -109,7 +109,7 @@ impl SkillFs {
                 for e in entries {
                     let from = [key.as_bytes(), b"/", &e.name].concat();
                     let to = inside(&e.name);
-                    match sys::renameat2(parked, &from, at.dirfd, &to, libc::RENAME_NOREPLACE) {
+                    match sys::renameat2(parked, &from, self.at(at), &to, libc::RENAME_NOREPLACE) {
                         Ok(()) => moved = true,
                         Err(err) => tracing::warn!(
                             "a hidden entry of {} stays in its park: {err}",
@@ -121,11 +121,11 @@ impl SkillFs {
                 self.parks.removed(&key);
                 self.freezes.touched(Area::Parked, key.as_bytes());
             }
-            for e in sys::read_dir_at(at.dirfd, &dir).unwrap_or_default() {
+            for e in sys::read_dir_at(self.at(at), &dir).unwrap_or_default() {
                 let p = inside(&e.name);
                 let is_dir = match e.d_type {
                     libc::DT_DIR => true,
-                    libc::DT_UNKNOWN => sys::lstatat(at.dirfd, &p)
+                    libc::DT_UNKNOWN => sys::lstatat(self.at(at), &p)
                         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
                     _ => false,
                 };
@@ -151,7 +151,7 @@ impl SkillFs {
     pub(super) fn remove_other(&self, other: &Found, caller: &Caller) {
         let dir = kind_of(&other.st) == Some(Kind::Dir);
         let last_ref = (!dir).then(|| self.hold(&other.loc)).flatten();
-        if let Err(e) = sys::unlinkat(other.loc.dirfd, &other.loc.phys, dir) {
+        if let Err(e) = sys::unlinkat(self.at(&other.loc), &other.loc.phys, dir) {
             tracing::error!(
                 "could not remove {} replaced by a rename: {e}",
                 other.loc.logical
@@ -183,7 +183,7 @@ impl SkillFs {
         kind: Kind,
     ) -> Option<(Location, bool)> {
         let target = (kind == Kind::Symlink)
-            .then(|| sys::readlinkat(at.dirfd, &at.phys).ok())
+            .then(|| sys::readlinkat(self.at(at), &at.phys).ok())
             .flatten();
         let (want, want_att) = match self.place(parent, ploc, name, kind, target.as_deref()) {
             Ok(p) => p,
@@ -196,9 +196,9 @@ impl SkillFs {
             return None;
         }
         let moved = sys::renameat2(
-            at.dirfd,
+            self.at(at),
             &at.phys,
-            want.dirfd,
+            self.at(&want),
             &want.phys,
             libc::RENAME_NOREPLACE,
         );

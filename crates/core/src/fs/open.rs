@@ -37,9 +37,9 @@ impl SkillFs {
                     // (relatime updates an atime older than the mtime). Not
                     // the owner (another user's file, --allow-other): without.
                     let flags = libc::O_RDONLY | libc::O_NOFOLLOW;
-                    let f = match sys::openat(loc.dirfd, &loc.phys, flags | libc::O_NOATIME, 0) {
+                    let f = match sys::openat(self.at(loc), &loc.phys, flags | libc::O_NOATIME, 0) {
                         Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-                            sys::openat(loc.dirfd, &loc.phys, flags, 0)?
+                            sys::openat(self.at(loc), &loc.phys, flags, 0)?
                         }
                         r => r?,
                     };

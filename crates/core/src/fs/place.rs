@@ -16,19 +16,17 @@ use super::*;
 
 impl SkillFs {
     pub(super) fn loc(&self, ino: Ino) -> FsResult<Location> {
-        self.tree
-            .lock()
-            .location(ino, self.root_raw(), self.parked_raw(), self.home_raw())
+        self.tree.lock().location(ino, self.area_dirs())
     }
 
     pub(super) fn key_of(&self, ino: Ino, loc: &Location) -> FsResult<String> {
-        self.tree.lock().key_of(ino, loc)
+        self.tree.lock().key_of(ino, loc, self.area_dirs())
     }
 
     /// `name` in directory `parent` (at `ploc`): inside it, else attached.
     pub(super) fn find(&self, parent: Ino, ploc: &Location, name: &[u8]) -> FsResult<Found> {
         let inside = ploc.child(name);
-        match inside.lstat() {
+        match inside.lstat(self.area_dirs()) {
             Ok(st) => {
                 return Ok(Found {
                     loc: inside,
@@ -46,8 +44,8 @@ impl SkillFs {
         if self.parks.known_missing(&key) {
             return Err(FsError::ENOENT);
         }
-        let att = ploc.attached_child(self.parked_raw(), &key, name);
-        match att.lstat() {
+        let att = ploc.attached_child(&key, name);
+        match att.lstat(self.area_dirs()) {
             Ok(st) => Ok(Found {
                 loc: att,
                 st,
@@ -57,7 +55,7 @@ impl SkillFs {
                 // Most directories have no park: remember, and save the
                 // next lookups of names that are not there the second stat.
                 self.parks.learn(&key, || {
-                    match sys::lstatat(self.parked_raw(), key.as_bytes()) {
+                    match sys::lstatat(self.parked_dir(), key.as_bytes()) {
                         Ok(_) => Ok(true),
                         Err(e) if enoent(&e) => Ok(false),
                         Err(e) => Err(e),
@@ -91,7 +89,7 @@ impl SkillFs {
             self.rules
                 .is_hidden(name, k, parent == self.vroot, &mut inside_skill)
         };
-        let (root, parked) = (self.root_raw(), self.parked_raw());
+        let (root, parked) = (self.root_dir(), self.parked_dir());
         if crate::follow::hides(
             root,
             parked,
@@ -104,7 +102,7 @@ impl SkillFs {
         ) {
             let key = self.key_of(parent, ploc)?;
             self.ensure_park(&key)?;
-            Ok((ploc.attached_child(self.parked_raw(), &key, name), true))
+            Ok((ploc.attached_child(&key, name), true))
         } else {
             Ok((ploc.child(name), false))
         }
@@ -114,7 +112,7 @@ impl SkillFs {
     /// package (holds a `SKILL.md`).
     pub(super) fn inside_skill(&self, mut dir: Option<RelPath>) -> bool {
         while let Some(d) = dir {
-            if sys::lstatat(self.root_raw(), d.join(b"SKILL.md").as_bytes()).is_ok() {
+            if sys::lstatat(self.root_dir(), d.join(b"SKILL.md").as_bytes()).is_ok() {
                 return true;
             }
             dir = d.parent();
@@ -140,7 +138,7 @@ impl SkillFs {
 
     /// The state of a visible entry for a record (content from the catalog).
     pub(super) fn state_of(&self, loc: &Location, path: &RelPath) -> FsResult<EntryState> {
-        let st = loc.lstat()?;
+        let st = loc.lstat(self.area_dirs())?;
         let kind = kind_of(&st).ok_or(FsError::EPERM)?;
         let mut s = state_from_stat(&st, kind);
         let known = self.versions.ledger().catalog().get(path).cloned();
@@ -151,7 +149,7 @@ impl SkillFs {
                 // set its access time, undoing a `touch -h` just made.
                 s.target = match known.and_then(|c| c.target) {
                     Some(t) => Some(t),
-                    None => Some(ByteString(sys::readlinkat(loc.dirfd, &loc.phys)?)),
+                    None => Some(ByteString(sys::readlinkat(self.at(loc), &loc.phys)?)),
                 };
             }
             Kind::Dir => {}
@@ -170,7 +168,7 @@ impl SkillFs {
         if loc.area == Area::Parked && !parent.contains(&b'/') {
             return true; // a park itself: the daemon's own plain directory
         }
-        sys::dir_passes_on_more(loc.dirfd, parent).is_ok_and(|more| !more)
+        sys::dir_passes_on_more(self.at(loc), parent).is_ok_and(|more| !more)
     }
 
     /// Creates the empty file `loc` (exclusively) for `caller`. A spare
@@ -192,10 +190,10 @@ impl SkillFs {
                 sys::fchmod(&file, mode)?;
                 sys::futimens(&file, Time::Now, Time::Now)
             })();
-            return put_spare(ready, &path, loc.dirfd, &loc.phys);
+            return put_spare(ready, &path, self.at(loc), &loc.phys);
         }
         let f = sys::openat(
-            loc.dirfd,
+            self.at(loc),
             &loc.phys,
             libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
             mode,
@@ -209,7 +207,7 @@ impl SkillFs {
     /// spare where one fits, like `new_file_at`.
     pub(super) fn new_dir_at(&self, loc: &Location, mode: u32) -> std::io::Result<()> {
         if !self.spare_fits(loc) {
-            return sys::mkdirat(loc.dirfd, &loc.phys, mode);
+            return sys::mkdirat(self.at(loc), &loc.phys, mode);
         }
         let dir = self.spares.take_dir()?;
         // Set through the spare's own fd, opened from `staging/`'s.
@@ -217,7 +215,7 @@ impl SkillFs {
             sys::fchmod(d.file(), mode)?;
             sys::futimens(d.file(), Time::Now, Time::Now)
         });
-        put_spare(ready, &dir, loc.dirfd, &loc.phys)
+        put_spare(ready, &dir, self.at(loc), &loc.phys)
     }
 
     /// Makes sure the park of the directory with `key` exists (from a spare
@@ -228,11 +226,11 @@ impl SkillFs {
         if self.parks.known_made(key) {
             return Ok(());
         }
-        match sys::lstatat(self.parked_raw(), key.as_bytes()) {
+        match sys::lstatat(self.parked_dir(), key.as_bytes()) {
             Ok(_) => {}
             Err(e) if enoent(&e) => {
                 let dir = self.spares.take_dir()?;
-                match put_spare(Ok(()), &dir, self.parked_raw(), key.as_bytes()) {
+                match put_spare(Ok(()), &dir, self.parked_dir(), key.as_bytes()) {
                     // Made by a racing request.
                     Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                     r => r?,
@@ -247,7 +245,7 @@ impl SkillFs {
     pub(super) fn give_to_caller(&self, loc: &Location, caller: &Caller) {
         if self.chown_new
             && (caller.uid != 0 || caller.gid != 0)
-            && let Err(e) = sys::lchownat(loc.dirfd, &loc.phys, caller.uid, caller.gid)
+            && let Err(e) = sys::lchownat(self.at(loc), &loc.phys, caller.uid, caller.gid)
         {
             tracing::warn!("could not give {} to uid {}: {e}", loc.logical, caller.uid);
         }
@@ -266,7 +264,7 @@ impl SkillFs {
     /// [`SkillFs::versioned`] of the entry that is at `loc` now, of the
     /// kind it has (a file if it cannot be told).
     pub(super) fn versioned_now(&self, loc: &Location) -> Option<RelPath> {
-        let kind = loc.lstat().ok().and_then(|st| kind_of(&st));
+        let kind = loc.lstat(self.area_dirs()).ok().and_then(|st| kind_of(&st));
         self.versioned(loc, kind.unwrap_or(Kind::File))
     }
 

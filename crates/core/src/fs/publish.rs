@@ -282,7 +282,7 @@ impl SkillFs {
         // Opened first: a swap whose commit cannot be made (no descriptor
         // left) must not be answered as durable.
         let dir = if parent {
-            Some(open_parent_of(loc)?)
+            Some(open_parent_of(self.at(loc), loc)?)
         } else {
             None
         };
@@ -297,7 +297,7 @@ impl SkillFs {
         if self.durability.one_commit() {
             return Ok(None);
         }
-        Ok(Some(open_parent_of(loc)?))
+        Ok(Some(open_parent_of(self.at(loc), loc)?))
     }
 
     /// With `Durability::OneCommit`, commits every change made so far (data
@@ -517,10 +517,10 @@ impl SkillFs {
         if let Some(pause) = swap_delay() {
             std::thread::sleep(pause);
         }
-        let exchanged = match spare.exchange(loc.dirfd, &loc.phys) {
+        let exchanged = match spare.exchange(self.at(loc), &loc.phys) {
             Ok(()) => true,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                spare.rename_out(loc.dirfd, &loc.phys, 0)?;
+                spare.rename_out(self.at(loc), &loc.phys, 0)?;
                 false
             }
             Err(e) => return Err(e),
@@ -656,7 +656,7 @@ impl SkillFs {
     }
 
     pub(super) fn sync_parent_of(&self, loc: &Location) -> FsResult<()> {
-        self.live_fsync(&open_parent_of(loc)?, loc)?;
+        self.live_fsync(&open_parent_of(self.at(loc), loc)?, loc)?;
         Ok(())
     }
 }
@@ -667,12 +667,12 @@ fn logical_path(loc: &Location) -> std::path::PathBuf {
 }
 
 /// The directory holding the entry at `loc`.
-pub(super) fn open_parent_of(loc: &Location) -> std::io::Result<File> {
+pub(super) fn open_parent_of(dir: BorrowedFd<'_>, loc: &Location) -> std::io::Result<File> {
     let parent_phys = match loc.phys.iter().rposition(|&b| b == b'/') {
         Some(i) => &loc.phys[..i],
         None => &b""[..],
     };
-    Ok(File::from(sys::open_dir(loc.dirfd, parent_phys)?))
+    Ok(File::from(sys::open_dir(dir, parent_phys)?))
 }
 
 /// Journals a file's new `state` at `path`, unless it is the version the

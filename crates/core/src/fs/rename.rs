@@ -91,7 +91,7 @@ impl SkillFs {
             (d.loc, d.attached)
         } else {
             let target = (kind == Kind::Symlink)
-                .then(|| sys::readlinkat(src.loc.dirfd, &src.loc.phys).ok())
+                .then(|| sys::readlinkat(self.at(&src.loc), &src.loc.phys).ok())
                 .flatten();
             let (d, att) = self.place(n.newparent, nploc, n.newname, kind, target.as_deref())?;
             if let Some(other) = self.in_other_place(n.newparent, nploc, n.newname, att)? {
@@ -100,13 +100,13 @@ impl SkillFs {
                     // One with entries, in either of its places, is
                     // ENOTEMPTY.
                     OtherPlace::ReplaceIfEmpty => {
-                        let key = sys::dir_key(other.loc.dirfd, &other.loc.phys)?;
+                        let key = sys::dir_key(self.at(&other.loc), &other.loc.phys)?;
                         let empty = |fd, rel: &[u8]| match sys::read_dir_at(fd, rel) {
                             Ok(e) => e.is_empty(),
                             Err(e) => enoent(&e),
                         };
-                        if !empty(other.loc.dirfd, &other.loc.phys)
-                            || !empty(self.parked_raw(), key.as_bytes())
+                        if !empty(self.at(&other.loc), &other.loc.phys)
+                            || !empty(self.parked_dir(), key.as_bytes())
                         {
                             return Err(FsError::of(libc::ENOTEMPTY));
                         }
@@ -122,7 +122,7 @@ impl SkillFs {
         };
         // Staged bytes of what is replaced, or leaves the versioned tree,
         // are published first.
-        let dst_st = dst.lstat().ok();
+        let dst_st = dst.lstat(self.area_dirs()).ok();
         if dst_st.is_some() {
             self.publish_dirty_under(&dst, caller)?;
         }
@@ -142,15 +142,15 @@ impl SkillFs {
         // says so. Judged on the files as they are now: a publish above
         // swaps a new inode in (a name written since stopped being the
         // other's file).
-        let dst_st = dst.lstat().ok();
-        let same_file = match (&dst_st, src.loc.lstat()) {
+        let dst_st = dst.lstat(self.area_dirs()).ok();
+        let same_file = match (&dst_st, src.loc.lstat(self.area_dirs())) {
             (Some(d), Ok(s)) => d.st_dev == s.st_dev && d.st_ino == s.st_ino,
             _ => false,
         };
         let call = RenameCall::of(same_file, mode)?;
         let dst_is_dir = dst_st.is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
         let replaced_key = if !mode.exchange && dst_is_dir {
-            sys::dir_key(dst.dirfd, &dst.phys).ok()
+            sys::dir_key(self.at(&dst), &dst.phys).ok()
         } else {
             None
         };
@@ -186,13 +186,13 @@ impl SkillFs {
             .flatten();
         match plan.call {
             RenameCall::Rename => sys::renameat2(
-                src.loc.dirfd,
+                self.at(&src.loc),
                 &src.loc.phys,
-                dst.dirfd,
+                self.at(dst),
                 &dst.phys,
                 plan.mode.flags,
             )?,
-            RenameCall::UnlinkSource => sys::unlinkat(src.loc.dirfd, &src.loc.phys, false)?,
+            RenameCall::UnlinkSource => sys::unlinkat(self.at(&src.loc), &src.loc.phys, false)?,
             RenameCall::Nothing => {}
         }
         self.keep_stale(n.newparent, n.newname, last_ref);

@@ -304,8 +304,17 @@ mod tests {
         st
     }
 
-    const ROOT_FD: RawFd = 100;
-    const PARKED_FD: RawFd = 200;
+    /// The areas' directories: `/` for both, never read unless a key is
+    /// missing (none is, in these trees).
+    fn dirs() -> AreaDirs<'static> {
+        static TOP: std::sync::LazyLock<File> =
+            std::sync::LazyLock::new(|| File::open("/").expect("/ opens"));
+        AreaDirs {
+            root: TOP.as_fd(),
+            parked: TOP.as_fd(),
+            home: None,
+        }
+    }
 
     /// A plan as `plan_rename` makes it, over entries of `tree`.
     fn plan(
@@ -315,7 +324,7 @@ mod tests {
         kind: Kind,
         dst: (Location, bool, Option<Kind>),
     ) -> RenamePlan {
-        let loc = tree.location(src, ROOT_FD, PARKED_FD, -1).unwrap();
+        let loc = tree.location(src, dirs()).unwrap();
         let dst_st = dst.2.map(stat_of);
         RenamePlan {
             mode: RenameMode::of(flags).unwrap(),
@@ -357,7 +366,7 @@ mod tests {
     fn the_tree_after_a_move_in_one_directory() {
         let mut t = tree();
         let a = t.link(ROOT_INO, b"a", Kind::File, false);
-        let to = Location::root(ROOT_FD).child(b"b");
+        let to = Location::root().child(b"b");
         let p = plan(&mut t, 0, a, Kind::File, (to, false, None));
         p.update_tree(
             &mut t,
@@ -366,7 +375,7 @@ mod tests {
         );
         assert_eq!(t.child(ROOT_INO, b"b"), Some(a));
         assert_eq!(t.child(ROOT_INO, b"a"), None);
-        assert_eq!(t.location(a, ROOT_FD, PARKED_FD, -1).unwrap().phys, b"b");
+        assert_eq!(t.location(a, dirs()).unwrap().phys, b"b");
     }
 
     #[test]
@@ -375,7 +384,7 @@ mod tests {
         let d = t.link(ROOT_INO, b"d", Kind::Dir, false);
         let a = t.link(d, b"a", Kind::File, false);
         // Placed attached to the root (a hidden name): in `parked/<key>/`.
-        let to = Location::root(ROOT_FD).attached_child(PARKED_FD, "root", b"a.tmp");
+        let to = Location::root().attached_child("root", b"a.tmp");
         let p = plan(&mut t, 0, a, Kind::File, (to, true, None));
         p.update_tree(
             &mut t,
@@ -384,10 +393,10 @@ mod tests {
         );
         assert_eq!(t.child(ROOT_INO, b"a.tmp"), Some(a));
         assert_eq!(t.child(d, b"a"), None);
-        let at = t.location(a, ROOT_FD, PARKED_FD, -1).unwrap();
+        let at = t.location(a, dirs()).unwrap();
         assert_eq!(
-            (at.dirfd, at.phys.as_slice()),
-            (PARKED_FD, &b"root/a.tmp"[..])
+            (at.area, at.phys.as_slice()),
+            (Area::Parked, &b"root/a.tmp"[..])
         );
         assert!(at.is_hidden());
     }
@@ -398,7 +407,7 @@ mod tests {
         let a = t.link(ROOT_INO, b"a", Kind::Dir, false);
         let old = t.link(ROOT_INO, b"b", Kind::Dir, false);
         t.forget(old, 0);
-        let to = Location::root(ROOT_FD).child(b"b");
+        let to = Location::root().child(b"b");
         let p = plan(&mut t, 0, a, Kind::Dir, (to, false, Some(Kind::Dir)));
         p.update_tree(
             &mut t,
@@ -409,7 +418,7 @@ mod tests {
         // The replaced directory is gone but still answers its attributes
         // (an open handle of it), with no links.
         assert_eq!(t.gone(old).map(|st| st.st_nlink), Some(0));
-        assert!(t.location(old, ROOT_FD, PARKED_FD, -1).is_err());
+        assert!(t.location(old, dirs()).is_err());
     }
 
     #[test]
@@ -417,7 +426,7 @@ mod tests {
         let mut t = tree();
         let a = t.link(ROOT_INO, b"a", Kind::File, false);
         let old = t.link(ROOT_INO, b"b", Kind::File, false);
-        let to = Location::root(ROOT_FD).child(b"b");
+        let to = Location::root().child(b"b");
         let p = plan(&mut t, 0, a, Kind::File, (to, false, Some(Kind::File)));
         p.update_tree(
             &mut t,
@@ -426,10 +435,7 @@ mod tests {
         );
         assert_eq!(t.child(ROOT_INO, b"b"), Some(a));
         assert!(t.gone(old).is_none(), "only a directory is kept as gone");
-        assert_eq!(
-            t.location(old, ROOT_FD, PARKED_FD, -1).unwrap_err().errno(),
-            libc::ESTALE
-        );
+        assert_eq!(t.location(old, dirs()).unwrap_err().errno(), libc::ESTALE);
     }
 
     #[test]
@@ -437,7 +443,7 @@ mod tests {
         let mut t = tree();
         let a = t.link(ROOT_INO, b"a", Kind::File, false);
         let b = t.link(ROOT_INO, b"b", Kind::Dir, false);
-        let to = Location::root(ROOT_FD).child(b"b");
+        let to = Location::root().child(b"b");
         let p = plan(
             &mut t,
             EXCHANGE,
@@ -460,7 +466,7 @@ mod tests {
         let mut t = tree();
         let a = t.link(ROOT_INO, b"a", Kind::File, false);
         let b = t.link(ROOT_INO, b"b", Kind::File, false);
-        let to = Location::root(ROOT_FD).child(b"b");
+        let to = Location::root().child(b"b");
         let p = plan(
             &mut t,
             EXCHANGE,
@@ -470,20 +476,11 @@ mod tests {
         );
         // The source, now `b`, was moved to its own place: attached.
         let landed = Landed {
-            a: Some((
-                Location::root(ROOT_FD).attached_child(PARKED_FD, "root", b"b"),
-                true,
-            )),
+            a: Some((Location::root().attached_child("root", b"b"), true)),
             b: None,
         };
         p.update_tree(&mut t, names(ROOT_INO, b"a", ROOT_INO, b"b"), &landed);
-        assert_eq!(
-            t.location(a, ROOT_FD, PARKED_FD, -1).unwrap().area,
-            Area::Parked
-        );
-        assert_eq!(
-            t.location(b, ROOT_FD, PARKED_FD, -1).unwrap().area,
-            Area::Root
-        );
+        assert_eq!(t.location(a, dirs()).unwrap().area, Area::Parked);
+        assert_eq!(t.location(b, dirs()).unwrap().area, Area::Root);
     }
 }

@@ -59,7 +59,7 @@ impl SkillFs {
         if due.is_empty() {
             return Ok(report);
         }
-        let parked = self.parked_raw();
+        let parked = self.parked_dir();
         // Frozen under the shared lock (no namespace change in flight), then
         // checked again with none: a change after the freeze marks it, one
         // before it is seen by the second look.
@@ -124,7 +124,7 @@ impl SkillFs {
     /// The parks of visible directories' hidden entries past `cutoff`,
     /// found with no lock held.
     fn due_parks(&self, cutoff: i128) -> FsResult<Vec<Due>> {
-        let parked = self.parked_raw();
+        let parked = self.parked_dir();
         let mut due = Vec::new();
         for e in sys::read_dir_at(parked, b"")? {
             let Ok(key) = String::from_utf8(e.name.clone()) else {
@@ -159,7 +159,7 @@ impl SkillFs {
     /// once all are found. What a concurrent change moves is checked again
     /// under the lock (`take_park`).
     fn dirs_with_keys(&self, keys: &HashSet<&str>) -> HashMap<String, (RelPath, bool)> {
-        let root = self.root_raw();
+        let root = self.root_dir();
         let mut found = HashMap::new();
         let mut stack = vec![(RelPath::root(), false)];
         while let Some((dir, above_pkg)) = stack.pop() {
@@ -188,8 +188,8 @@ impl SkillFs {
     /// records its sweep, if it may still go (its freeze unmarked, checked
     /// by the caller). Its path in `tmp/`, or `None` if it stays.
     fn take_park(&self, d: &Due, dir: &RelPath) -> std::io::Result<Option<Named>> {
-        let parked = self.parked_raw();
-        if sys::dir_key(self.root_raw(), dir.as_bytes()).ok().as_ref() != Some(&d.key) {
+        let parked = self.parked_dir();
+        if sys::dir_key(self.root_dir(), dir.as_bytes()).ok().as_ref() != Some(&d.key) {
             return Ok(None); // moved or removed since: the next sweep sees it
         }
         let hp = park_path(&d.key, &d.name);
@@ -208,7 +208,7 @@ impl SkillFs {
             .then(|| sys::readlinkat(parked, &hp).ok())
             .flatten();
         let mut hidden = |k: Kind| rules.is_hidden(&d.name, k, dir.is_root(), &mut || in_pkg);
-        let root = self.root_raw();
+        let root = self.root_dir();
         if !crate::follow::hides(
             root,
             parked,

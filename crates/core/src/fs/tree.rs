@@ -22,7 +22,7 @@
 //! before `open_files`); nothing here locks on its own.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 
 use crate::error::{FsError, FsResult};
 use skillfs_base::relpath::RelPath;
@@ -46,14 +46,40 @@ pub enum Area {
     Home,
 }
 
+/// The directories of the areas, borrowed from the core that holds them
+/// open from mount to unmount: what a location's `area` names for a
+/// system call.
+#[derive(Clone, Copy, Debug)]
+pub struct AreaDirs<'a> {
+    pub root: BorrowedFd<'a>,
+    pub parked: BorrowedFd<'a>,
+    /// The home's, over a home (`None` over a skills directory, where no
+    /// location is in a home).
+    pub home: Option<BorrowedFd<'a>>,
+}
+
+impl<'a> AreaDirs<'a> {
+    pub fn of(&self, area: Area) -> BorrowedFd<'a> {
+        match area {
+            Area::Root => self.root,
+            Area::Parked => self.parked,
+            // A home location is made only from the home's top node,
+            // which only a mount over a home has.
+            Area::Home => self.home.expect("a location in a home only over one"),
+        }
+    }
+
+    /// The directory `loc.phys` is relative to.
+    pub fn at(&self, loc: &Location) -> BorrowedFd<'a> {
+        self.of(loc.area)
+    }
+}
+
 /// Where an entry physically is, and what the agent calls it.
 #[derive(Clone, Debug)]
 pub struct Location {
-    /// The directory `phys` is relative to. Which one is `area`'s to
-    /// say; `dirfd` is only for the system call.
+    /// The directory `phys` is relative to (see [`AreaDirs`]).
     pub area: Area,
-    /// The fd of `area`'s directory.
-    pub dirfd: RawFd,
     pub phys: Vec<u8>,
     /// Its path in the visible tree; `None` when it or an ancestor is hidden.
     pub visible: Option<RelPath>,
@@ -62,10 +88,9 @@ pub struct Location {
 }
 
 impl Location {
-    pub fn root(root_fd: RawFd) -> Location {
+    pub fn root() -> Location {
         Location {
             area: Area::Root,
-            dirfd: root_fd,
             phys: Vec::new(),
             visible: Some(RelPath::root()),
             logical: RelPath::root(),
@@ -74,10 +99,9 @@ impl Location {
 
     /// The home a versioned root sits in: its entries are outside (never
     /// visible), named `../<path>` from the versioned root.
-    pub fn home(home_fd: RawFd) -> Location {
+    pub fn home() -> Location {
         Location {
             area: Area::Home,
-            dirfd: home_fd,
             phys: Vec::new(),
             visible: None,
             logical: RelPath::from_bytes_unchecked(b"..".to_vec()),
@@ -93,7 +117,6 @@ impl Location {
         phys.extend_from_slice(name);
         Location {
             area: self.area,
-            dirfd: self.dirfd,
             phys,
             visible: self.visible.as_ref().map(|v| v.join(name)),
             logical: self.logical.join(name),
@@ -101,13 +124,12 @@ impl Location {
     }
 
     /// The entry `name` in the attached area of this directory (`key`).
-    pub fn attached_child(&self, parked_fd: RawFd, key: &str, name: &[u8]) -> Location {
+    pub fn attached_child(&self, key: &str, name: &[u8]) -> Location {
         let mut phys = key.as_bytes().to_vec();
         phys.push(b'/');
         phys.extend_from_slice(name);
         Location {
             area: Area::Parked,
-            dirfd: parked_fd,
             phys,
             visible: None,
             logical: self.logical.join(name),
@@ -118,8 +140,8 @@ impl Location {
         self.visible.is_none()
     }
 
-    pub fn lstat(&self) -> std::io::Result<libc::stat> {
-        sys::lstatat(self.dirfd, &self.phys)
+    pub fn lstat(&self, dirs: AreaDirs<'_>) -> std::io::Result<libc::stat> {
+        sys::lstatat(dirs.at(self), &self.phys)
     }
 }
 
@@ -217,14 +239,8 @@ impl Tree {
     /// an entry under one: a walk that starts there (a process's current
     /// directory) would only meet it again.
     ///
-    /// `home_fd` is the home's (unused over a skills directory).
-    pub fn location(
-        &mut self,
-        ino: Ino,
-        root_fd: RawFd,
-        parked_fd: RawFd,
-        home_fd: RawFd,
-    ) -> FsResult<Location> {
+    /// `dirs`: for the keys of attached directories not known yet.
+    pub fn location(&mut self, ino: Ino, dirs: AreaDirs<'_>) -> FsResult<Location> {
         let mut chain: Vec<Ino> = Vec::new();
         let mut cur = ino;
         while !self.is_top(cur) {
@@ -240,9 +256,9 @@ impl Tree {
             cur = n.parent;
         }
         let mut loc = if cur == self.root {
-            Location::root(root_fd)
+            Location::root()
         } else {
-            Location::home(home_fd)
+            Location::home()
         };
         let mut parent = cur;
         for &n in chain.iter().rev() {
@@ -251,8 +267,8 @@ impl Tree {
                 (node.attached, node.name.clone())
             };
             loc = if attached {
-                let key = self.key_of(parent, &loc)?;
-                loc.attached_child(parked_fd, &key, &name)
+                let key = self.key_of(parent, &loc, dirs)?;
+                loc.attached_child(&key, &name)
             } else {
                 loc.child(&name)
             };
@@ -262,11 +278,11 @@ impl Tree {
     }
 
     /// The identity key of directory `ino` found at `loc`.
-    pub fn key_of(&mut self, ino: Ino, loc: &Location) -> FsResult<String> {
+    pub fn key_of(&mut self, ino: Ino, loc: &Location, dirs: AreaDirs<'_>) -> FsResult<String> {
         if let Some(k) = self.nodes.get(&ino).and_then(|n| n.key.clone()) {
             return Ok(k);
         }
-        let k = sys::dir_key(loc.dirfd, &loc.phys)?;
+        let k = sys::dir_key(dirs.at(loc), &loc.phys)?;
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.key = Some(k.clone());
         }

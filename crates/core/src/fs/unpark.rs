@@ -29,6 +29,7 @@
 //! holds `ledger` for the records.
 
 use super::*;
+use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
 
 /// A write within the clock's tick of a read can keep the file's times
@@ -207,7 +208,7 @@ impl SkillFs {
         // it answers its own errno, and nothing is read or stored for it.
         if let Ok(dst) = self.find(newparent, &nploc, newname) {
             let empty_dir = kind_of(&dst.st) == Some(Kind::Dir)
-                && sys::read_dir_at(dst.loc.dirfd, &dst.loc.phys).is_ok_and(|e| e.is_empty());
+                && sys::read_dir_at(self.at(&dst.loc), &dst.loc.phys).is_ok_and(|e| e.is_empty());
             if flags & libc::RENAME_NOREPLACE != 0 || !empty_dir {
                 return None;
             }
@@ -228,7 +229,7 @@ impl SkillFs {
             return None;
         }
         // Walked through its descriptor: no name of it needs the lock.
-        let dir = sys::open_dir(src.loc.dirfd, &src.loc.phys).ok()?;
+        let dir = sys::open_dir(self.at(&src.loc), &src.loc.phys).ok()?;
         let guard = self.freezes.register(src.loc.area, src.loc.phys.clone());
         Some((dir, guard, to, in_pkg))
     }
@@ -264,7 +265,7 @@ impl SkillFs {
                 Dir::In(parent, name, ino) => {
                     let flags =
                         libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-                    let f = OwnedFd::from(sys::openat(parent.as_raw_fd(), &name, flags, 0)?);
+                    let f = OwnedFd::from(sys::openat(parent.as_fd(), &name, flags, 0)?);
                     if sys::fstat(&f)?.st_ino != ino {
                         return Err(std::io::Error::other(format!("{dir} was replaced")));
                     }
@@ -272,7 +273,7 @@ impl SkillFs {
                 }
             };
             let fd = Arc::new(fd);
-            let raw = fd.as_raw_fd();
+            let raw = fd.as_fd();
             let mut names = sys::read_dir_at(raw, b".")?;
             names.sort_by(|a, b| a.name.cmp(&b.name));
             let in_pkg = above_pkg || names.iter().any(|n| n.name == b"SKILL.md");

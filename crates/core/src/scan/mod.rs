@@ -27,7 +27,7 @@ pub use parks::{delete_trash, move_to_trash, old_orphans, tend_parked};
 use skillfs_store::{Dir, Named};
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 
 use crate::hide::HideRules;
@@ -103,15 +103,16 @@ fn join_bytes(a: &[u8], b: &[u8]) -> Vec<u8> {
     v
 }
 
-/// The store areas for hidden entries.
+/// The store areas for hidden entries, borrowed from whoever holds them
+/// open.
 #[derive(Clone, Copy)]
-pub struct Areas {
-    pub root_fd: RawFd,
-    pub parked_fd: RawFd,
-    pub orphans_fd: RawFd,
+pub struct Areas<'a> {
+    pub root_fd: BorrowedFd<'a>,
+    pub parked_fd: BorrowedFd<'a>,
+    pub orphans_fd: BorrowedFd<'a>,
 }
 
-impl Areas {
+impl Areas<'_> {
     /// Moves the attached area `parked/<key>` (if any) to the orphan area
     /// and journals it. Returns whether there was one.
     pub fn orphan_key(
@@ -148,7 +149,7 @@ impl Areas {
 /// Walks visible subtrees, hiding what the rules hide and recording what
 /// differs from the catalog.
 pub struct Settler<'a> {
-    pub areas: Areas,
+    pub areas: Areas<'a>,
     pub rules: &'a HideRules,
     pub ledger: &'a mut Ledger,
     pub blobs: &'a BlobStore,
@@ -179,7 +180,7 @@ pub struct Settler<'a> {
 
 impl<'a> Settler<'a> {
     pub fn new(
-        areas: Areas,
+        areas: Areas<'a>,
         rules: &'a HideRules,
         ledger: &'a mut Ledger,
         blobs: &'a BlobStore,
@@ -521,7 +522,7 @@ impl<'a> Settler<'a> {
 /// behind the daemon) is read with the owner's read bit lent for the open:
 /// set and put back through a descriptor of the inode checked, never by a
 /// path a symlink could redirect.
-pub fn open_content(dirfd: RawFd, rel: &[u8]) -> io::Result<std::fs::File> {
+pub fn open_content(dirfd: BorrowedFd<'_>, rel: &[u8]) -> io::Result<std::fs::File> {
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     let denied = match sys::openat(dirfd, rel, flags, 0) {
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => e,

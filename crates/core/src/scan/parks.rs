@@ -137,7 +137,11 @@ pub fn tend_parked(
 /// Moves `rel` under `dir` whole into the store's `tmp` directory, under a
 /// name no other sweep uses: a sweep takes a park or an orphan out of
 /// reach at once, records it, and only then deletes it (`delete_trash`).
-pub fn move_to_trash(dir: RawFd, rel: &[u8], tmp: &std::sync::Arc<Dir>) -> io::Result<Named> {
+pub fn move_to_trash(
+    dir: BorrowedFd<'_>,
+    rel: &[u8],
+    tmp: &std::sync::Arc<Dir>,
+) -> io::Result<Named> {
     static SWEPT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SWEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let trash = Named::new(tmp, format!("swept.{}.{n}", std::process::id()));
@@ -157,7 +161,7 @@ pub fn delete_trash(trash: &Named) {
 /// The orphans (`orphans/<key>.<time>`) past `max_age` at `now_ns`, each
 /// with the record of its sweep.
 pub fn old_orphans(
-    orphans_fd: RawFd,
+    orphans_fd: BorrowedFd<'_>,
     now_ns: i64,
     max_age: i64,
 ) -> io::Result<Vec<(Vec<u8>, Change)>> {

@@ -34,7 +34,7 @@
 //! Locks: the caller's (the mount-time scan runs before any request).
 
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 
 use super::{Settler, ctx, open_content};
 use skillfs_base::relpath::RelPath;
@@ -180,10 +180,10 @@ impl Settler<'_> {
         let mut tmp = b".".to_vec();
         tmp.extend_from_slice(name);
         tmp.extend_from_slice(b".skillfs-repair.tmp");
-        let _ = sys::unlinkat(dir.as_raw_fd(), &tmp, false);
+        let _ = sys::unlinkat(dir.as_fd(), &tmp, false);
         let written = (|| {
             let mut f = sys::openat(
-                dir.as_raw_fd(),
+                dir.as_fd(),
                 &tmp,
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
                 0o600,
@@ -205,7 +205,7 @@ impl Settler<'_> {
             )?;
             sys::fsync(&f)?;
             // Still the file read: a writer meanwhile keeps its bytes.
-            let now = sys::lstatat(dir.as_raw_fd(), name)?;
+            let now = sys::lstatat(dir.as_fd(), name)?;
             let same = (
                 now.st_dev,
                 now.st_ino,
@@ -223,12 +223,12 @@ impl Settler<'_> {
             if !same {
                 return Ok(false);
             }
-            sys::renameat2(dir.as_raw_fd(), &tmp, dir.as_raw_fd(), name, 0)?;
+            sys::renameat2(dir.as_fd(), &tmp, dir.as_fd(), name, 0)?;
             sys::fsync(&dir)?;
             Ok(true)
         })();
         if !matches!(written, Ok(true)) {
-            let _ = sys::unlinkat(dir.as_raw_fd(), &tmp, false);
+            let _ = sys::unlinkat(dir.as_fd(), &tmp, false);
         }
         written
     }
