@@ -600,6 +600,14 @@ impl Drop for Mount {
             let pid = daemon_pid(&self.store()).unwrap_or(self.pid);
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             lazy_unmount(&self.mount_point());
+        } else if let Some(pid) = daemon_pid(&self.store()).filter(|&p| pid_alive(p)) {
+            // Detached by the test (a lazy unmount): its daemon is still
+            // ending, writing to its store. Waited for (a while), so that
+            // the scratch directory is removed whole after it.
+            let t = Instant::now();
+            while pid_alive(pid) && t.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
     }
 }
