@@ -471,6 +471,17 @@ pub fn read_dir_fd(fd: OwnedFd) -> io::Result<Vec<RawDirEntry>> {
     result.map(|()| out)
 }
 
+/// Whether a process `pid` exists (any user's; a zombie counts).
+pub fn process_exists(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that `pid` can be signalled; nothing
+    // is sent, and no memory is touched.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// The calling thread's id (what FUSE gives as a request's pid).
 pub fn gettid() -> u32 {
     // SAFETY: gettid(2) cannot fail and touches no memory.

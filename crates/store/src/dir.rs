@@ -188,6 +188,7 @@ impl Dir {
     /// is replaced, never written through.
     pub fn replace(&self, name: &str, data: &[u8], io: &StoreIo) -> io::Result<()> {
         one(name)?;
+        self.sweep_replaced(name);
         let tmp = format!(
             ".{name}.new.{}.{}",
             std::process::id(),
@@ -208,6 +209,31 @@ impl Dir {
         }
         written?;
         self.sync(io)
+    }
+
+    /// Removes the new files of `name` that a [`Dir::replace`] by a
+    /// process now gone left here (killed between making one and renaming
+    /// it: `.NAME.new.PID.TIME`). A live process's is its own to rename or
+    /// remove. Best effort: what cannot be listed or removed stays.
+    fn sweep_replaced(&self, name: &str) {
+        let prefix = format!(".{name}.new.");
+        let Ok(entries) = self.list() else {
+            return;
+        };
+        for e in entries {
+            let Some(rest) = e.name.strip_prefix(prefix.as_bytes()) else {
+                continue;
+            };
+            let pid = rest
+                .split(|&b| b == b'.')
+                .next()
+                .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !sys::process_exists(pid))
+                && let Ok(n) = std::str::from_utf8(&e.name)
+            {
+                let _ = self.unlink(n);
+            }
+        }
     }
 
     /// Opens `name` for appending, created [`FILE_MODE`] if missing.
@@ -415,6 +441,38 @@ mod tests {
 
     fn errno(r: io::Result<impl std::fmt::Debug>) -> Option<i32> {
         r.err().and_then(|e| e.raw_os_error())
+    }
+
+    /// A replace killed before its rename left its new file: the next
+    /// replace of that name removes it, and leaves a live process's alone.
+    #[test]
+    fn a_replace_removes_what_a_killed_one_left() {
+        let d = scratch("replaced");
+        let top = Dir::open_path(&d.join("store")).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let left = format!(".RULES.new.{gone}.1");
+        let live = format!(".RULES.new.{}.2", std::process::id());
+        let other = format!(".ROOT.new.{gone}.3");
+        for n in [&left, &live, &other] {
+            std::fs::write(d.join("store").join(n), b"half").unwrap();
+        }
+        top.replace("RULES", b"rules", &StoreIo::real()).unwrap();
+        let names: Vec<String> = top
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8(e.name).unwrap())
+            .collect();
+        assert!(!names.contains(&left), "{names:?}");
+        assert!(names.contains(&live), "{names:?}");
+        assert!(
+            names.contains(&other),
+            "another name's is not touched: {names:?}"
+        );
+        assert_eq!(std::fs::read(d.join("store/RULES")).unwrap(), b"rules");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
