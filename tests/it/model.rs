@@ -5,9 +5,11 @@
 //! must be in the store (G1).
 //!
 //! The plain directory stands for what the contract says a program sees
-//! (G3, G5): hidden names (here `.*.tmp` files) are not listed, are
-//! reachable by name, and do not keep a directory from being removed or
-//! renamed over (they are attached to it elsewhere, and orphaned with it).
+//! (G3, G5), by the rules `common::plain` keeps for both model tests (what
+//! it does unlike POSIX, listed there): hidden names (here `.*.tmp` files)
+//! are not listed, are reachable by name, and do not keep a directory from
+//! being removed or renamed over (they are attached to it elsewhere, and
+//! orphaned with it).
 //! Operations reuse a few names at a few depths, so files, directories and
 //! symlinks keep colliding (EEXIST, ENOTEMPTY, EISDIR, ENOTDIR, EXDEV-free
 //! renames of every kind), and up to four handles stay open across them
@@ -36,108 +38,11 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use common::{Mount, Rng, cpath, sha256_hex};
+use common::{Mount, Rng, cpath, plain, sha256_hex};
 
 const PARENTS: &[&str] = &["", "a", "b", "a/c"];
 const NAMES: &[&str] = &["a", "b", "c", "f", "g", ".h.tmp"];
 const SLOTS: usize = 4;
-
-/// The default rule `.*.tmp:file`, the one hidden name the model uses: it
-/// hides regular files only (a symlink is judged by where it leads, see
-/// `HIDDEN_LINKS`).
-fn hidden(name: &str, is_file: bool) -> bool {
-    is_file && name.starts_with('.') && name.ends_with(".tmp")
-}
-
-/// The plain tree's symlinks (by inode) that skillfs hid when it placed
-/// them: judged by where they led then (`skillfs::follow`), and again at
-/// each mount.
-static HIDDEN_LINKS: std::sync::Mutex<BTreeSet<u64>> = std::sync::Mutex::new(BTreeSet::new());
-
-/// Whether the entry `name` in `dir` (of type `ft`) is hidden on the
-/// plain side: by its name, or a symlink as skillfs placed it.
-fn hides(dir: &Path, name: &str, ft: Option<fs::FileType>, plain: bool) -> bool {
-    match ft {
-        Some(t) if t.is_symlink() => {
-            plain
-                && fs::symlink_metadata(dir.join(name))
-                    .is_ok_and(|m| HIDDEN_LINKS.lock().unwrap().contains(&m.ino()))
-        }
-        Some(t) => hidden(name, t.is_file()),
-        None => false,
-    }
-}
-
-/// How skillfs judges the symlink at `rel` of the plain tree at `root` by
-/// where it leads (`skillfs::follow::seen`): hidden if it leads to or
-/// through a hidden entry, or if its name is hidden for the kind it leads
-/// to.
-fn judge_link(root: &Path, rel: &str) -> bool {
-    let name = rel.rsplit('/').next().unwrap();
-    let hidden_at = |dir: &Path, n: &str, t| hides(dir, n, Some(t), true);
-    match common::link_end(root, rel, &hidden_at, &|n| hidden(n, true)) {
-        None => true, // leads to, or through, a hidden entry
-        Some(kind) => hidden(name, kind == 'f'),
-    }
-}
-
-/// Judges the symlink at `rel` (if it is one) again, as skillfs places it.
-fn place_link(root: &Path, rel: &str) {
-    let Ok(m) = fs::symlink_metadata(root.join(rel)) else {
-        return;
-    };
-    if m.file_type().is_symlink() {
-        let hide = judge_link(root, rel);
-        let mut set = HIDDEN_LINKS.lock().unwrap();
-        if hide {
-            set.insert(m.ino());
-        } else {
-            set.remove(&m.ino());
-        }
-    }
-}
-
-/// Judges every symlink under `rel` again, depth-first by name, as a
-/// mount's scan does.
-fn judge_links_under(root: &Path, rel: &str) {
-    let Ok(rd) = fs::read_dir(root.join(rel)) else {
-        return;
-    };
-    let mut names: Vec<_> = rd
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    for n in names {
-        let r = if rel.is_empty() {
-            n
-        } else {
-            format!("{rel}/{n}")
-        };
-        match fs::symlink_metadata(root.join(&r)) {
-            Ok(m) if m.file_type().is_symlink() => place_link(root, &r),
-            Ok(m) if m.is_dir() => judge_links_under(root, &r),
-            _ => {}
-        }
-    }
-}
-
-/// `rel` by its real directory (symlinks on the way resolved).
-fn real(root: &Path, rel: &str) -> Option<String> {
-    let p = Path::new(rel);
-    let dir = root.join(p.parent()?).canonicalize().ok()?;
-    let dir = dir
-        .strip_prefix(root.canonicalize().ok()?)
-        .ok()?
-        .to_str()?
-        .to_string();
-    let name = p.file_name()?.to_str()?;
-    Some(if dir.is_empty() {
-        name.to_string()
-    } else {
-        format!("{dir}/{name}")
-    })
-}
 
 /// File content; printed as its length and first byte, not in full.
 #[derive(Clone, PartialEq)]
@@ -230,40 +135,14 @@ fn meta(m: fs::Metadata) -> Out {
     Out::Meta(kind, size, m.mode() & 0o7777)
 }
 
-/// The names in `dir` a listing must show.
-fn listing(dir: &Path, plain: bool) -> std::io::Result<Vec<String>> {
+/// The names a listing of the mounted `dir` shows.
+fn listing(dir: &Path) -> std::io::Result<Vec<String>> {
     let mut v = Vec::new();
     for e in fs::read_dir(dir)? {
-        let e = e?;
-        let name = e.file_name().into_string().unwrap();
-        if !hides(dir, &name, Some(e.file_type()?), plain) {
-            v.push(name);
-        }
+        v.push(e?.file_name().into_string().unwrap());
     }
     v.sort();
     Ok(v)
-}
-
-/// The plain directory's side of "hidden entries are attached elsewhere":
-/// a directory whose only entries are hidden files is removed or replaced
-/// as if empty, and they go with it. Called where the call failed with
-/// ENOTEMPTY; true if it emptied `dir` (and the call is to be made again).
-fn drop_hidden_only(dir: &Path) -> bool {
-    let Ok(rd) = fs::read_dir(dir) else {
-        return false;
-    };
-    let entries: Vec<_> = rd.filter_map(Result::ok).collect();
-    let all_hidden = !entries.is_empty()
-        && entries.iter().all(|e| {
-            let name = e.file_name().into_string().unwrap();
-            hides(dir, &name, e.file_type().ok(), true)
-        });
-    if all_hidden {
-        for e in entries {
-            fs::remove_file(e.path()).unwrap();
-        }
-    }
-    all_hidden
 }
 
 /// Whether two relative paths name one directory entry (through
@@ -284,6 +163,8 @@ struct Side<'a> {
     /// only): a handle follows its name's content on the mount.
     opened: Vec<String>,
     plain: bool,
+    /// The plain side's rules (`common::plain`), on the plain side.
+    rules: Option<plain::Plain>,
 }
 
 impl Side<'_> {
@@ -310,13 +191,16 @@ impl Side<'_> {
             }
             Op::Read(rel) => io(fs::read(p(rel)), |b| Out::Bytes(Data(b))),
             Op::Stat(rel) => io(fs::symlink_metadata(p(rel)), meta),
-            Op::List(rel) => io(listing(&p(rel), self.plain), Out::Names),
+            Op::List(rel) => match &self.rules {
+                Some(r) => io(r.list(rel), Out::Names),
+                None => io(listing(&p(rel)), Out::Names),
+            },
             Op::Unlink(rel) => io(fs::remove_file(p(rel)), |()| Out::Unit),
             Op::Mkdir(rel) => io(fs::create_dir(p(rel)), |()| Out::Unit),
             Op::Rmdir(rel) => {
                 let rmdir = || io(fs::remove_dir(p(rel)), |()| Out::Unit);
                 match rmdir() {
-                    Err(libc::ENOTEMPTY) if self.plain && drop_hidden_only(&p(rel)) => rmdir(),
+                    Err(libc::ENOTEMPTY) if self.drop_hidden_only(rel) => rmdir(),
                     r => r,
                 }
             }
@@ -341,18 +225,12 @@ impl Side<'_> {
                 // the rename as made.
                 let same_file = self.plain
                     && flags & libc::RENAME_EXCHANGE == 0
-                    && !same_entry(self.root, from, to)
-                    && match (fs::symlink_metadata(p(from)), fs::symlink_metadata(p(to))) {
-                        (Ok(a), Ok(b)) => !a.is_dir() && a.dev() == b.dev() && a.ino() == b.ino(),
-                        _ => false,
-                    };
+                    && plain::same_file_rename(self.root, from, to);
                 if same_file {
                     return rename().and_then(|_| io(fs::remove_file(p(from)), |()| Out::Unit));
                 }
                 match rename() {
-                    Err(libc::ENOTEMPTY) if self.plain && !ancestor && drop_hidden_only(&p(to)) => {
-                        rename()
-                    }
+                    Err(libc::ENOTEMPTY) if !ancestor && self.drop_hidden_only(to) => rename(),
                     r => r,
                 }
             }
@@ -480,6 +358,15 @@ impl Side<'_> {
         }
     }
 
+    /// The plain side's rule 3 (`common::plain`); false on the mount.
+    fn drop_hidden_only(&self, rel: &str) -> bool {
+        self.rules.as_ref().is_some_and(|r| r.drop_hidden_only(rel))
+    }
+
+    fn rules(&mut self) -> &mut plain::Plain {
+        self.rules.as_mut().expect("the plain side")
+    }
+
     fn writers_open(&self) -> bool {
         self.slots.iter().any(Option::is_some)
     }
@@ -601,7 +488,7 @@ fn random_op(rng: &mut Rng) -> Op {
 fn tree(
     dir: &Path,
     rel: &str,
-    plain: bool,
+    rules: Option<&plain::Plain>,
     hidden_names: &mut Vec<String>,
 ) -> BTreeMap<String, Res> {
     let mut out = BTreeMap::new();
@@ -617,13 +504,15 @@ fn tree(
         } else {
             format!("{rel}/{name}")
         };
-        if plain && hides(dir, &name, ft, true) {
+        if let (Some(side), Some(t)) = (rules, ft)
+            && side.hides(rel, &name, plain::kind_of(t))
+        {
             hidden_names.push(r);
             continue;
         }
         out.insert(r.clone(), entry(&e.path()));
         if is_dir {
-            out.extend(tree(&e.path(), &r, plain, hidden_names));
+            out.extend(tree(&e.path(), &r, rules, hidden_names));
         }
     }
     out
@@ -645,11 +534,12 @@ fn entry(p: &Path) -> Res {
 }
 
 /// Where the two trees differ, if they do.
-fn compare_trees(plain: &Path, mounted: &Path) -> Result<(), String> {
+fn compare_trees(rules: &plain::Plain, mounted: &Path) -> Result<(), String> {
+    let plain = &rules.root;
     let mut hidden_names = Vec::new();
-    let a = tree(plain, "", true, &mut hidden_names);
+    let a = tree(plain, "", Some(rules), &mut hidden_names);
     let mut none = Vec::new();
-    let b = tree(mounted, "", false, &mut none);
+    let b = tree(mounted, "", None, &mut none);
     let ka: Vec<_> = a.keys().collect();
     let kb: Vec<_> = b.keys().collect();
     if ka != kb {
@@ -730,6 +620,7 @@ fn run_model(seed: u64, steps: usize) {
         slots: (0..SLOTS).map(|_| None).collect(),
         opened: vec![String::new(); SLOTS],
         plain: true,
+        rules: Some(plain::Plain::new(plain_dir.clone())),
     };
     let mounted_root = m.root();
     let mut mounted = Side {
@@ -737,6 +628,7 @@ fn run_model(seed: u64, steps: usize) {
         slots: (0..SLOTS).map(|_| None).collect(),
         opened: vec![String::new(); SLOTS],
         plain: false,
+        rules: None,
     };
     let mut history: Vec<String> = Vec::new();
     let (mut done, mut succeeded) = (0usize, 0usize);
@@ -747,8 +639,8 @@ fn run_model(seed: u64, steps: usize) {
         let op = random_op(&mut rng);
         plain.split_link(&op);
         let real_to = match &op {
-            Op::Rename(from, to, _) => vec![real(&plain_dir, to), real(&plain_dir, from)],
-            Op::Symlink(_, to) => vec![real(&plain_dir, to)],
+            Op::Rename(from, to, _) => vec![plain.rules().real(to), plain.rules().real(from)],
+            Op::Symlink(_, to) => vec![plain.rules().real(to)],
             _ => vec![],
         };
         // A name renamed onto itself: the kernel answers it without the
@@ -769,7 +661,7 @@ fn run_model(seed: u64, steps: usize) {
                 _ => 1,
             };
             for rel in real_to.into_iter().take(n).flatten() {
-                place_link(&plain_dir, &rel);
+                plain.rules().place_link(&rel);
             }
         }
         let b = mounted.apply(&op);
@@ -788,7 +680,7 @@ fn run_model(seed: u64, steps: usize) {
             && let Some(rel) = op.content_path()
         {
             let name = rel.rsplit('/').next().unwrap();
-            if !hidden(name, true)
+            if !plain::hidden(name, 'f')
                 && let Ok(bytes) = fs::read(plain_dir.join(rel))
                 && !bytes.is_empty()
             {
@@ -796,7 +688,7 @@ fn run_model(seed: u64, steps: usize) {
             }
         }
         if step % 50 == 49
-            && let Err(e) = compare_trees(&plain_dir, &mounted_root)
+            && let Err(e) = compare_trees(plain.rules(), &mounted_root)
         {
             fail(seed, &format!("after step {step}: {e}"), &history);
         }
@@ -808,7 +700,10 @@ fn run_model(seed: u64, steps: usize) {
                 side.slots.iter_mut().for_each(|s| *s = None);
             }
             let last_id = m.log().last().map_or(0, |r| r["seq"].as_u64().unwrap());
-            snapshots.push((last_id, tree(&plain_dir, "", true, &mut Vec::new())));
+            snapshots.push((
+                last_id,
+                tree(&plain_dir, "", Some(plain.rules()), &mut Vec::new()),
+            ));
             let how = if step % 2000 == 999 {
                 "unmount"
             } else {
@@ -820,9 +715,9 @@ fn run_model(seed: u64, steps: usize) {
                 m.kill9();
             }
             m.remount();
-            judge_links_under(&plain_dir, "");
+            plain.rules().judge_links_under("");
             history.push(format!("{step}: all handles closed; {how} and mount again"));
-            if let Err(e) = compare_trees(&plain_dir, &mounted_root) {
+            if let Err(e) = compare_trees(plain.rules(), &mounted_root) {
                 fail(
                     seed,
                     &format!("after the {how} at step {step}: {e}"),
@@ -834,13 +729,13 @@ fn run_model(seed: u64, steps: usize) {
     for side in [&mut plain, &mut mounted] {
         side.slots.iter_mut().for_each(|s| *s = None);
     }
-    if let Err(e) = compare_trees(&plain_dir, &mounted_root) {
+    if let Err(e) = compare_trees(plain.rules(), &mounted_root) {
         fail(seed, &format!("at the end: {e}"), &history);
     }
     // `.history/<id>/` is the visible tree as it was just after change id.
     for (id, snapshot) in &snapshots {
         let at = mounted_root.join(".history").join(id.to_string());
-        let seen = tree(&at, "", false, &mut Vec::new());
+        let seen = tree(&at, "", None, &mut Vec::new());
         if &seen != snapshot {
             let (a, b): (Vec<_>, Vec<_>) = (snapshot.keys().collect(), seen.keys().collect());
             let diff: Vec<_> = snapshot

@@ -5,7 +5,8 @@
 //! and on the whole tree: every listing, kind, size, permission bits, file
 //! content and symlink target. Thousands of steps a second, beside the
 //! mounted model test (`tests/it/model.rs`), which checks the same contract
-//! through a real kernel.
+//! through a real kernel against the same plain side (`common::plain`:
+//! what it does unlike POSIX is listed there).
 //!
 //! What stands in for the kernel (`Kernel` below) does what the VFS does
 //! before a request reaches the filesystem: it walks paths one lookup at a
@@ -63,6 +64,7 @@ use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Instant;
 
+use common::plain::{self, hidden, join};
 use common::{Rng, Scratch, cpath, sha256_hex};
 use skillfs::fs::{
     Caller, DirectoryEntry, DirectoryReplier, Entry, Ino, ROOT_INO, SetAttr, SkillFs,
@@ -93,16 +95,6 @@ static PATHS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
         })
         .collect()
 });
-
-/// The default rules `.*.tmp:file` and `*.bak:dir,outside-skills`, the
-/// hidden names the model uses (kind: 'f', 'd' or 'l').
-fn hidden(name: &str, kind: char) -> bool {
-    match kind {
-        'f' => name.starts_with('.') && name.ends_with(".tmp") && name.len() > 5,
-        'd' => name.ends_with(".bak"),
-        _ => false,
-    }
-}
 
 /// File content: `len` bytes counting up from `first`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -205,157 +197,27 @@ fn meta_of(mode: u32, size: u64) -> Out {
 
 // ------------------------------------------------------------ plain side
 
+/// The plain tree (`common::plain`: what it does unlike POSIX) and the
+/// handles open on it.
 struct Plain {
-    root: PathBuf,
+    tree: plain::Plain,
     slots: Vec<Option<File>>,
-    /// The symlinks (by inode) skillfs hid when it placed them: judged by
-    /// where they led then (`skillfs::follow`), and again at each mount.
-    hidden_links: HashSet<u64>,
+}
+
+impl std::ops::Deref for Plain {
+    type Target = plain::Plain;
+    fn deref(&self) -> &plain::Plain {
+        &self.tree
+    }
+}
+
+impl std::ops::DerefMut for Plain {
+    fn deref_mut(&mut self) -> &mut plain::Plain {
+        &mut self.tree
+    }
 }
 
 impl Plain {
-    fn p(&self, rel: &str) -> PathBuf {
-        self.root.join(rel)
-    }
-
-    /// Whether the directory at `rel` is visible: no directory on its real
-    /// path (symlinks resolved) has a hidden name.
-    fn visible_dir(&self, rel: &str) -> bool {
-        let (Ok(root), Ok(dir)) = (self.root.canonicalize(), self.p(rel).canonicalize()) else {
-            return true;
-        };
-        dir.strip_prefix(&root)
-            .map(|r| {
-                r.components()
-                    .all(|c| !hidden(&c.as_os_str().to_string_lossy(), 'd'))
-            })
-            .unwrap_or(true)
-    }
-
-    /// The entries of `rel`, with their kinds, and whether the listing
-    /// hides hidden names (a visible directory).
-    fn raw_list(&self, rel: &str) -> std::io::Result<(Vec<(String, char)>, bool)> {
-        Ok((self.entries(rel)?, self.visible_dir(rel)))
-    }
-
-    /// The entries of `rel`, with their kinds, sorted.
-    fn entries(&self, rel: &str) -> std::io::Result<Vec<(String, char)>> {
-        let mut v = Vec::new();
-        for e in fs::read_dir(self.p(rel))? {
-            let e = e?;
-            let ft = e.file_type()?;
-            let kind = if ft.is_dir() {
-                'd'
-            } else if ft.is_symlink() {
-                'l'
-            } else {
-                'f'
-            };
-            v.push((e.file_name().into_string().unwrap(), kind));
-        }
-        v.sort();
-        Ok(v)
-    }
-
-    fn list(&self, rel: &str) -> std::io::Result<Vec<String>> {
-        let (v, filter) = self.raw_list(rel)?;
-        Ok(v.into_iter()
-            .filter(|(n, k)| !(filter && self.hides(rel, n, *k)))
-            .map(|(n, _)| n)
-            .collect())
-    }
-
-    /// Whether the entry `name` of kind `kind` in `rel` is hidden: by its
-    /// name, or (a symlink) as skillfs placed it.
-    fn hides(&self, rel: &str, name: &str, kind: char) -> bool {
-        match kind {
-            'l' => fs::symlink_metadata(self.p(rel).join(name))
-                .is_ok_and(|m| self.hidden_links.contains(&m.ino())),
-            k => hidden(name, k),
-        }
-    }
-
-    /// How skillfs's rules judge the symlink at `rel` (a visible
-    /// directory's entry) by where it leads (`skillfs::follow::seen`, on
-    /// the plain tree: hidden entries are in place here, named so).
-    fn judge_link(&self, rel: &str) -> bool {
-        let name = rel.rsplit('/').next().unwrap();
-        let root = self.root.clone();
-        let hidden_at = |dir: &Path, n: &str, t: fs::FileType| {
-            let dir = dir.strip_prefix(&root).unwrap().to_str().unwrap();
-            let kind = if t.is_dir() {
-                'd'
-            } else if t.is_symlink() {
-                'l'
-            } else {
-                'f'
-            };
-            self.hides(dir, n, kind)
-        };
-        let hidden_name = |n: &str| hidden(n, 'd') || hidden(n, 'f');
-        match common::link_end(&self.root, rel, &hidden_at, &hidden_name) {
-            None => true, // leads to, or through, a hidden entry
-            Some(kind) => hidden(name, kind),
-        }
-    }
-
-    /// Judges the symlink at `rel` again (placed there, in a visible
-    /// directory) and records the answer.
-    fn place_link(&mut self, rel: &str) {
-        let Ok(m) = fs::symlink_metadata(self.p(rel)) else {
-            return;
-        };
-        if !m.file_type().is_symlink() {
-            return;
-        }
-        let parent = Path::new(rel).parent().unwrap().to_str().unwrap();
-        if self.visible_dir(parent) && self.judge_link(rel) {
-            self.hidden_links.insert(m.ino());
-        } else if self.visible_dir(parent) {
-            self.hidden_links.remove(&m.ino());
-        }
-    }
-
-    /// Judges every symlink under the visible directory `rel` again, in
-    /// the order skillfs's settle walks (depth-first, by name), as a mount
-    /// and an unpark do.
-    fn judge_links_under(&mut self, rel: &str) {
-        let Ok(entries) = self.entries(rel) else {
-            return;
-        };
-        for (name, kind) in entries {
-            let r = join(rel, &name);
-            match kind {
-                'l' => self.place_link(&r),
-                'd' if !hidden(&name, 'd') => self.judge_links_under(&r),
-                _ => {}
-            }
-        }
-    }
-
-    /// A visible directory whose only entries are hidden is removed or
-    /// replaced as if empty, and they go with it (they are attached to it
-    /// elsewhere, and orphaned with it). Called where the call failed with
-    /// ENOTEMPTY; true if it emptied `rel` (and the call is to be made
-    /// again).
-    fn drop_hidden_only(&self, rel: &str) -> bool {
-        let Ok((entries, true)) = self.raw_list(rel) else {
-            return false;
-        };
-        if entries.is_empty() || !entries.iter().all(|(n, k)| self.hides(rel, n, *k)) {
-            return false;
-        }
-        for (n, k) in entries {
-            let p = self.p(rel).join(n);
-            if k == 'd' {
-                fs::remove_dir_all(p).unwrap();
-            } else {
-                fs::remove_file(p).unwrap();
-            }
-        }
-        true
-    }
-
     fn slot(&self, slot: usize) -> Result<&File, i32> {
         self.slots[slot].as_ref().ok_or(libc::EBADF)
     }
@@ -427,16 +289,6 @@ impl Plain {
             }
         }
         r
-    }
-
-    /// `rel` by its real directory (symlinks on the way resolved), if
-    /// that is inside the root.
-    fn real(&self, rel: &str) -> Option<String> {
-        let p = Path::new(rel);
-        let dir = self.p(p.parent()?.to_str()?).canonicalize().ok()?;
-        let root = self.root.canonicalize().ok()?;
-        let dir = dir.strip_prefix(&root).ok()?.to_str()?.to_string();
-        Some(join(&dir, p.file_name()?.to_str()?))
     }
 
     fn apply_op(&mut self, op: &Op) -> Res {
@@ -609,14 +461,6 @@ fn file_value(content: &[u8], mode: u32) -> Out {
     let mut b = content.to_vec();
     b.extend_from_slice(format!("|{:o}", mode & 0o7777).as_bytes());
     bytes(&b)
-}
-
-fn join(rel: &str, name: &str) -> String {
-    if rel.is_empty() {
-        name.to_string()
-    } else {
-        format!("{rel}/{name}")
-    }
 }
 
 type Tree = BTreeMap<String, Res>;
@@ -1428,9 +1272,8 @@ fn check(ops: &[Op]) -> Result<usize, Failure> {
     offline(&plain_dir);
     offline(&scratch.root());
     let mut plain = Plain {
-        root: plain_dir,
+        tree: plain::Plain::new(plain_dir),
         slots: (0..SLOTS).map(|_| None).collect(),
-        hidden_links: HashSet::new(),
     };
     plain.judge_links_under("");
     let mut kernel = Kernel::open(&scratch.root(), &scratch.store());

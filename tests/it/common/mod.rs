@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+pub mod plain;
 pub mod power_loss;
 
 use std::fs;
