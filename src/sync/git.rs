@@ -309,3 +309,67 @@ pub(super) fn clear_own_ref_lock(url: &str, branch: &str) {
         Err(e) => tracing::warn!("sync: could not remove '{}': {e}", lock.display()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a git's own child (an alias run by `sh`) reports: its whole
+    /// environment, its CPU limit and its scheduling policy.
+    fn probe() -> String {
+        let script = "!env; echo ulimit=$(ulimit -t); \
+                      echo policy=$(cut -d' ' -f41 /proc/$$/stat)";
+        let out = git(None)
+            .args(["-c", &format!("alias.probe={script}"), "probe"])
+            .current_dir("/")
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "{}", said(&out));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// A git run for the mount (a request thread of io_uring, at
+    /// SCHED_IDLE) gets no environment but PATH and the two settings that
+    /// keep the user's and the system's configuration out, leaves
+    /// SCHED_IDLE, and has 30 seconds of CPU; another thread's git keeps
+    /// all three as they were.
+    #[test]
+    fn a_git_for_the_mount_gets_no_environment_and_normal_priority_and_a_cpu_limit() {
+        // Cargo gives every test this variable: the parent has it.
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
+        let idle = libc::sched_param { sched_priority: 0 };
+        // SAFETY: changes this test thread's own policy (it ends with the
+        // test); `idle` outlives the call.
+        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        let plain = probe();
+        assert!(plain.contains("CARGO_PKG_NAME="), "{plain}");
+        assert!(
+            plain.contains(&format!("policy={}", libc::SCHED_IDLE)),
+            "{plain}"
+        );
+        let mounted = for_the_mount(probe);
+        let names: Vec<&str> = mounted
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+            .collect();
+        assert!(!names.contains(&"CARGO_PKG_NAME"), "{mounted}");
+        assert!(!names.contains(&"HOME"), "{mounted}");
+        assert!(mounted.contains("GIT_CONFIG_NOSYSTEM=1"), "{mounted}");
+        assert!(mounted.contains("GIT_CONFIG_GLOBAL=/dev/null"), "{mounted}");
+        assert!(
+            mounted.contains(&format!("ulimit={MOUNT_GIT_CPU_SECONDS}")),
+            "{mounted}"
+        );
+        // (Leaving SCHED_IDLE takes root, or an RLIMIT_NICE that allows
+        // nice 0: as root, as CI and the daemon over io_uring run.)
+        if crate::sys::geteuid() == 0 {
+            assert!(
+                mounted.contains(&format!("policy={}", libc::SCHED_OTHER)),
+                "{mounted}"
+            );
+        }
+        // And the thread is back to other gits afterwards.
+        assert!(probe().contains("CARGO_PKG_NAME="));
+    }
+}
