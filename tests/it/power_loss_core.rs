@@ -228,6 +228,7 @@ fn schedule(
         uid: unsafe { libc::geteuid() },
         gid: unsafe { libc::getegid() },
         pid: std::process::id(),
+        comm: None,
     };
     let core = match open(base, io, durability) {
         Ok(core) => core,

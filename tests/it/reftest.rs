@@ -532,6 +532,7 @@ impl Kernel {
                 uid: unsafe { libc::geteuid() },
                 gid: unsafe { libc::getegid() },
                 pid: std::process::id(),
+                comm: None,
             },
         }
     }
@@ -1409,7 +1410,10 @@ fn shrink(ops: &[Op], first: Failure) -> (Vec<Op>, Failure) {
     // left then is still a failing sequence, only not minimal.
     let deadline = Instant::now() + std::time::Duration::from_secs(120);
     // The shrinking runs' panics are expected: silenced on this thread
-    // only (the other tests of the binary report theirs).
+    // only (the other tests of the binary report theirs). One shrink at a
+    // time, so that each puts back the hook it found.
+    static SHRINKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = SHRINKING.lock().unwrap_or_else(|e| e.into_inner());
     let hook: std::sync::Arc<dyn Fn(&std::panic::PanicHookInfo<'_>) + Send + Sync> =
         std::panic::take_hook().into();
     let me = std::thread::current().id();
@@ -1679,6 +1683,7 @@ fn a_listing_read_in_parts_resumes_after_its_last_name() {
         uid: 0,
         gid: 0,
         pid: std::process::id(),
+        comm: None,
     };
     /// A reply buffer with room for `room` entries.
     struct Room {

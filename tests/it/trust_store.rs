@@ -617,6 +617,7 @@ fn me() -> skillfs::fs::Caller {
         uid: unsafe { libc::geteuid() },
         gid: unsafe { libc::getegid() },
         pid: std::process::id(),
+        comm: None,
     }
 }
 

@@ -112,6 +112,33 @@ fn a_version_is_the_writers_even_when_a_forked_child_flushes_it() {
     assert_eq!(w[0]["actor"]["comm"], "the-writer", "{:#?}", w[0]);
 }
 
+/// The writer's name is taken when it writes: a thread that wrote and
+/// ended before the file was closed (its id gone from `/proc`) still
+/// names the version.
+#[test]
+fn a_version_names_its_writer_after_the_writers_thread_ended() {
+    let m = Mount::new("actor-gone");
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.path("w.md"))
+        .unwrap();
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("gone-writer".into())
+            .spawn_scoped(s, || (&f).write_all(b"written, then gone").unwrap())
+            .unwrap();
+    });
+    // Longer than a process name is remembered by pid (a second).
+    std::thread::sleep(Duration::from_millis(1100));
+    drop(f);
+    let log = m.log_when(|l| l.iter().any(|r| r["op"] == "write"));
+    let w: Vec<_> = log.iter().filter(|r| r["op"] == "write").collect();
+    assert_eq!(w.len(), 1, "{log:#?}");
+    assert_eq!(w[0]["actor"]["comm"], "gone-writer", "{:#?}", w[0]);
+}
+
 #[test]
 fn journal_records_have_gap_free_ids_actor_and_state() {
     let m = Mount::new("journal");

@@ -27,6 +27,7 @@ pub(super) fn caller(req: &Request) -> Caller {
         uid: req.uid(),
         gid: req.gid(),
         pid: req.pid(),
+        comm: None,
     }
 }
 

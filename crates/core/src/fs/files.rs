@@ -29,11 +29,14 @@ pub(super) struct Staging {
     /// its locks to flush swaps it in only if none came meanwhile (see
     /// `publish_durable`).
     pub(super) edits: u64,
-    /// Who changed its bytes last (a write's or a truncation's caller):
-    /// the actor of the version they make, rather than whoever's flush
-    /// publishes them. A process forked between a write and its close
-    /// holds the file too and flushes it at its `exec`, before the writer
-    /// closes: that flush publishes the writer's bytes, not its own.
+    /// Who changed its bytes last (a write's or a truncation's caller,
+    /// with its process name read then): the actor of the version they
+    /// make, rather than whoever's flush publishes them. A process forked
+    /// between a write and its close holds the file too and flushes it at
+    /// its `exec`, before the writer closes: that flush publishes the
+    /// writer's bytes, not its own. (Writes the kernel makes itself, a
+    /// passthrough handle's or a shared mapping's writeback, name no
+    /// process: their version is the publisher's.)
     pub(super) writer: Option<Caller>,
 }
 
@@ -49,8 +52,9 @@ impl Staging {
     /// request, which names no process).
     pub(super) fn written_by(&mut self, caller: &Caller) {
         self.mark_written();
-        if caller.pid != 0 {
-            self.writer = Some(*caller);
+        // Named once per writer: its thread may end before the publish.
+        if caller.pid != 0 && self.writer.is_none_or(|w| w.pid != caller.pid) {
+            self.writer = Some(caller.named());
         }
     }
 

@@ -192,6 +192,39 @@ pub struct Caller {
     pub uid: u32,
     pub gid: u32,
     pub pid: u32,
+    /// Its process name, read already: kept with a writer's staged bytes,
+    /// whose thread may be gone (or its id reused) when they are
+    /// published. `None`: read from `/proc` when a record names it.
+    pub comm: Option<Comm>,
+}
+
+/// A process name as read once (`/proc/<pid>/comm`: at most 15 bytes;
+/// kept up to 63, cut at a character).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Comm {
+    bytes: [u8; 63],
+    len: u8,
+}
+
+impl Comm {
+    /// The name of `pid` now (`?` if it is gone).
+    pub fn of(pid: u32) -> Comm {
+        let name = sys::process_name(pid);
+        let mut end = name.len().min(63);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut bytes = [0u8; 63];
+        bytes[..end].copy_from_slice(&name.as_bytes()[..end]);
+        Comm {
+            bytes,
+            len: end as u8,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len as usize]).expect("cut at a character")
+    }
 }
 
 impl Caller {
@@ -201,6 +234,15 @@ impl Caller {
             uid: sys::geteuid(),
             gid: 0,
             pid: std::process::id(),
+            comm: None,
+        }
+    }
+
+    /// This caller with its process name read now (see `comm`).
+    pub fn named(&self) -> Caller {
+        Caller {
+            comm: Some(self.comm.unwrap_or_else(|| Comm::of(self.pid))),
+            ..*self
         }
     }
 
@@ -208,7 +250,10 @@ impl Caller {
         Actor {
             uid: self.uid,
             pid: self.pid,
-            comm: sys::process_name(self.pid),
+            comm: match &self.comm {
+                Some(c) => c.as_str().to_string(),
+                None => sys::process_name(self.pid),
+            },
         }
     }
 }

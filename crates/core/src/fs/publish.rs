@@ -249,8 +249,8 @@ impl SkillFs {
             return;
         };
         let s = of.lock();
-        if s.staging.as_ref().is_some_and(|stg| stg.dirty) {
-            self.record_live(&s, &path, caller);
+        if let Some(stg) = s.staging.as_ref().filter(|stg| stg.dirty) {
+            self.record_live(&s, &path, &stg.author(caller));
         }
     }
 
