@@ -213,22 +213,36 @@ impl Dir {
 
     /// Removes the new files of `name` that a [`Dir::replace`] by a
     /// process now gone left here (killed between making one and renaming
-    /// it: `.NAME.new.PID.TIME`). A live process's is its own to rename or
-    /// remove. Best effort: what cannot be listed or removed stays.
+    /// it: `.NAME.new.PID.TIME`, nothing else after the prefix, so that
+    /// another name's never matches). A live process's is its own to
+    /// rename or remove, and so is one made in the last minute (a process
+    /// of another PID namespace is not seen here; a replace takes
+    /// milliseconds). Best effort: what cannot be listed or removed stays.
     fn sweep_replaced(&self, name: &str) {
+        const YOUNG_NS: i64 = 60_000_000_000;
         let prefix = format!(".{name}.new.");
         let Ok(entries) = self.list() else {
             return;
         };
+        let now = skillfs_base::time::now_ns();
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
         for e in entries {
-            let Some(rest) = e.name.strip_prefix(prefix.as_bytes()) else {
+            let Some(rest) = e
+                .name
+                .strip_prefix(prefix.as_bytes())
+                .and_then(|r| std::str::from_utf8(r).ok())
+            else {
                 continue;
             };
-            let pid = rest
-                .split(|&b| b == b'.')
-                .next()
-                .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u32>().ok());
-            if pid.is_some_and(|pid| !sys::process_exists(pid))
+            let Some((pid, made)) = rest.split_once('.').filter(|(p, m)| digits(p) && digits(m))
+            else {
+                continue;
+            };
+            let (Ok(pid), Ok(made)) = (pid.parse::<u32>(), made.parse::<i64>()) else {
+                continue;
+            };
+            if now.saturating_sub(made) > YOUNG_NS
+                && !sys::process_exists(pid)
                 && let Ok(n) = std::str::from_utf8(&e.name)
             {
                 let _ = self.unlink(n);
@@ -455,7 +469,12 @@ mod tests {
         let left = format!(".RULES.new.{gone}.1");
         let live = format!(".RULES.new.{}.2", std::process::id());
         let other = format!(".ROOT.new.{gone}.3");
-        for n in [&left, &live, &other] {
+        // Another name that starts like this one's new files.
+        let longer = format!(".RULES.new.{gone}.new.{gone}.4");
+        // A dead process's, made a moment ago (another PID namespace's
+        // live replace looks so).
+        let young = format!(".RULES.new.{gone}.{}", skillfs_base::time::now_ns());
+        for n in [&left, &live, &other, &longer, &young] {
             std::fs::write(d.join("store").join(n), b"half").unwrap();
         }
         top.replace("RULES", b"rules", &StoreIo::real()).unwrap();
@@ -471,6 +490,8 @@ mod tests {
             names.contains(&other),
             "another name's is not touched: {names:?}"
         );
+        assert!(names.contains(&longer), "{names:?}");
+        assert!(names.contains(&young), "{names:?}");
         assert_eq!(std::fs::read(d.join("store/RULES")).unwrap(), b"rules");
         let _ = std::fs::remove_dir_all(&d);
     }
