@@ -1,7 +1,7 @@
 //! Valid inputs for every target, made by skillfs's own code (the
 //! encoder, the pack writer, the checkpoint writer, serde), and the small
 //! fixtures the targets read beside their input. `fuzz/seeds/` holds
-//! them as files (`SKILLFS_WRITE_SEEDS=1 cargo test --test fuzz_replay`
+//! them as files (`SKILLFS_WRITE_SEEDS=1 cargo test --test it -- fuzz_replay::`
 //! writes them again); the replay test checks they are still accepted.
 
 use std::sync::Arc;

@@ -14,8 +14,7 @@
 //! It does not model which transaction a file is in: a sync of a file
 //! changed long ago commits all the same.
 //!
-//! Included by `#[path]` (not through `common`): only these two tests use
-//! it.
+//! `common::power_loss`: only these two tests use it.
 
 #![allow(dead_code)]
 
