@@ -569,6 +569,29 @@ mod tests {
         assert!(read_targets(&mut &cut[..], links).is_err());
     }
 
+    /// Where the store's filesystem has no `O_TMPFILE` (`/proc` stands
+    /// for it), a copy is made in memory, and one larger than
+    /// `MEMORY_COPY_MAX` is refused rather than held in memory.
+    #[test]
+    fn a_copy_is_in_memory_without_o_tmpfile_and_bounded_there() {
+        use std::io::{Read, Seek, Write};
+        let mut f = unlinked(Path::new("/proc"), 5).unwrap();
+        let at = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
+        let link = std::fs::read_link(&at).unwrap();
+        assert!(
+            link.to_string_lossy().starts_with("/memfd:skillfs-version"),
+            "{link:?}"
+        );
+        f.write_all(b"bytes").unwrap();
+        f.rewind().unwrap();
+        let mut back = String::new();
+        f.read_to_string(&mut back).unwrap();
+        assert_eq!(back, "bytes");
+        assert!(unlinked(Path::new("/proc"), MEMORY_COPY_MAX).is_ok());
+        let e = unlinked(Path::new("/proc"), MEMORY_COPY_MAX + 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{e}");
+    }
+
     /// A small file opened again is served from its copy, without git
     /// (its object removed from the repository meanwhile); a large one is
     /// copied at each open.
