@@ -412,7 +412,7 @@ pub fn print_diff(
 /// Gives `p` the state's owner, mode and mtime (not following symlinks).
 fn apply_meta(p: &Path, s: &EntryState) -> std::io::Result<()> {
     let path = p.as_os_str().as_bytes();
-    if sys::geteuid() == 0 {
+    if crate::process::geteuid() == 0 {
         // Best effort, as `cp -a`: the content and times still restore.
         let _ = sys::lchownat(sys::CWD, path, s.uid, s.gid);
     }

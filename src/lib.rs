@@ -12,7 +12,7 @@
 // Every `unsafe` says why it is sound, in a `// SAFETY:` line above it.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub use skillfs_base::{mounts, relpath, sys, time};
+pub use skillfs_base::{mounts, process, relpath, sys, time};
 pub use skillfs_core::{config, follow, fs, hide, scan};
 pub use skillfs_fuse as fuse;
 pub use skillfs_fuse::fusermount;

@@ -89,7 +89,7 @@ pub fn serve(top: &Dir, fs: Arc<SkillFs>, transport: String) -> io::Result<()> {
 
 fn answer(conn: UnixStream, fs: &SkillFs, transport: &str) -> io::Result<()> {
     let uid = crate::sys::peer_uid(&conn)?;
-    let me = crate::sys::geteuid();
+    let me = crate::process::geteuid();
     if uid != me && uid != 0 {
         return reply(
             &conn,

@@ -288,7 +288,7 @@ pub(crate) fn open_store(args: &MountArgs, io: &StoreIo) -> Result<Opened, Failu
     // repaired or locked.
     super::unmount::await_unmounted_daemon(&layout);
     StoreLock::refuse_if_held(&layout)?;
-    let uid = crate::sys::geteuid();
+    let uid = crate::process::geteuid();
     let mut repairs = fsutil::audit_parent(&store_path, &anc, uid)?;
     if fs::symlink_metadata(&store_path).is_ok() {
         repairs.extend(fsutil::audit(&store_path, uid)?);

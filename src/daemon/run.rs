@@ -66,7 +66,7 @@ pub fn mount(args: MountArgs) -> Result<(), Failure> {
 
 fn run_daemon(args: MountArgs, mut ready: Option<File>) -> Result<(), Failure> {
     // Modes arrive from the kernel with the caller's umask applied already.
-    crate::sys::umask(0);
+    crate::process::umask(0);
     // Every file the agent holds open is a descriptor here too (and the
     // janitor holds some briefly): take what the hard limit allows.
     // SAFETY: `rlimit` is plain integers (all zeros is valid), and `lim` is a valid one to read

@@ -54,7 +54,7 @@ pub fn unmount_if_quiet(root: &Path, daemon: Option<u32>) -> io::Result<Quiet> {
     if !holders::elsewhere(root).is_empty() {
         return busy();
     }
-    if crate::sys::geteuid() == 0 {
+    if crate::process::geteuid() == 0 {
         let c = std::ffi::CString::new(root.as_os_str().as_bytes())
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: `c` is a NUL-terminated string that outlives the call.

@@ -551,7 +551,7 @@ pub fn apply_as(
             .name(name.clone())
             .spawn_scoped(s, || {
                 if let Ok(mut t) = APPLIERS.lock() {
-                    t.push((sys::gettid(), name));
+                    t.push((crate::process::gettid(), name));
                 }
                 apply(root, layout, ours, merged, contents)
             })

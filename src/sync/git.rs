@@ -363,7 +363,7 @@ mod tests {
         );
         // (Leaving SCHED_IDLE takes root, or an RLIMIT_NICE that allows
         // nice 0: as root, as CI and the daemon over io_uring run.)
-        if crate::sys::geteuid() == 0 {
+        if crate::process::geteuid() == 0 {
             assert!(
                 mounted.contains(&format!("policy={}", libc::SCHED_OTHER)),
                 "{mounted}"

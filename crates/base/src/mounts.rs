@@ -95,7 +95,7 @@ impl MountInfo {
 /// Detaches the mount at `root` now; the daemon keeps serving files still
 /// open and exits when the last one is closed.
 pub fn lazy_unmount(root: &Path) -> io::Result<()> {
-    if crate::sys::geteuid() == 0 {
+    if crate::process::geteuid() == 0 {
         let c = std::ffi::CString::new(root.as_os_str().as_bytes())
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: `c` is a NUL-terminated string that outlives the call.

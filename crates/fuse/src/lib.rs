@@ -136,7 +136,8 @@ impl Filesystem for FuseAdapter {
         // files: no round trip per read. Registering one needs
         // CAP_SYS_ADMIN: a daemon run by a user serves them itself.
         // (SKILLFS_NO_PASSTHROUGH: the tests run the daemon's own path too.)
-        if skillfs_base::sys::geteuid() == 0 && std::env::var_os("SKILLFS_NO_PASSTHROUGH").is_none()
+        if skillfs_base::process::geteuid() == 0
+            && std::env::var_os("SKILLFS_NO_PASSTHROUGH").is_none()
         {
             let on = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();

@@ -153,7 +153,7 @@ pub fn mount(
     config.io_uring_quick = Some(quick);
     let mut adapter = FuseAdapter::new(Arc::clone(&fs));
     adapter.uring = want_uring;
-    let session = if skillfs_base::sys::geteuid() == 0 {
+    let session = if skillfs_base::process::geteuid() == 0 {
         fuser::Session::new(adapter, root, &config)?
     } else {
         let mut opts = format!("fsname={fsname},subtype=skillfs,default_permissions,nodev,nosuid");
@@ -196,7 +196,7 @@ pub fn mount(
                 m.skillfs_store().is_some() && m.source.as_os_str().as_bytes() == fsname.as_bytes()
             });
             drop(session);
-            if ours && skillfs_base::sys::geteuid() != 0 {
+            if ours && skillfs_base::process::geteuid() != 0 {
                 let _ = skillfs_base::mounts::lazy_unmount(root);
             }
             return Err(std::io::Error::other(format!("--transport uring: {why}")));

@@ -242,7 +242,7 @@ impl Dir {
                 continue;
             };
             if now.saturating_sub(made) > YOUNG_NS
-                && !sys::process_exists(pid)
+                && !skillfs_base::process::process_exists(pid)
                 && let Ok(n) = std::str::from_utf8(&e.name)
             {
                 let _ = self.unlink(n);

@@ -521,7 +521,7 @@ mod tests {
     #[test]
     fn modes_are_explicit_whatever_the_umask() {
         let d = scratch("modes");
-        let old = sys::umask(0);
+        let old = skillfs_base::process::umask(0);
         create_dir_all(&d.join("a/b"), &StoreIo::real()).unwrap();
         let f = options()
             .write(true)
@@ -530,7 +530,7 @@ mod tests {
             .unwrap();
         drop(f);
         replace_file(&d.join("a/r"), b"x", &StoreIo::real()).unwrap();
-        sys::umask(old);
+        skillfs_base::process::umask(old);
         for (p, want) in [("a", 0o700), ("a/b", 0o700), ("a/f", 0o600), ("a/r", 0o600)] {
             let m = fs::metadata(d.join(p)).unwrap().permissions().mode() & 0o7777;
             assert_eq!(m, want, "{p}");
@@ -552,7 +552,7 @@ mod tests {
         assert_eq!(fs::read(d.join("outside")).unwrap(), b"outside");
         assert!(!fs::symlink_metadata(d.join("RULES")).unwrap().is_symlink());
         std::os::unix::fs::symlink(d.join("outside"), d.join("LOCK")).unwrap();
-        let e = audit(&d, sys::geteuid()).unwrap_err();
+        let e = audit(&d, skillfs_base::process::geteuid()).unwrap_err();
         assert!(e.to_string().contains("LOCK' is a symlink"), "{e}");
         fs::remove_dir_all(&d).unwrap();
     }
@@ -575,7 +575,7 @@ mod tests {
         ] {
             fs::set_permissions(d.join(p), fs::Permissions::from_mode(m)).unwrap();
         }
-        let r = audit(&d, sys::geteuid()).unwrap();
+        let r = audit(&d, skillfs_base::process::geteuid()).unwrap();
         let mut got: Vec<_> = r
             .iter()
             .map(|r| (r.path.strip_prefix(&d).unwrap().to_path_buf(), r.to))
@@ -590,7 +590,11 @@ mod tests {
             ]
         );
         repair(&r).unwrap();
-        assert!(audit(&d, sys::geteuid()).unwrap().is_empty());
+        assert!(
+            audit(&d, skillfs_base::process::geteuid())
+                .unwrap()
+                .is_empty()
+        );
         let m = fs::metadata(d.join("parked/k/user/x"))
             .unwrap()
             .permissions()

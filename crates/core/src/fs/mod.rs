@@ -91,6 +91,7 @@ mod attr;
 mod create;
 mod direct;
 mod files;
+mod fsync_publish;
 mod history_view;
 mod home;
 mod janitor;
@@ -209,7 +210,7 @@ pub struct Comm {
 impl Comm {
     /// The name of `pid` now (`?` if it is gone).
     pub fn of(pid: u32) -> Comm {
-        let name = sys::process_name(pid);
+        let name = skillfs_base::process::process_name(pid);
         let mut end = name.len().min(63);
         while !name.is_char_boundary(end) {
             end -= 1;
@@ -231,7 +232,7 @@ impl Caller {
     /// The daemon itself (work at unmount, with no request behind it).
     fn kernel() -> Caller {
         Caller {
-            uid: sys::geteuid(),
+            uid: skillfs_base::process::geteuid(),
             gid: 0,
             pid: std::process::id(),
             comm: None,
@@ -252,7 +253,7 @@ impl Caller {
             pid: self.pid,
             comm: match &self.comm {
                 Some(c) => c.as_str().to_string(),
-                None => sys::process_name(self.pid),
+                None => skillfs_base::process::process_name(self.pid),
             },
         }
     }
@@ -425,7 +426,7 @@ impl SkillFs {
             tree: Mutex::new(tree),
             open_files: OpenFiles::default(),
             handles: Handles::default(),
-            chown_new: sys::geteuid() == 0,
+            chown_new: skillfs_base::process::geteuid() == 0,
             listings: Mutex::new(HashMap::new()),
             notices: KernelNotices::default(),
             durability,

@@ -189,7 +189,7 @@ impl Settler<'_> {
                 0o600,
             )?;
             f.write_all(bytes)?;
-            if sys::geteuid() == 0 {
+            if skillfs_base::process::geteuid() == 0 {
                 sys::fchown(&f, old.uid, old.gid)?;
             }
             sys::fchmod(&f, old.mode)?;

@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::blobs::BlobId;
 use skillfs_base::relpath::{ByteString, RelPath};
-use skillfs_base::sys;
 
 /// What a record did.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,7 +142,7 @@ impl Actor {
     /// The daemon itself (mount-time scan).
     pub fn daemon() -> Actor {
         Actor {
-            uid: sys::geteuid(),
+            uid: skillfs_base::process::geteuid(),
             pid: std::process::id(),
             comm: "skillfs".to_string(),
         }

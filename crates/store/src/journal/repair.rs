@@ -119,7 +119,7 @@ fn lost(seq: u64, ts: i64) -> Record {
         hidden: None,
         state: None,
         actor: Actor {
-            uid: skillfs_base::sys::geteuid(),
+            uid: skillfs_base::process::geteuid(),
             pid: std::process::id(),
             comm: "skillfs-repair".to_string(),
         },
