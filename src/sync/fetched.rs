@@ -18,8 +18,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::fields::{Field, git_fields};
 use super::git::git_output;
 use super::kept::{kept_ref, resolve};
+use super::origins::AUTHOR_MAX;
 use super::remotes::sync_dir;
 use super::{git, replica};
 use crate::error::{Exit, Failure};
@@ -141,6 +143,18 @@ pub fn fetched(
     prefix: &str,
     path: Option<&RelPath>,
 ) -> Result<Vec<Fetched>, Failure> {
+    read(layout, prefix, path, Detail::Full, usize::MAX)
+}
+
+/// [`fetched`], as much of each version as `detail` says, at most `max`
+/// versions in all (`Err` past that).
+pub(super) fn read(
+    layout: &Layout,
+    prefix: &str,
+    path: Option<&RelPath>,
+    detail: Detail,
+    max: usize,
+) -> Result<Vec<Fetched>, Failure> {
     let (repo, replica) = pick(layout, prefix)?;
     let kept = resolve(&repo, &kept_ref(&replica));
     let quarantine = resolve(&repo, &format!("refs/skillfs/quarantine/{replica}"));
@@ -149,18 +163,26 @@ pub fn fetched(
     // next (a rewound tip shares the versions before the rewrite).
     let mut seen: Vec<String> = Vec::new();
     if let Some(k) = &kept {
-        out.extend(versions(&repo, &replica, k, &seen, path)?);
+        out.extend(versions(
+            &repo,
+            &replica,
+            k,
+            &seen,
+            path,
+            detail,
+            max - out.len(),
+        )?);
         seen.push(k.clone());
     }
     for r in rewound(&repo, &replica)? {
-        for mut v in versions(&repo, &replica, &r, &seen, path)? {
+        for mut v in versions(&repo, &replica, &r, &seen, path, detail, max - out.len())? {
             v.rewound = true;
             out.push(v);
         }
         seen.push(r);
     }
     if let Some(q) = &quarantine {
-        for mut v in versions(&repo, &replica, q, &seen, path)? {
+        for mut v in versions(&repo, &replica, q, &seen, path, detail, max - out.len())? {
             v.quarantined = true;
             out.push(v);
         }
@@ -196,20 +218,41 @@ fn rewound(repo: &Path, replica: &str) -> Result<Vec<String>, Failure> {
     Ok(tips.into_iter().map(|(_, id)| id).collect())
 }
 
+/// The most characters of a version's subject kept (skillfs's own name
+/// the change and a path or two; another replica's may be anything).
+pub const SUBJECT_MAX: usize = 256;
+
+/// How much of a version is read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Detail {
+    /// Everything `log --replica` prints.
+    Full,
+    /// Its id, time and commit only (the daemon's `.history`): no words
+    /// of the replica's are held.
+    Brief,
+}
+
 /// The versions on the first-parent line of `tip` that none of `seen`
-/// reaches, oldest first.
+/// reaches, oldest first; `Err` past `max` of them.
 fn versions(
     repo: &Path,
     replica: &str,
     tip: &str,
     seen: &[String],
     path: Option<&RelPath>,
+    detail: Detail,
+    max: usize,
 ) -> Result<Vec<Fetched>, Failure> {
-    // Five fields a commit, each ended by a NUL (`-z` ends the last): no
+    // Fields of a commit, each ended by a NUL (`-z` ends the last): no
     // field can hold one, so a hostile replica's subject or author cannot
-    // shift the fields of this commit or make another.
-    let format = "%H%x00%an%x00%(trailers:key=skillfs-id,valueonly,separator=%x2c)%x00\
-                  %(trailers:key=skillfs-time,valueonly,separator=%x2c)%x00%s";
+    // shift the fields of this commit or make another; and each is read
+    // cut to its cap (`fields`), so neither costs more than that here.
+    let ids = "%H%x00%(trailers:key=skillfs-id,valueonly,separator=%x2c)%x00\
+               %(trailers:key=skillfs-time,valueonly,separator=%x2c)";
+    let format = match detail {
+        Detail::Full => format!("{ids}%x00%an%x00%s"),
+        Detail::Brief => ids.to_string(),
+    };
     let mut c = git(Some(repo));
     // Nothing of the user's config may add to the output (a signature
     // printed before a signed commit would shift the fields) or change
@@ -229,38 +272,204 @@ fn versions(
             &[b":(literal)", p.as_bytes()].concat(),
         ));
     }
-    let out = git_output(
-        c,
-        &format!("read replica {replica}'s history in '{}'", repo.display()),
-    )?;
-    let text = String::from_utf8_lossy(&out);
-    let fields: Vec<&str> = text.split('\0').collect();
-    Ok(fields
-        .chunks_exact(5)
-        .filter_map(|f| {
-            let [commit, author, id, time, subject] = f else {
-                return None;
+    let doing = format!("read replica {replica}'s history in '{}'", repo.display());
+    git_fields(c, &doing, |fields| {
+        let mut out = Vec::new();
+        let broken = |e: std::io::Error| Failure::new(Exit::Internal, format!("{doing}: {e}"));
+        // (Longer than any object id or number: a field cut short is no
+        // commit, id or time.)
+        const SHORT: usize = 80;
+        while let Some(commit) = fields.next(SHORT).map_err(broken)? {
+            let mut next = |cap| fields.next(cap).map_err(broken);
+            let (Some(id), Some(time)) = (next(SHORT)?, next(SHORT)?) else {
+                break;
             };
-            let hex = |c: &str| {
-                matches!(c.len(), 40 | 64)
-                    && c.bytes()
-                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            let (author, subject) = match detail {
+                Detail::Full => {
+                    // A character is at most 4 bytes.
+                    let (Some(a), Some(s)) = (next(AUTHOR_MAX * 4)?, next(SUBJECT_MAX * 4)?) else {
+                        break;
+                    };
+                    (a.text(AUTHOR_MAX), s.text(SUBJECT_MAX))
+                }
+                Detail::Brief => (String::new(), String::new()),
             };
-            if !hex(commit) {
-                return None;
+            if let Some(mut v) = version(replica, &commit, &id, &time) {
+                v.author = author;
+                v.subject = subject;
+                if out.len() == max {
+                    return Err(Failure::new(
+                        Exit::Internal,
+                        format!(
+                            "replica {replica} has more than {max} versions: too many to \
+                             show in .history (`skillfs log --replica {replica}` lists them)"
+                        ),
+                    ));
+                }
+                out.push(v);
             }
-            // (A trailer given twice: the first.)
-            let first = |v: &str| v.split(',').next().unwrap_or("").trim().to_string();
-            Some(Fetched {
-                replica: replica.to_string(),
-                id: first(id).parse().ok()?,
-                time: first(time).parse().unwrap_or(0),
-                commit: commit.to_string(),
-                author: author.to_string(),
-                subject: subject.to_string(),
-                quarantined: false,
-                rewound: false,
-            })
-        })
-        .collect())
+        }
+        Ok(out)
+    })
+}
+
+/// A version from its commit, id and time fields: none if any was cut
+/// short, the commit is no object id, or the id no number.
+fn version(replica: &str, commit: &Field, id: &Field, time: &Field) -> Option<Fetched> {
+    if !(commit.whole && id.whole && time.whole) {
+        return None;
+    }
+    let commit = std::str::from_utf8(&commit.bytes).ok()?;
+    let hex = matches!(commit.len(), 40 | 64)
+        && commit
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+    if !hex {
+        return None;
+    }
+    // (A trailer given twice: the first.)
+    let first = |v: &Field| {
+        String::from_utf8_lossy(&v.bytes)
+            .split(',')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    Some(Fetched {
+        replica: replica.to_string(),
+        id: first(id).parse().ok()?,
+        time: first(time).parse().unwrap_or(0),
+        commit: commit.to_string(),
+        author: String::new(),
+        subject: String::new(),
+        quarantined: false,
+        rewound: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store whose sync repository keeps `commits` versions of one
+    /// replica, each made by `author` with `subject`; their commits,
+    /// oldest first.
+    fn store_with(
+        dir: &Path,
+        replica: &str,
+        commits: &[(&str, &str, &str)],
+    ) -> (Layout, Vec<String>) {
+        let repo = dir.join("sync").join("repo.git");
+        std::fs::create_dir_all(&repo).unwrap();
+        let run = |args: &[&str], env: &[(&str, &str)]| {
+            let out = git(Some(&repo))
+                .args(args)
+                .envs(env.iter().copied())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "git {args:?}: {}",
+                super::super::git::said(&out)
+            );
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        run(&["init", "-q", "--bare"], &[]);
+        let tree = run(&["mktree"], &[]);
+        let mut made: Vec<String> = Vec::new();
+        for (i, (author, subject, id)) in commits.iter().enumerate() {
+            let message = dir.join("message");
+            std::fs::write(
+                &message,
+                format!(
+                    "{subject}\n\nskillfs-id: {id}\nskillfs-time: {}\n",
+                    1000 + i
+                ),
+            )
+            .unwrap();
+            let mut args = vec!["commit-tree", &tree, "-F", message.to_str().unwrap()];
+            if let Some(parent) = made.last() {
+                args.extend(["-p", parent.as_str()]);
+            }
+            let env = [
+                ("GIT_AUTHOR_NAME", *author),
+                ("GIT_AUTHOR_EMAIL", "a@b"),
+                ("GIT_COMMITTER_NAME", "c"),
+                ("GIT_COMMITTER_EMAIL", "c@d"),
+            ];
+            let c = run(&args, &env);
+            made.push(c);
+        }
+        run(
+            &[
+                "update-ref",
+                &kept_ref(replica),
+                made.last().unwrap().as_str(),
+            ],
+            &[],
+        );
+        (Layout::new(dir.to_path_buf()), made)
+    }
+
+    /// Another replica's words are held cut to their caps (a subject and
+    /// an author of 1 MiB and 100 KB), the daemon's brief read holds none
+    /// of them, an id too long to be one makes no version, and a replica
+    /// past the most versions asked is refused, not held.
+    #[test]
+    fn a_replicas_words_are_cut_and_its_versions_bounded() {
+        let dir = std::env::temp_dir().join(format!("skillfs-fetched-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let replica = "0123456789abcdef0123456789abcdef";
+        // (An environment string is at most 128 KiB.)
+        let long_author = "a".repeat(100_000);
+        let long_subject = "s".repeat(1 << 20);
+        let long_id = "9".repeat(100);
+        let (layout, made) = store_with(
+            &dir,
+            replica,
+            &[
+                ("writer", "write a/SKILL.md", "1"),
+                (&long_author, &long_subject, "2"),
+                ("other", "an id no number holds", &long_id),
+                ("ünïcødé", "ok", "4"),
+            ],
+        );
+        let all = fetched(&layout, "0123", None).unwrap();
+        let got: Vec<(u64, usize, usize)> = all
+            .iter()
+            .map(|v| (v.id, v.author.chars().count(), v.subject.chars().count()))
+            .collect();
+        assert_eq!(
+            got,
+            [(1, 6, 16), (2, AUTHOR_MAX, SUBJECT_MAX), (4, 7, 2)],
+            "{all:?}"
+        );
+        assert_eq!(all[0].commit, made[0]);
+        assert_eq!(
+            (all[0].author.as_str(), all[2].author.as_str()),
+            ("writer", "ünïcødé")
+        );
+        assert_eq!(all[1].time, 1001);
+        let brief = read(&layout, replica, None, Detail::Brief, 3).unwrap();
+        assert_eq!(
+            brief
+                .iter()
+                .map(|v| (v.id, v.commit.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (1, made[0].as_str()),
+                (2, made[1].as_str()),
+                (4, made[3].as_str())
+            ]
+        );
+        assert!(
+            brief
+                .iter()
+                .all(|v| v.author.is_empty() && v.subject.is_empty())
+        );
+        let e = read(&layout, replica, None, Detail::Brief, 2).unwrap_err();
+        assert!(e.to_string().contains("more than 2 versions"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

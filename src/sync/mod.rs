@@ -51,6 +51,7 @@ mod base;
 mod child;
 mod conflicts;
 mod fetched;
+mod fields;
 mod git;
 mod gittree;
 mod kept;

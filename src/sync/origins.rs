@@ -303,30 +303,36 @@ fn commits(
         c.arg("--")
             .arg(std::ffi::OsStr::from_bytes(&[b":(literal)", p].concat()));
     }
-    let Ok(out) = c.output() else {
-        return Vec::new();
-    };
-    if !out.status.success() {
-        return Vec::new();
-    }
-    parse_log(&out.stdout)
+    // A history that cannot be read names no author (the actor still
+    // names the replica).
+    super::fields::git_fields(c, "read a replica's authors", |f| Ok(parse_log(f)))
+        .unwrap_or_default()
 }
+
+/// The longest field of that log kept: a path (at most `PATH_MAX`), a
+/// raw line or an author (cut to [`AUTHOR_MAX`] characters); longer ones
+/// are cut, and a cut path names nothing.
+const FIELD_MAX: usize = 8 << 10;
 
 /// `git log -z --raw --format=%x01%an` output as commits:
 /// "\x01AUTHOR\0\n:RAW\0PATH\0:RAW\0PATH\0\x01AUTHOR\0…". A path is
-/// only what follows a `:` field, so no name can pass for an author.
-fn parse_log(out: &[u8]) -> Vec<Commit> {
+/// only what follows a `:` field, so no name can pass for an author. Read
+/// as it comes (`fields`): a replica's author costs [`FIELD_MAX`] at most.
+fn parse_log<R: std::io::BufRead>(fields: &mut super::fields::Fields<R>) -> Vec<Commit> {
     let mut commits: Vec<Commit> = Vec::new();
     let mut path_next = false;
-    for field in out.split(|&b| b == 0) {
+    while let Ok(Some(field)) = fields.next(FIELD_MAX) {
+        let bytes = &field.bytes;
         if path_next {
-            if let Some((_, paths)) = commits.last_mut() {
-                paths.push(field.to_vec());
+            if let Some((_, paths)) = commits.last_mut()
+                && field.whole
+            {
+                paths.push(bytes.clone());
             }
             path_next = false;
-        } else if field.starts_with(b":") || field.starts_with(b"\n:") {
+        } else if bytes.starts_with(b":") || bytes.starts_with(b"\n:") {
             path_next = true;
-        } else if let Some(author) = field.strip_prefix(b"\x01") {
+        } else if let Some(author) = bytes.strip_prefix(b"\x01") {
             let author: String = String::from_utf8_lossy(author)
                 .chars()
                 .take(AUTHOR_MAX)
@@ -377,6 +383,10 @@ mod tests {
         );
     }
 
+    fn parse(out: &[u8]) -> Vec<Commit> {
+        parse_log(&mut crate::sync::fields::Fields::new(out))
+    }
+
     /// Names made to look like authors or other paths stay paths of the
     /// commit that changed them (found by review).
     #[test]
@@ -396,7 +406,7 @@ mod tests {
             String::new(),
         ]
         .join("\0");
-        let got = parse_log(out.as_bytes());
+        let got = parse(out.as_bytes());
         let paths = |v: &[&str]| v.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
         assert_eq!(
             got,
@@ -409,6 +419,9 @@ mod tests {
             ]
         );
         let long = format!("\x01{}\0", "x".repeat(1000));
-        assert_eq!(parse_log(long.as_bytes())[0].0.len(), AUTHOR_MAX);
+        assert_eq!(parse(long.as_bytes())[0].0.len(), AUTHOR_MAX);
+        // A path cut at the field's cap is no path.
+        let long = format!("\x01A\0:raw\0{}\0:raw\0ok\0", "p".repeat(FIELD_MAX + 1));
+        assert_eq!(parse(long.as_bytes()), vec![("A".into(), paths(&["ok"]))]);
     }
 }

@@ -21,7 +21,10 @@
 //! [`COPIES_KEPT`] of at most [`COPY_KEPT_MAX`] bytes, to open again without
 //! git), and only while that leaves the
 //! store's filesystem room ([`room_left`]); a tree of more than
-//! [`ENTRIES_MAX`] entries is refused, never held.
+//! [`ENTRIES_MAX`] entries is refused, never held; of a replica's
+//! versions only their ids, times and commits are held (never a subject
+//! or an author, which are the replica's words), read as git prints them
+//! and at most [`VERSIONS_MAX`] of them.
 //!
 //! Locks: `cache`, held while git runs; the core asks one request at a
 //! time (its `asking`), holding no other lock of its own.
@@ -35,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::fetched::{Fetched, fetched, replica_ids};
+use super::fetched::{Detail, Fetched, read, replica_ids};
 use super::git;
 use super::git::for_the_mount;
 use super::gittree::link_stays_inside;
@@ -59,6 +62,9 @@ struct Cache {
 pub const ENTRIES_MAX: usize = 1_000_000;
 /// ...and the most bytes its `ls-tree` lines may take.
 pub const TREE_BYTES_MAX: usize = 128 << 20;
+/// The most versions of one replica held to be found by id (about
+/// 200 bytes each: its id, time and commit, none of its words).
+pub const VERSIONS_MAX: usize = 1_000_000;
 /// The largest file copied into memory where the store's filesystem has
 /// no `O_TMPFILE`.
 const MEMORY_COPY_MAX: u64 = 64 << 20;
@@ -220,7 +226,7 @@ impl Versions {
             return Ok(None);
         };
         if !cache.lists.contains_key(replica) {
-            let list = fetched(&self.layout, replica, None)
+            let list = read(&self.layout, replica, None, Detail::Brief, VERSIONS_MAX)
                 .map_err(|f| io::Error::other(f.to_string()))?;
             cache.lists.insert(replica.clone(), list);
         }
