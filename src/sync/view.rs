@@ -17,7 +17,8 @@
 //! a bounded CPU time); a file's bytes are streamed by git into an
 //! unlinked file in the store's `sync/` directory (a memory file where
 //! that filesystem has no `O_TMPFILE`), which the reader's handle holds
-//! and which is gone when it closes (the last small ones are kept a while,
+//! (the core shares it with the opens of that file meanwhile) and which
+//! is gone when the last closes (the last small ones are kept a while,
 //! [`COPIES_KEPT`] of at most [`COPY_KEPT_MAX`] bytes, to open again without
 //! git), and only while that leaves the
 //! store's filesystem room ([`room_left`]); a tree of more than

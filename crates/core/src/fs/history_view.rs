@@ -27,6 +27,7 @@
 //! answers into replies and handles. Locks: `ledger`, briefly, per call.
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -287,7 +288,7 @@ impl HistoryView<'_> {
     }
 
     /// A version's content for reading (the core makes the handle).
-    pub fn open(&self, v: VNode, flags: i32) -> FsResult<Opened> {
+    pub fn open(&self, v: VNode, flags: i32) -> FsResult<Arc<Opened>> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return Err(FsError::EROFS);
         }
@@ -296,7 +297,7 @@ impl HistoryView<'_> {
                 (Node::Entry(e), _) if e.kind == Kind::File => e,
                 _ => return Err(FsError::EISDIR),
             };
-            return self.theirs.content(&e).map(Opened::File);
+            return self.theirs.content(&e);
         }
         let VNode::Snap(idx, id) = v else {
             return Err(FsError::EISDIR);
@@ -312,6 +313,7 @@ impl HistoryView<'_> {
         // Whatever the store answered, the version is unreadable: EIO.
         self.blobs
             .open(&blob)
+            .map(Arc::new)
             .map_err(|e| FsError::EIO.context(format_args!("open blob {blob} of a version: {e}")))
     }
 

@@ -163,7 +163,7 @@ impl SkillFs {
 
     pub fn open(&self, ino: Ino, flags: i32, caller: &Caller) -> FsResult<OpenReply> {
         if let Some(v) = decode(ino) {
-            let file = Arc::new(self.history().open(v, flags)?);
+            let file = self.history().open(v, flags)?;
             return Ok(OpenReply {
                 fh: self.handles.insert_blob(file),
                 no_flush: true,

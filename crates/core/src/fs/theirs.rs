@@ -22,25 +22,28 @@
 //!   name that resolves to nothing interns nothing); no path is interned;
 //! - nothing under it can be changed (`history_view::check_writable`).
 //!
-//! Owns: [`Theirs`], the interned keys and the last trees read.
+//! Owns: [`Theirs`], the interned keys, the last trees read and weak
+//! references to the files open now.
 //! Locks: `table`, briefly, never while the application is asked;
 //! `asking`, held while it is (it runs git: milliseconds, more for a large
 //! tree or file), so one request thread at a time waits on git for this,
 //! one more waits at most [`ASK_WAIT`] for it, and any other answers
 //! `EAGAIN` at once: a slow git holds at most two request threads, and
-//! the others serve the rest of the mount. Neither lock is taken with any
-//! other lock of the core held.
+//! the others serve the rest of the mount; `open`, briefly, never while
+//! the application is asked. No lock of these is taken with any other
+//! lock of the core held.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use crate::error::{FsError, FsResult};
 use skillfs_base::sched;
+use skillfs_store::blobs::Opened;
 use skillfs_store::journal::Kind;
 
 /// An entry of another replica's version, as its git tree holds it.
@@ -210,6 +213,11 @@ impl Table {
 pub struct Theirs {
     replicas: OnceLock<Box<dyn Replicas>>,
     table: Mutex<Table>,
+    /// The files open now, by object: a second open of one shares the
+    /// first's copy rather than having the application copy it again
+    /// (a large file is copied at every open it asks for). Weak: the
+    /// copy goes with its last handle.
+    open: Mutex<HashMap<String, Weak<Opened>>>,
     asking: Mutex<()>,
     /// Requests waiting for `asking` (at most one waits).
     waiting: AtomicUsize,
@@ -361,13 +369,23 @@ impl Theirs {
             .collect())
     }
 
-    /// A file's bytes, to read (asked as the rest: a copy holds one
-    /// request thread, and another waits for it at most [`ASK_WAIT`]).
-    pub fn content(&self, e: &TheirEntry) -> FsResult<File> {
-        self.ask(
+    /// A file's bytes, to read: the copy a handle open now holds, else
+    /// one asked for (as the rest: a copy holds one request thread, and
+    /// another waits for it at most [`ASK_WAIT`]).
+    pub fn content(&self, e: &TheirEntry) -> FsResult<Arc<Opened>> {
+        if let Some(file) = self.open.lock().get(&e.object).and_then(Weak::upgrade) {
+            return Ok(file);
+        }
+        let file = Arc::new(Opened::File(self.ask(
             &format!("read object {} of another replica's version", e.object),
             |r| r.content(&e.object, e.size),
-        )
+        )?));
+        let mut open = self.open.lock();
+        // (Two first opens at once: each keeps its own copy, the later
+        // one is shared from now on.)
+        open.retain(|_, f| f.strong_count() > 0);
+        open.insert(e.object.clone(), Arc::downgrade(&file));
+        Ok(file)
     }
 }
 
@@ -487,22 +505,62 @@ mod tests {
         assert!(matches!(t.node(root, n1), Ok((Node::Dir, 10))));
     }
 
+    /// One application the test keeps a hold of too.
+    struct Shared<R>(Arc<R>);
+
+    impl<R: Replicas> Replicas for Shared<R> {
+        fn resolve(&self, name: &str) -> std::io::Result<Option<(String, i64)>> {
+            self.0.resolve(name)
+        }
+        fn tree(&self, key: &str) -> std::io::Result<TheirTree> {
+            self.0.tree(key)
+        }
+        fn content(&self, o: &str, size: u64) -> std::io::Result<File> {
+            self.0.content(o, size)
+        }
+    }
+
+    /// A file open now is shared by its next open, not copied again; once
+    /// its last handle is gone, the next open asks for a copy.
+    #[test]
+    fn a_file_open_now_is_not_copied_again() {
+        #[derive(Default)]
+        struct Copies(std::sync::atomic::AtomicUsize);
+        impl Replicas for Copies {
+            fn resolve(&self, name: &str) -> std::io::Result<Option<(String, i64)>> {
+                Fake::default().resolve(name)
+            }
+            fn tree(&self, key: &str) -> std::io::Result<TheirTree> {
+                Fake::default().tree(key)
+            }
+            fn content(&self, _: &str, _: u64) -> std::io::Result<File> {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                File::open("/dev/null")
+            }
+        }
+        let copies = Arc::new(Copies::default());
+        let t = Theirs::default();
+        t.set(Box::new(Shared(Arc::clone(&copies))));
+        let made = || copies.0.load(std::sync::atomic::Ordering::SeqCst);
+        let (a, b) = (file("o1", 5 << 20), file("o2", 7));
+        let first = t.content(&a).unwrap();
+        let second = t.content(&a).unwrap();
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(made(), 1);
+        let other = t.content(&b).unwrap();
+        assert_eq!(made(), 2);
+        drop((first, second, other));
+        let again = t.content(&a).unwrap();
+        assert_eq!(made(), 3, "copied again once no handle held it");
+        // What no handle holds is not remembered.
+        assert_eq!(t.open.lock().len(), 1);
+        drop(again);
+    }
+
     #[test]
     fn trees_read_again_only_past_the_kept_few() {
         let t = Theirs::default();
         let fake = Arc::new(Fake::default());
-        struct Shared(Arc<Fake>);
-        impl Replicas for Shared {
-            fn resolve(&self, name: &str) -> std::io::Result<Option<(String, i64)>> {
-                self.0.resolve(name)
-            }
-            fn tree(&self, key: &str) -> std::io::Result<TheirTree> {
-                self.0.tree(key)
-            }
-            fn content(&self, o: &str, size: u64) -> std::io::Result<File> {
-                self.0.content(o, size)
-            }
-        }
         t.set(Box::new(Shared(Arc::clone(&fake))));
         let (root, n) = t.resolve(b"a1b2c3d4:1", b"").unwrap();
         for _ in 0..10 {
