@@ -60,6 +60,7 @@ mod pull;
 mod remotes;
 mod replica;
 mod run;
+mod third;
 pub mod trust;
 mod version;
 mod view;

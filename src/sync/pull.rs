@@ -20,8 +20,9 @@
 //!
 //! Invariants: a base moves only when every unit of its merge was applied
 //! (a busy one is merged again at the next sync, where the applied units
-//! are no longer a difference); a conflict keeps the local side live and
-//! the other side stays in the kept history, never a file in the tree.
+//! are no longer a difference); a conflict keeps the local side live
+//! (unless this tree only passed it on: `third`) and the other side
+//! stays in the kept history, never a file in the tree.
 //!
 //! Locks: `sync/lock` for the whole merge; the writes go through the
 //! mount.
@@ -29,7 +30,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use skillfs_sync::merge::{Conflict, Reason, Side, merge};
+use skillfs_sync::merge::{Conflict, Reason, Side, merge, merge_passing};
 use skillfs_sync::tree::{Entry, Tree, within};
 
 use crate::relpath::ByteString;
@@ -350,7 +351,14 @@ fn merge_one(
         git: blobs,
         made: base_made.into_iter().collect(),
     };
-    let m = merge(&base, &ours, &theirs, &contents);
+    let mut m = merge(&base, &ours, &theirs, &contents);
+    // Where this tree only passed a file on, the third replica's rule.
+    let passed = super::third::passed_on(&store, replica, bases, &m.conflicts);
+    if !passed.is_empty() {
+        m = merge_passing(&base, &ours, &theirs, &contents, &|p| {
+            passed.contains_key(p)
+        });
+    }
     contents.made.extend(m.new_blobs);
     let applied = apply_as(
         replica,
@@ -397,7 +405,13 @@ fn merge_one(
         lost: Side::Theirs,
         entries: Vec::new(),
     }));
-    super::conflicts::record(dir, replica, tip, &decided).map_err(|f| f.to_string())?;
+    // A side another replica gave this tree and lost by the rule: that
+    // replica's conflict (`third`).
+    let (here, elsewhere) = super::third::settle(decided.clone(), &passed, bases);
+    super::conflicts::record(dir, replica, tip, &here).map_err(|f| f.to_string())?;
+    for (r, (commit, lost)) in &elsewhere {
+        super::conflicts::record(dir, r, commit, lost).map_err(|f| f.to_string())?;
+    }
     let records = crate::commands::read_records(layout).map_err(|f| f.to_string())?;
     let id = records.last().map_or(since, |r| r.seq);
     // Each unit's author: of the newest commit since the last merge of

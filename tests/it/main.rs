@@ -35,6 +35,7 @@ mod stress;
 mod sync;
 mod sync_merge;
 mod sync_ssh;
+mod sync_third;
 mod torn;
 mod transport;
 mod trust;

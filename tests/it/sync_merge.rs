@@ -19,7 +19,7 @@ struct Pair {
     b: Mount,
 }
 
-fn root_arg(m: &Mount) -> String {
+pub(crate) fn root_arg(m: &Mount) -> String {
     m.root().display().to_string()
 }
 
@@ -43,7 +43,7 @@ fn hub(a: &Mount, b: &Mount) -> PathBuf {
 }
 
 /// `skillfs sync` of `m`, which must succeed: what it printed.
-fn sync(m: &Mount) -> (String, String) {
+pub(crate) fn sync(m: &Mount) -> (String, String) {
     let out = skillfs(&["sync", "--root", &root_arg(m)]);
     assert!(out.status.success(), "{}", describe(&out));
     (
@@ -52,11 +52,11 @@ fn sync(m: &Mount) -> (String, String) {
     )
 }
 
-fn skill(name: &str, body: &str) -> String {
+pub(crate) fn skill(name: &str, body: &str) -> String {
     format!("---\nname: {name}\ndescription: a test skill\n---\n{body}")
 }
 
-fn read(m: &Mount, p: &str) -> String {
+pub(crate) fn read(m: &Mount, p: &str) -> String {
     fs::read_to_string(m.path(p)).unwrap()
 }
 
@@ -78,7 +78,7 @@ fn listing(m: &Mount) -> Vec<String> {
 }
 
 /// `m`'s replica id.
-fn replica_of(m: &Mount) -> String {
+pub(crate) fn replica_of(m: &Mount) -> String {
     fs::read_to_string(m.store().join("REPLICA"))
         .unwrap()
         .trim()
@@ -619,7 +619,7 @@ fn from(m: &Mount) -> String {
     format!("sync:{}", &id.trim()[..8])
 }
 
-fn verify_full(m: &Mount) {
+pub(crate) fn verify_full(m: &Mount) {
     let out = skillfs(&["verify", "--full", "--root", &root_arg(m)]);
     assert!(out.status.success(), "{}", describe(&out));
 }
@@ -1550,7 +1550,7 @@ fn contents(m: &Mount) -> std::collections::BTreeMap<String, Vec<u8>> {
 }
 
 /// The paths `m` lists as conflicts.
-fn conflict_paths(m: &Mount) -> Vec<String> {
+pub(crate) fn conflict_paths(m: &Mount) -> Vec<String> {
     let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -1791,10 +1791,29 @@ fn both_edit_p([x, b, c]: [&Mount; 3]) {
     sync(b);
 }
 
-/// x and c hold x's line, b its own, and c's skill `q` is everywhere.
-fn kept_apart([x, b, c]: [&Mount; 3], text: impl Fn(&str) -> String) {
+/// Of two texts, the one a third replica keeps live when it meets both
+/// in a conflict (`skillfs_sync::merge::prefer`, on the texts' hashes).
+pub(crate) fn preferred<'a>(one: &'a str, other: &'a str) -> &'a str {
+    use sha2::Digest;
+    let entry = |t: &str| skillfs_sync::tree::Entry::File {
+        blob: sha2::Sha256::digest(t.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+        exec: false,
+    };
+    if skillfs_sync::merge::prefer(&entry(one), &entry(other)) {
+        one
+    } else {
+        other
+    }
+}
+
+/// x and b each keep their own line, c holds `c_holds`'s, and c's skill
+/// `q` is everywhere.
+fn kept_apart([x, b, c]: [&Mount; 3], text: impl Fn(&str) -> String, c_holds: &str) {
     assert_eq!(read(x, "k/p/SKILL.md"), text("2 by x"), "x keeps its own");
-    assert_eq!(read(c, "k/p/SKILL.md"), text("2 by x"));
+    assert_eq!(read(c, "k/p/SKILL.md"), text(c_holds));
     assert_eq!(read(b, "k/p/SKILL.md"), text("2 by b"), "b keeps its own");
     for m in [x, b, c] {
         assert_eq!(read(m, "k/q/SKILL.md"), skill("q", "q\n"));
@@ -1823,7 +1842,9 @@ fn a_side_kept_against_one_replica_is_kept_against_its_author_too() {
             sync(m);
         }
     }
-    kept_apart([&x, &b, &c], text);
+    // b's side reaches c only as kept by b's word (b merged c first): c
+    // has no conflict of its own to decide, and keeps x's.
+    kept_apart([&x, &b, &c], text, "2 by x");
     let listed = |m: &Mount| {
         let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -1973,7 +1994,9 @@ fn a_side_kept_by_word_is_kept_against_a_third_in_the_same_sync() {
             sync(m);
         }
     }
-    kept_apart([&x, &b, &c], p_text);
+    // c met both sides, having only passed x's on: the rule's pick.
+    let pick = preferred(&p_text("2 by x"), &p_text("2 by b")) == p_text("2 by x");
+    kept_apart([&x, &b, &c], p_text, if pick { "2 by x" } else { "2 by b" });
     for m in [&x, &b, &c] {
         verify_full(m);
     }

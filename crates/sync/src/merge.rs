@@ -29,6 +29,13 @@
 //!   replica listing the other's as its conflict, until one is resolved;
 //! - the result is whole (every entry's parent is a directory).
 //!
+//! A third replica (one whose file is another replica's side, taken by a
+//! merge and not changed since: `merge_passing`'s `passed_on`) that meets
+//! a conflict there between that side and another replica's keeps
+//! neither by being first: the side [`prefer`] names stays (the same on
+//! every replica, whatever order they merged in), and the other is the
+//! conflict, ours (`lost: Ours`) when theirs stays.
+//!
 //! No clock and no replica id decides anything here.
 //!
 //! Locks: none; a pure function of its inputs and the contents it reads.
@@ -126,6 +133,37 @@ fn text(contents: &dyn Contents, e: Option<&Entry>) -> Option<Option<String>> {
 
 /// Merges `ours` and `theirs`, both descended from `base`.
 pub fn merge(base: &Tree, ours: &Tree, theirs: &Tree, contents: &dyn Contents) -> Merged {
+    merge_passing(base, ours, theirs, contents, &|_| false)
+}
+
+/// Which of two conflicting entries a third replica keeps live: the one
+/// whose content sorts first (a file by its content's hash, then its
+/// executable bit; a link by its target; a file before a link). Only
+/// what every replica sees alike decides it.
+pub fn prefer(a: &Entry, b: &Entry) -> bool {
+    let key = |e: &Entry| match e {
+        Entry::File { blob, exec } => (0, blob.as_bytes().to_vec(), *exec),
+        Entry::Symlink { target } => (1, target.clone(), false),
+        Entry::Dir => (2, Vec::new(), false),
+    };
+    key(a) < key(b)
+}
+
+/// Whether this tree's entry at a path is another replica's side that it
+/// only passed on (see [`merge_passing`]).
+pub type PassedOn<'a> = &'a dyn Fn(&[u8]) -> bool;
+
+/// [`merge`], where `passed_on(path)` says that this tree's entry at
+/// `path` is another replica's side, taken by a merge and unchanged here
+/// since: a conflict there between two files or links is decided by
+/// [`prefer`] rather than kept ours (see the module's doc).
+pub fn merge_passing(
+    base: &Tree,
+    ours: &Tree,
+    theirs: &Tree,
+    contents: &dyn Contents,
+    passed_on: PassedOn<'_>,
+) -> Merged {
     let roots: BTreeSet<Vec<u8>> = [base, ours, theirs]
         .iter()
         .flat_map(|t| skill::roots(t))
@@ -161,7 +199,7 @@ pub fn merge(base: &Tree, ours: &Tree, theirs: &Tree, contents: &dyn Contents) -
         } else if uo == ub {
             ut.clone()
         } else {
-            by_path(&ub, &uo, &ut, contents, &mut m)
+            by_path(&ub, &uo, &ut, (contents, passed_on), &mut m)
         };
         if chosen != uo {
             not_ours.insert(unit.to_vec());
@@ -187,7 +225,7 @@ fn by_path(
     base: &BTreeMap<Vec<u8>, Entry>,
     ours: &BTreeMap<Vec<u8>, Entry>,
     theirs: &BTreeMap<Vec<u8>, Entry>,
-    contents: &dyn Contents,
+    (contents, passed_on): (&dyn Contents, PassedOn<'_>),
     m: &mut Merged,
 ) -> BTreeMap<Vec<u8>, Entry> {
     let paths: BTreeSet<&Vec<u8>> = base
@@ -203,6 +241,20 @@ fn by_path(
             reason,
             lost,
             entries: e.map(|e| vec![(p.clone(), e.clone())]).unwrap_or_default(),
+        };
+        // Both sides changed a file or link that this tree only passed on:
+        // the side `prefer` names stays, and the other is the conflict.
+        let third = |reason, m: &mut Merged| match (o, t) {
+            (Some(eo), Some(et))
+                if *eo != Entry::Dir && *et != Entry::Dir && passed_on(p) && prefer(et, eo) =>
+            {
+                m.conflicts.push(conflict(reason, Side::Ours, o));
+                t
+            }
+            _ => {
+                m.conflicts.push(conflict(reason, Side::Theirs, t));
+                o
+            }
         };
         let kept = if o == t || t == b {
             o
@@ -237,22 +289,13 @@ fn by_path(
                                     out.insert(p.clone(), Entry::File { blob, exec: *exec });
                                     continue;
                                 }
-                                None => {
-                                    m.conflicts.push(conflict(Reason::Overlap, Side::Theirs, t));
-                                    o
-                                }
+                                None => third(Reason::Overlap, m),
                             }
                         }
-                        _ => {
-                            m.conflicts.push(conflict(Reason::Binary, Side::Theirs, t));
-                            o
-                        }
+                        _ => third(Reason::Binary, m),
                     }
                 }
-                _ => {
-                    m.conflicts.push(conflict(Reason::Kind, Side::Theirs, t));
-                    o
-                }
+                _ => third(Reason::Kind, m),
             }
         };
         if let Some(e) = kept {

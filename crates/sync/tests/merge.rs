@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use sha2::{Digest, Sha256};
-use skillfs_sync::merge::{Contents, Merged, Reason, Side, merge};
+use skillfs_sync::merge::{Contents, Merged, Reason, Side, merge, merge_passing};
 use skillfs_sync::tree::{Entry, Tree, within};
 
 /// splitmix64.
@@ -272,6 +272,34 @@ fn a_merge_loses_nothing_and_both_replicas_agree_outside_their_conflicts() {
         nothing_lost(&b, &t, Side::Theirs, &ab, seed);
         nothing_lost(&b, &t, Side::Ours, &ba, seed);
         nothing_lost(&b, &o, Side::Theirs, &ba, seed);
+        // A third replica that passed every file on, either way round:
+        // nothing lost, and a file both sides changed is the same in both
+        // unless a check put a whole unit back.
+        let all = |_: &[u8]| true;
+        let (tab, tba) = (
+            merge_passing(&b, &o, &t, &blobs, &all),
+            merge_passing(&b, &t, &o, &blobs, &all),
+        );
+        assert!(tab.tree.is_whole() && tba.tree.is_whole(), "seed {seed}");
+        nothing_lost(&b, &o, Side::Ours, &tab, seed);
+        nothing_lost(&b, &t, Side::Theirs, &tab, seed);
+        nothing_lost(&b, &t, Side::Ours, &tba, seed);
+        nothing_lost(&b, &o, Side::Theirs, &tba, seed);
+        let picked = |m: &Merged| -> BTreeSet<Vec<u8>> {
+            m.conflicts
+                .iter()
+                .filter(|c| matches!(c.reason, Reason::Overlap | Reason::Binary | Reason::Kind))
+                .map(|c| c.path.clone())
+                .collect()
+        };
+        for p in picked(&tab).intersection(&picked(&tba)) {
+            assert_eq!(
+                tab.tree.get(p),
+                tba.tree.get(p),
+                "seed {seed}: a third replica's pick at {} depends on the order",
+                String::from_utf8_lossy(p)
+            );
+        }
         // Both replicas find the same conflicts, and agree elsewhere (but
         // for a name clash the merge made: each keeps its own skill live,
         // a documented limit).
@@ -454,5 +482,51 @@ fn the_cases_the_merge_decides() {
             (c.reason.clone(), c.lost, c.entries.len()),
             (Reason::DeleteModify, lost, 0)
         );
+    }
+}
+
+/// A third replica that only passed a file on (it took one replica's
+/// side and did not change it) keeps the side `prefer` names, whichever
+/// of the two it holds: two third replicas that merged the two in
+/// opposite orders end alike, each with the other side as its conflict.
+/// One that changed the file itself keeps its own.
+#[test]
+fn a_third_replica_keeps_the_side_every_replica_would() {
+    use skillfs_sync::merge::prefer;
+    let mut blobs = Blobs::default();
+    let md = |blobs: &mut Blobs, body: &str| file(blobs, &format!("---\nname: x\n---\n{body}"));
+    let at = |t: &Tree| t.get(b"c/x/SKILL.md").cloned().unwrap();
+    let mut b = Tree::new();
+    b.insert(b"c/x/SKILL.md", md(&mut blobs, "1\n2\n"));
+    let (mut a, mut c) = (b.clone(), b.clone());
+    a.insert(b"c/x/SKILL.md", md(&mut blobs, "from a\n2\n"));
+    c.insert(b"c/x/SKILL.md", md(&mut blobs, "from b\n2\n"));
+    let winner = if prefer(&at(&a), &at(&c)) { &a } else { &c };
+    let mut lives = Vec::new();
+    for (ours, theirs) in [(&a, &c), (&c, &a)] {
+        let m = merge_passing(&b, ours, theirs, &blobs, &|p| p == b"c/x/SKILL.md");
+        assert_eq!(m.tree.get(b"c/x/SKILL.md"), Some(&at(winner)));
+        assert_eq!(m.conflicts.len(), 1);
+        let lost = &m.conflicts[0];
+        assert_eq!(lost.reason, Reason::Overlap);
+        let loser = if std::ptr::eq(winner, ours) {
+            theirs
+        } else {
+            ours
+        };
+        let side = if std::ptr::eq(loser, ours) {
+            Side::Ours
+        } else {
+            Side::Theirs
+        };
+        assert_eq!((lost.lost, &lost.entries[0].1), (side, &at(loser)));
+        lives.push(m.tree);
+    }
+    assert_eq!(lives[0], lives[1]);
+    // This tree's own change (nothing passed on): ours, as ever.
+    for (ours, theirs) in [(&a, &c), (&c, &a)] {
+        let m = merge_passing(&b, ours, theirs, &blobs, &|_| false);
+        assert_eq!(m.tree.get(b"c/x/SKILL.md"), Some(&at(ours)));
+        assert_eq!(m.conflicts[0].lost, Side::Theirs);
     }
 }
