@@ -637,7 +637,22 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                     }
                 }
             }
-            log::print(&records, &notes, &filter, &show)
+            log::print(&records, &notes, &filter, &show)?;
+            // Another replica's versions are this store's history too
+            // before they are merged: said where to find them (on
+            // stderr, so that the log itself stays what it was).
+            if !json {
+                for (r, n) in crate::sync::unmerged(&t.layout, filter.path.as_ref()) {
+                    eprintln!(
+                        "replica {}: {n} version{} fetched and not merged here yet: \
+                         skillfs log --replica {}",
+                        &r[..8.min(r.len())],
+                        if n == 1 { "" } else { "s" },
+                        &r[..8.min(r.len())]
+                    );
+                }
+            }
+            Ok(())
         }
         Cmd::Completions { shell } => {
             clap_complete::generate(

@@ -193,6 +193,52 @@ pub(super) fn read(
     Ok(out)
 }
 
+/// For each replica this store keeps, how many of its versions (at or
+/// below `path`, if given) are fetched and not merged here yet: those on
+/// its kept branch past the last of its commits merged (all of them when
+/// none was). Replicas with none are left out; a repository that cannot
+/// be read, or a count git cannot give, says nothing (this only adds a
+/// hint to `log`).
+pub fn unmerged(layout: &Layout, path: Option<&RelPath>) -> Vec<(String, u64)> {
+    let Ok(Some(dir)) = sync_dir(layout, false) else {
+        return Vec::new();
+    };
+    let repo = dir.join("repo.git");
+    if !repo.is_dir() {
+        return Vec::new();
+    }
+    let bases = super::pull::load_bases(&dir).unwrap_or_default();
+    let mut out = Vec::new();
+    for replica in kept_ids(&repo).unwrap_or_default() {
+        let Some(tip) = resolve(&repo, &kept_ref(&replica)) else {
+            continue;
+        };
+        let mut c = git(Some(&repo));
+        c.args(["-c", "log.showSignature=false"])
+            .args(["rev-list", "--count", "--first-parent"])
+            // A version is a commit with an id (a seal of `--sign` is not).
+            .arg("--grep=^skillfs-id: ")
+            .arg(&tip);
+        if let Some(b) = bases.get(&replica) {
+            c.arg(format!("^{}", b.commit));
+        }
+        c.arg("--");
+        if let Some(p) = path.filter(|p| !p.is_root()) {
+            use std::os::unix::ffi::OsStrExt;
+            c.arg(std::ffi::OsStr::from_bytes(
+                &[b":(literal)", p.as_bytes()].concat(),
+            ));
+        }
+        let n = git_output(c, "count a replica's versions")
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o).trim().parse::<u64>().ok());
+        if let Some(n) = n.filter(|n| *n > 0) {
+            out.push((replica, n));
+        }
+    }
+    out
+}
+
 /// The tips of `replica`'s histories its branch no longer has
 /// (`kept::keep`), in the order they were put aside.
 fn rewound(repo: &Path, replica: &str) -> Result<Vec<String>, Failure> {

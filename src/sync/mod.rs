@@ -68,7 +68,7 @@ mod view;
 pub use apply::actor_of;
 pub use child::{output as run_bounded, stop};
 pub use conflicts::{Resolve, conflicts, resolve};
-pub use fetched::{Fetched, fetched};
+pub use fetched::{Fetched, fetched, unmerged};
 pub use git::git;
 pub use origins::{AUTHOR_MAX, Origin, origins};
 pub use pull::{Pulled, anything_to_merge, pull};

@@ -133,6 +133,20 @@ fn another_replicas_versions_are_listed_before_any_merge() {
         );
     }
     assert!(listed.contains("top.md"), "{listed}");
+    // The plain log says they are there, and where to find them.
+    let unmerged = |m: &Mount| {
+        let out = skillfs(&["log", "--no-pager", "--root", &root_arg(m)]);
+        assert!(out.status.success(), "{}", describe(&out));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert_eq!(
+        unmerged(&b).trim(),
+        format!(
+            "replica {0}: {1} versions fetched and not merged here yet: skillfs log --replica {0}",
+            &id[..8],
+            lines.len()
+        )
+    );
     // JSON, oldest first; each commit holds that version's file.
     let json = fetched_log(&b, &id, &["--json", "cat/s/SKILL.md"]);
     let versions: Vec<serde_json::Value> = json
@@ -184,6 +198,7 @@ fn another_replicas_versions_are_listed_before_any_merge() {
     b.remount();
     sync(&b);
     assert_eq!(read(&b, "cat/s/SKILL.md"), skill("s", "two\n"));
+    assert_eq!(unmerged(&b), "", "all merged");
 }
 
 /// Another replica's versions are in `.history` by the names `log
