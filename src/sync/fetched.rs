@@ -274,7 +274,7 @@ pub(super) enum Detail {
     /// Everything `log --replica` prints.
     Full,
     /// Its id, time and commit only (the daemon's `.history`): no words
-    /// of the replica's are held.
+    /// of the replica's are held, nor its id (the caller knows it).
     Brief,
 }
 
@@ -340,7 +340,8 @@ fn versions(
                 }
                 Detail::Brief => (String::new(), String::new()),
             };
-            if let Some(mut v) = version(replica, &commit, &id, &time) {
+            let named = if detail == Detail::Brief { "" } else { replica };
+            if let Some(mut v) = version(named, &commit, &id, &time) {
                 v.author = author;
                 v.subject = subject;
                 if out.len() == max {
@@ -359,10 +360,13 @@ fn versions(
     })
 }
 
-/// A version from its commit, id and time fields: none if any was cut
-/// short, the commit is no object id, or the id no number.
+/// A version from its commit, id and time fields: none if the commit was
+/// cut short or is no object id, or the first value of the id is no
+/// number (a trailer given many times is cut after its first values: a
+/// field cut short counts if a comma ends its first value).
 fn version(replica: &str, commit: &Field, id: &Field, time: &Field) -> Option<Fetched> {
-    if !(commit.whole && id.whole && time.whole) {
+    let first_whole = |f: &Field| f.whole || f.bytes.contains(&b',');
+    if !(commit.whole && first_whole(id) && first_whole(time)) {
         return None;
     }
     let commit = std::str::from_utf8(&commit.bytes).ok()?;
@@ -471,6 +475,8 @@ mod tests {
         let long_author = "a".repeat(100_000);
         let long_subject = "s".repeat(1 << 20);
         let long_id = "9".repeat(100);
+        // An id given 50 times: its field is cut, its first value whole.
+        let repeated = ["5"; 50].join("\nskillfs-id: ");
         let (layout, made) = store_with(
             &dir,
             replica,
@@ -479,6 +485,7 @@ mod tests {
                 (&long_author, &long_subject, "2"),
                 ("other", "an id no number holds", &long_id),
                 ("ünïcødé", "ok", "4"),
+                ("again", "said many times", &repeated),
             ],
         );
         let all = fetched(&layout, "0123", None).unwrap();
@@ -488,7 +495,12 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            [(1, 6, 16), (2, AUTHOR_MAX, SUBJECT_MAX), (4, 7, 2)],
+            [
+                (1, 6, 16),
+                (2, AUTHOR_MAX, SUBJECT_MAX),
+                (4, 7, 2),
+                (5, 5, 15)
+            ],
             "{all:?}"
         );
         assert_eq!(all[0].commit, made[0]);
@@ -497,7 +509,7 @@ mod tests {
             ("writer", "ünïcødé")
         );
         assert_eq!(all[1].time, 1001);
-        let brief = read(&layout, replica, None, Detail::Brief, 3).unwrap();
+        let brief = read(&layout, replica, None, Detail::Brief, 4).unwrap();
         assert_eq!(
             brief
                 .iter()
@@ -506,16 +518,17 @@ mod tests {
             [
                 (1, made[0].as_str()),
                 (2, made[1].as_str()),
-                (4, made[3].as_str())
+                (4, made[3].as_str()),
+                (5, made[4].as_str())
             ]
         );
         assert!(
             brief
                 .iter()
-                .all(|v| v.author.is_empty() && v.subject.is_empty())
+                .all(|v| v.author.is_empty() && v.subject.is_empty() && v.replica.is_empty())
         );
-        let e = read(&layout, replica, None, Detail::Brief, 2).unwrap_err();
-        assert!(e.to_string().contains("more than 2 versions"), "{e}");
+        let e = read(&layout, replica, None, Detail::Brief, 3).unwrap_err();
+        assert!(e.to_string().contains("more than 3 versions"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use skillfs_sync::merge::{Conflict, Reason, Side, merge, merge_passing};
+use skillfs_sync::merge::{Conflict, Reason, Side};
 use skillfs_sync::tree::{Entry, Tree, within};
 
 use crate::relpath::ByteString;
@@ -346,19 +346,20 @@ fn merge_one(
         (Some(b), true) => b.pending.clone(),
         _ => Vec::new(),
     };
+    // The merge, with the third replica's rule where this tree only
+    // passed a file on.
+    let (m, passed) = super::third::merge(
+        (&store, blobs),
+        (replica, bases),
+        (&base, &ours, &theirs),
+        &base_made,
+        &kept_by_them,
+    );
     let mut contents = Both {
         store: &store.blobs,
         git: blobs,
         made: base_made.into_iter().collect(),
     };
-    let mut m = merge(&base, &ours, &theirs, &contents);
-    // Where this tree only passed a file on, the third replica's rule.
-    let passed = super::third::passed_on(&store, replica, bases, &m.conflicts);
-    if !passed.is_empty() {
-        m = merge_passing(&base, &ours, &theirs, &contents, &|p| {
-            passed.contains_key(p)
-        });
-    }
     contents.made.extend(m.new_blobs);
     let applied = apply_as(
         replica,
@@ -406,10 +407,11 @@ fn merge_one(
         entries: Vec::new(),
     }));
     // A side another replica gave this tree and lost by the rule: that
-    // replica's conflict (`third`).
-    let (here, elsewhere) = super::third::settle(decided.clone(), &passed, bases);
-    super::conflicts::record(dir, replica, tip, &here).map_err(|f| f.to_string())?;
-    for (r, (commit, lost)) in &elsewhere {
+    // replica's conflict, kept against it once the bases move (`third`).
+    let failed = |p: &[u8]| applied.failed.iter().any(|(u, _)| within(p, u));
+    let settled = super::third::settle(decided.clone(), &passed, bases, &failed);
+    super::conflicts::record(dir, replica, tip, &settled.here).map_err(|f| f.to_string())?;
+    for (r, (commit, lost)) in &settled.elsewhere {
         super::conflicts::record(dir, r, commit, lost).map_err(|f| f.to_string())?;
     }
     let records = crate::commands::read_records(layout).map_err(|f| f.to_string())?;
@@ -460,6 +462,14 @@ fn merge_one(
             kept,
         },
     );
+    for (r, p) in settled.kept {
+        if let Some(b) = bases.get_mut(&r)
+            && !b.kept.iter().any(|k| k.0 == p)
+        {
+            b.kept.push(ByteString(p));
+            b.kept.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+    }
     let text = serde_json::to_vec_pretty(&*bases).expect("plain values");
     dir.replace(MERGED, &text, &StoreIo::real())
         .map_err(|e| format!("{}: {e}", dir.join(MERGED).display()))?;

@@ -56,7 +56,9 @@ struct Cache {
     refs: Vec<u8>,
     read: Option<Instant>,
     failed: bool,
-    lists: HashMap<String, Vec<Fetched>>,
+    /// Each replica's versions, or why they cannot be shown (said again
+    /// at every lookup until the refs move, not read again).
+    lists: HashMap<String, Result<Vec<Fetched>, String>>,
 }
 
 /// The most entries a version's tree may have to be shown...
@@ -64,7 +66,8 @@ pub const ENTRIES_MAX: usize = 1_000_000;
 /// ...and the most bytes its `ls-tree` lines may take.
 pub const TREE_BYTES_MAX: usize = 128 << 20;
 /// The most versions of one replica held to be found by id (about
-/// 200 bytes each: its id, time and commit, none of its words).
+/// 150 bytes each: its id, time and commit, none of its words; a replica
+/// with more is refused until the refs move, without reading it again).
 pub const VERSIONS_MAX: usize = 1_000_000;
 /// The largest file copied into memory where the store's filesystem has
 /// no `O_TMPFILE`.
@@ -228,10 +231,16 @@ impl Versions {
         };
         if !cache.lists.contains_key(replica) {
             let list = read(&self.layout, replica, None, Detail::Brief, VERSIONS_MAX)
-                .map_err(|f| io::Error::other(f.to_string()))?;
+                .map_err(|f| f.to_string());
+            if let Err(e) = &list {
+                tracing::warn!("{e}");
+            }
             cache.lists.insert(replica.clone(), list);
         }
-        Ok(choose(&cache.lists[replica], id)
+        let list = cache.lists[replica]
+            .as_ref()
+            .map_err(|e| io::Error::other(e.clone()))?;
+        Ok(choose(list, id)
             .filter(|v| !v.quarantined)
             .map(|v| (v.commit.clone(), v.time)))
     }

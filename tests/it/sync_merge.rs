@@ -1824,6 +1824,16 @@ pub(crate) fn preferred<'a>(one: &'a str, other: &'a str) -> &'a str {
     }
 }
 
+/// The line of `p_text` a third replica keeps of x's and b's.
+fn third_pick() -> &'static str {
+    let x = p_text("2 by x");
+    if preferred(&x, &p_text("2 by b")) == x {
+        "2 by x"
+    } else {
+        "2 by b"
+    }
+}
+
 /// x and b each keep their own line, c holds `c_holds`'s, and c's skill
 /// `q` is everywhere.
 fn kept_apart([x, b, c]: [&Mount; 3], text: impl Fn(&str) -> String, c_holds: &str) {
@@ -1857,9 +1867,10 @@ fn a_side_kept_against_one_replica_is_kept_against_its_author_too() {
             sync(m);
         }
     }
-    // b's side reaches c only as kept by b's word (b merged c first): c
-    // has no conflict of its own to decide, and keeps x's.
-    kept_apart([&x, &b, &c], text, "2 by x");
+    // b's side reaches c with b's word that it kept it (b merged c
+    // first); c only passed x's on, so the two meet as a conflict there
+    // and the rule picks, as on any third replica.
+    kept_apart([&x, &b, &c], text, third_pick());
     let listed = |m: &Mount| {
         let out = skillfs(&["sync", "--conflicts", "--root", &root_arg(m)]);
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -2010,8 +2021,7 @@ fn a_side_kept_by_word_is_kept_against_a_third_in_the_same_sync() {
         }
     }
     // c met both sides, having only passed x's on: the rule's pick.
-    let pick = preferred(&p_text("2 by x"), &p_text("2 by b")) == p_text("2 by x");
-    kept_apart([&x, &b, &c], p_text, if pick { "2 by x" } else { "2 by b" });
+    kept_apart([&x, &b, &c], p_text, third_pick());
     for m in [&x, &b, &c] {
         verify_full(m);
     }

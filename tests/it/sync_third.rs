@@ -1,10 +1,9 @@
-//! The third replica's rule, on four mounts: replicas A and B edit one
-//! line of a skill differently; C and D changed nothing there and meet
-//! the two sides in opposite orders (each syncs with its own hub, which
-//! A and B reach one at a time). Both end with the same side live, the
-//! one every replica computes alike; A and B each keep their own; all
-//! four list the conflict; and no later sync makes A or B take the other
-//! side back as a plain change.
+//! The third replica's rule (`src/sync/third.rs`), on real mounts: a
+//! replica that changed neither side of a conflict keeps the side every
+//! replica would pick, whatever order it met the two in, and even when it
+//! meets one only with its author's word that it kept it; the authors
+//! keep their own; every replica lists the path; and a text merged by
+//! lines with this tree's own edit is this tree's, never replaced.
 
 use crate::common;
 
@@ -102,4 +101,127 @@ fn two_third_replicas_keep_the_same_side_whatever_order_they_merged_in() {
     assert!(out.status.success(), "{}", describe(&out));
     let other = if live == by_a { &by_b } else { &by_a };
     assert_eq!(read(&c, md), *other);
+}
+
+/// Two third replicas that each passed a different side on, and sync
+/// with each other but never with the replica the other's side came
+/// from: they end on the rule's side, not each on its own, even when
+/// one meets the other's side only with that replica's word that it
+/// kept it (found by review: that one kept its own and listed nothing).
+/// A and B keep their own.
+#[test]
+fn two_third_replicas_that_meet_only_each_other_agree() {
+    let a = Mount::new("meetA");
+    let b = Mount::new("meetB");
+    let c = Mount::new("meetC");
+    let d = Mount::new("meetD");
+    let dir = a.root().parent().unwrap().to_path_buf();
+    let hub = |n: &str| dir.join(format!("{n}.git"));
+    remote(&a, "one", &hub("one"));
+    remote(&c, "one", &hub("one"));
+    remote(&c, "three", &hub("three"));
+    remote(&d, "three", &hub("three"));
+    remote(&d, "two", &hub("two"));
+    remote(&b, "two", &hub("two"));
+    let md = "k/s/SKILL.md";
+    fs::create_dir_all(a.path("k/s")).unwrap();
+    fs::write(a.path(md), skill("s", "1\n2\n3\n")).unwrap();
+    // The first text travels A, C, D, B.
+    for (m, r) in [(&a, "one"), (&c, "one"), (&c, "three"), (&d, "three")] {
+        sync_with(m, r);
+    }
+    sync_with(&d, "two");
+    sync_with(&b, "two");
+    assert_eq!(read(&b, md), skill("s", "1\n2\n3\n"));
+    let (by_a, by_b) = (skill("s", "1 by a\n2\n3\n"), skill("s", "1 by b\n2\n3\n"));
+    fs::write(a.path(md), &by_a).unwrap();
+    fs::write(b.path(md), &by_b).unwrap();
+    sync_with(&a, "one");
+    sync_with(&c, "one");
+    sync_with(&b, "two");
+    sync_with(&d, "two");
+    assert_eq!((read(&c, md), read(&d, md)), (by_a.clone(), by_b.clone()));
+    // The one holding the rule's side meets the other's first, keeps its
+    // own and says so in its next commit; the other then meets that side
+    // only with that word (a merge base that makes it no change).
+    let winner = crate::sync_merge::preferred(&by_a, &by_b).to_string();
+    let (keeps, told) = if winner == by_a { (&c, &d) } else { (&d, &c) };
+    sync_with(told, "three");
+    sync_with(keeps, "three");
+    // (A change of its own: a commit to carry the word.)
+    fs::create_dir_all(keeps.path("k/other")).unwrap();
+    fs::write(keeps.path("k/other/SKILL.md"), skill("other", "o\n")).unwrap();
+    sync_with(keeps, "three");
+    sync_with(told, "three");
+    assert_eq!(
+        read(told, md),
+        winner,
+        "told by word, still the rule's side"
+    );
+    for _ in 0..2 {
+        sync_with(&c, "three");
+        sync_with(&d, "three");
+    }
+    let live = read(&c, md);
+    assert_eq!(read(&d, md), live);
+    assert_eq!(live, winner);
+    for _ in 0..3 {
+        sync(&a);
+        sync(&c);
+        sync(&d);
+        sync(&b);
+    }
+    assert_eq!(read(&a, md), by_a);
+    assert_eq!(read(&b, md), by_b);
+    assert_eq!((read(&c, md), read(&d, md)), (live.clone(), live));
+    for m in [&c, &d] {
+        let mut paths = conflict_paths(m);
+        paths.dedup();
+        assert_eq!(paths, [md], "{}", m.root().display());
+    }
+    for m in [&a, &b, &c, &d] {
+        verify_full(m);
+    }
+}
+
+/// A text merged by lines with this tree's own edit is this tree's, not a
+/// side it passed on: a conflict with a third side keeps it live even
+/// where the rule would pick the other (found by review: the whole file
+/// was replaced, this tree's own line with it).
+#[test]
+fn a_text_merged_with_this_trees_own_lines_is_not_passed_on() {
+    let a = Mount::new("ownA");
+    let b = Mount::new("ownB");
+    let c = Mount::new("ownC");
+    let hub = a.root().parent().unwrap().join("hub.git");
+    for m in [&a, &b, &c] {
+        remote(m, "hub", &hub);
+    }
+    let md = "k/s/SKILL.md";
+    fs::create_dir_all(a.path("k/s")).unwrap();
+    fs::write(a.path(md), skill("s", "1\n2\n3\n")).unwrap();
+    for m in [&a, &c, &b] {
+        sync(m);
+    }
+    assert_eq!(read(&b, md), skill("s", "1\n2\n3\n"));
+    fs::write(c.path(md), skill("s", "1\n2\n3 by c\n")).unwrap();
+    fs::write(a.path(md), skill("s", "1 by a\n2\n3\n")).unwrap();
+    sync(&c);
+    sync(&a);
+    sync(&c);
+    let mine = skill("s", "1 by a\n2\n3 by c\n");
+    assert_eq!(read(&c, md), mine, "merged by lines");
+    // B's line 1, chosen so that the rule would pick B's whole text.
+    let theirs = (0..)
+        .map(|n| skill("s", &format!("1 by b{n}\n2\n3\n")))
+        .find(|t| crate::sync_merge::preferred(t, &mine) == t)
+        .unwrap();
+    fs::write(b.path(md), &theirs).unwrap();
+    sync(&b);
+    for _ in 0..2 {
+        sync(&c);
+    }
+    assert_eq!(read(&c, md), mine, "this tree's own line stays live");
+    assert!(conflict_paths(&c).contains(&md.to_string()));
+    verify_full(&c);
 }
