@@ -11,24 +11,28 @@
 //! so that the first replica keeps its own side rather than taking this
 //! one back as a change (docs/limits.md, "Skills across machines").
 //!
-//! Which replica a file came from is read from the journal and
-//! `sync/origins.jsonl` (`passed_on`): the path's newest version was
-//! written by that replica's applier and is that replica's side as of
-//! its last commit merged here. A side taken by `sync --take` is written
-//! the same way and counts alike.
+//! Which replica a file came from is read from the journal
+//! (`passed_on`): the content was first written here by that replica's
+//! applier and is that replica's side as of its last commit merged here,
+//! so nothing of this tree's own is ever taken for passed on (a process
+//! that names itself like an applier can only pass that replica's own
+//! side for passed on). A side taken by `sync --take`, or put back by
+//! `restore REPLICA:ID` as of that commit, is written the same way and
+//! counts alike.
 //!
 //! A path that a replica says it kept against this one (`skillfs-kept:`)
 //! and that this tree only passed on is *contested*: its base is left out
-//! of the merge, so that the two sides meet as a conflict and the rule
-//! decides it, rather than this tree keeping what it passed on by that
-//! replica's word (two third replicas that sync with each other would
-//! otherwise each keep what they had).
+//! of the merge (so its unit is merged path by path) and the two entries
+//! are decided whole by the rule, never merged by lines, rather than this
+//! tree keeping what it passed on by that replica's word (two third
+//! replicas that sync with each other would otherwise each keep what
+//! they had).
 //!
 //! Locks: the caller's `sync/lock`; reads the journal.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use skillfs_sync::merge::{Conflict, Merged, Reason, Side, merge_passing};
+use skillfs_sync::merge::{Conflict, Merged, Reason, Side, Third, merge_passing};
 
 use skillfs_sync::tree::{Entry, Tree};
 
@@ -37,6 +41,7 @@ use super::gittree::{Both, GitBlobs};
 use super::pull::Base;
 use crate::commands::Store;
 use crate::relpath::RelPath;
+use crate::store::journal::EntryState;
 
 /// Whether a conflict is one the rule decides: two files or links.
 pub(super) fn decidable(c: &Conflict) -> bool {
@@ -54,13 +59,18 @@ pub(super) fn candidates(conflicts: &[Conflict]) -> Vec<Vec<u8>> {
 }
 
 /// Which of `paths` this tree only passed on, each with the replica it
-/// came from: the path's newest version here was written by the merge
-/// (or take) of a replica this store merged, other than `replica` (whose
-/// merge this is), as both the journal's actor (`actor_of`) and
-/// `sync/origins.jsonl` say (a process cannot name itself into the
-/// latter), and the entry here is that replica's own at its last commit
-/// merged here (not a text merged by lines with this tree's own, nor an
-/// older version restored).
+/// came from: the path's content here (as its newest version has it) was
+/// first written, in the run of versions that hold it, by the merge (or
+/// take) of a replica this store merged, other than `replica` (whose
+/// merge this is), as the journal's actor says (`actor_of`); and it is
+/// that replica's own entry at its last commit merged here (not a text
+/// merged by lines with this tree's own, nor an older version restored).
+/// The run matters: a merge swaps a skill in whole, giving every file of
+/// it a version (and one where the old skill was parked, gone from here),
+/// the files this tree wrote itself among them; a removal in the run is
+/// passed over, so that content this tree once wrote stays its own. A replica
+/// with units waiting here is left out: what this tree keeps against it
+/// is not published meanwhile (`merged_trailers`).
 pub(super) fn passed_on(
     store: &Store,
     blobs: &mut GitBlobs,
@@ -74,36 +84,56 @@ pub(super) fn passed_on(
     let Ok(records) = crate::commands::read_records(&store.layout) else {
         return HashMap::new();
     };
-    let origins = super::origins::origins(&store.layout);
+    // A merge's actor names the first 8 digits of its replica's id: two
+    // replicas that share them name neither.
+    let mut by_actor: HashMap<String, Option<&String>> = HashMap::new();
+    for (r, b) in bases {
+        if r != replica && b.pending.is_empty() {
+            by_actor
+                .entry(actor_of(r))
+                .and_modify(|v| *v = None)
+                .or_insert(Some(r));
+        }
+    }
+    let same = |a: &EntryState, b: &EntryState| {
+        (a.kind, &a.blob, &a.target, a.mode & 0o100) == (b.kind, &b.blob, &b.target, b.mode & 0o100)
+    };
     let mut trees: HashMap<String, Option<Tree>> = HashMap::new();
     let mut out = HashMap::new();
     for p in paths {
         let Some(idx) = RelPath::parse(p).and_then(|rp| store.index.idx(&rp)) else {
             continue;
         };
-        let Some((seq, Some(_))) = store.index.versions(idx).last() else {
+        let versions = store.index.versions(idx);
+        let Some((_, Some(now))) = versions.last() else {
             continue;
         };
-        let Ok(at) = records.binary_search_by_key(seq, |r| r.seq) else {
+        // The first version of the run that holds this content (across
+        // the moments a swap had the file parked: gone from here, then
+        // back as it was).
+        let first = versions
+            .iter()
+            .rev()
+            .take_while(|(_, s)| s.as_ref().is_none_or(|s| same(s, now)))
+            .filter(|(_, s)| s.is_some())
+            .last()
+            .map(|(seq, _)| *seq);
+        let Some(at) = first.and_then(|seq| records.binary_search_by_key(&seq, |r| r.seq).ok())
+        else {
             continue;
         };
-        let Some(from) = origins.get(seq).map(|o| &o.replica) else {
+        let Some(Some(from)) = by_actor.get(&records[at].actor.comm) else {
             continue;
         };
-        let Some(base) = bases.get(from).filter(|_| from != replica) else {
-            continue;
-        };
-        if records[at].actor.comm != actor_of(from) {
-            continue;
-        }
+        let commit = &bases[*from].commit;
         let theirs = trees
-            .entry(from.clone())
-            .or_insert_with(|| blobs.tree(&base.commit, &mut Vec::new()).ok());
-        let same = theirs
+            .entry((*from).clone())
+            .or_insert_with(|| blobs.tree(commit, &mut Vec::new()).ok());
+        let equal = theirs
             .as_ref()
             .is_some_and(|t| t.get(p).is_some() && t.get(p) == ours.get(p));
-        if same {
-            out.insert(p.to_vec(), from.clone());
+        if equal {
+            out.insert(p.to_vec(), (*from).clone());
         }
     }
     out
@@ -129,6 +159,7 @@ pub(super) fn merge(
         .cloned()
         .collect();
     let mut passed = passed_on(store, blobs, (replica, ours), bases, &contested);
+    let contested: HashSet<Vec<u8>> = passed.keys().cloned().collect();
     let base = if passed.is_empty() {
         base.clone()
     } else {
@@ -144,7 +175,11 @@ pub(super) fn merge(
             git: blobs,
             made: made.iter().cloned().collect(),
         };
-        merge_passing(&base, ours, theirs, &contents, &|p| passed.contains_key(p))
+        let third = Third {
+            passed_on: &|p| passed.contains_key(p),
+            contested: &|p| contested.contains(p),
+        };
+        merge_passing(&base, ours, theirs, &contents, &third)
     };
     let mut m = run(blobs, &passed);
     let more: Vec<Vec<u8>> = candidates(&m.conflicts)

@@ -225,3 +225,46 @@ fn a_text_merged_with_this_trees_own_lines_is_not_passed_on() {
     assert!(conflict_paths(&c).contains(&md.to_string()));
     verify_full(&c);
 }
+
+/// A file this tree wrote itself, which a merge later swapped in again
+/// with its skill (the swap gives every file of the skill a version by
+/// the merge), is still this tree's own: a conflict there keeps it live
+/// even where the rule would pick the other side (found by review).
+#[test]
+fn a_file_swapped_in_again_with_its_skill_stays_this_trees_own() {
+    let a = Mount::new("swapA");
+    let b = Mount::new("swapB");
+    let c = Mount::new("swapC");
+    let hub = a.root().parent().unwrap().join("hub.git");
+    for m in [&a, &b, &c] {
+        remote(m, "hub", &hub);
+    }
+    let (md, notes) = ("k/s/SKILL.md", "k/s/notes.md");
+    fs::create_dir_all(a.path("k/s")).unwrap();
+    fs::write(a.path(md), skill("s", "1\n")).unwrap();
+    fs::write(a.path(notes), "n\n").unwrap();
+    for m in [&a, &c, &b] {
+        sync(m);
+    }
+    let mine = "notes by c\n".to_string();
+    fs::write(c.path(notes), &mine).unwrap();
+    sync(&c);
+    sync(&a);
+    assert_eq!(read(&a, notes), mine);
+    fs::write(a.path(md), skill("s", "1 by a\n")).unwrap();
+    sync(&a);
+    sync(&c);
+    assert_eq!(read(&c, md), skill("s", "1 by a\n"));
+    // B's notes, chosen so that the rule would pick them.
+    let theirs = (0..)
+        .map(|n| format!("notes by b{n}\n"))
+        .find(|t| crate::sync_merge::preferred(t, &mine) == t)
+        .unwrap();
+    fs::write(b.path(notes), &theirs).unwrap();
+    sync(&b);
+    for _ in 0..2 {
+        sync(&c);
+    }
+    assert_eq!(read(&c, notes), mine, "this tree's own file stays live");
+    verify_full(&c);
+}

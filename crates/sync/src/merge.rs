@@ -30,7 +30,7 @@
 //! - the result is whole (every entry's parent is a directory).
 //!
 //! A third replica (one whose file is another replica's side, taken by a
-//! merge and not changed since: `merge_passing`'s `passed_on`) that meets
+//! merge and not changed since: `merge_passing`'s `Third`) that meets
 //! a conflict there between that side and another replica's keeps
 //! neither by being first: the side [`prefer`] names stays (the same on
 //! every replica, whatever order they merged in), and the other is the
@@ -133,7 +133,12 @@ fn text(contents: &dyn Contents, e: Option<&Entry>) -> Option<Option<String>> {
 
 /// Merges `ours` and `theirs`, both descended from `base`.
 pub fn merge(base: &Tree, ours: &Tree, theirs: &Tree, contents: &dyn Contents) -> Merged {
-    merge_passing(base, ours, theirs, contents, &|_| false)
+    let none = |_: &[u8]| false;
+    let third = Third {
+        passed_on: &none,
+        contested: &none,
+    };
+    merge_passing(base, ours, theirs, contents, &third)
 }
 
 /// Which of two conflicting entries a third replica keeps live: the one
@@ -149,20 +154,30 @@ pub fn prefer(a: &Entry, b: &Entry) -> bool {
     key(a) < key(b)
 }
 
-/// Whether this tree's entry at a path is another replica's side that it
-/// only passed on (see [`merge_passing`]).
-pub type PassedOn<'a> = &'a dyn Fn(&[u8]) -> bool;
+/// A predicate on paths.
+pub type Paths<'a> = &'a dyn Fn(&[u8]) -> bool;
 
-/// [`merge`], where `passed_on(path)` says that this tree's entry at
-/// `path` is another replica's side, taken by a merge and unchanged here
-/// since: a conflict there between two files or links is decided by
+/// What a third replica knows of its own tree (see [`merge_passing`]).
+pub struct Third<'a> {
+    /// This tree's entry at the path is another replica's side, taken by
+    /// a merge and unchanged here since.
+    pub passed_on: Paths<'a>,
+    /// Of those, the paths where the other side must meet this one as a
+    /// conflict whatever the base says (its replica says it kept its side
+    /// against this tree's): two different files or links there are
+    /// decided whole by [`prefer`], never merged by lines.
+    pub contested: Paths<'a>,
+}
+
+/// [`merge`], for a tree that passed some entries on (`third`): a
+/// conflict at such a path between two files or links is decided by
 /// [`prefer`] rather than kept ours (see the module's doc).
 pub fn merge_passing(
     base: &Tree,
     ours: &Tree,
     theirs: &Tree,
     contents: &dyn Contents,
-    passed_on: PassedOn<'_>,
+    third: &Third<'_>,
 ) -> Merged {
     let roots: BTreeSet<Vec<u8>> = [base, ours, theirs]
         .iter()
@@ -199,7 +214,7 @@ pub fn merge_passing(
         } else if uo == ub {
             ut.clone()
         } else {
-            by_path(&ub, &uo, &ut, (contents, passed_on), &mut m)
+            by_path(&ub, &uo, &ut, (contents, third), &mut m)
         };
         if chosen != uo {
             not_ours.insert(unit.to_vec());
@@ -225,7 +240,7 @@ fn by_path(
     base: &BTreeMap<Vec<u8>, Entry>,
     ours: &BTreeMap<Vec<u8>, Entry>,
     theirs: &BTreeMap<Vec<u8>, Entry>,
-    (contents, passed_on): (&dyn Contents, PassedOn<'_>),
+    (contents, third): (&dyn Contents, &Third<'_>),
     m: &mut Merged,
 ) -> BTreeMap<Vec<u8>, Entry> {
     let paths: BTreeSet<&Vec<u8>> = base
@@ -244,9 +259,10 @@ fn by_path(
         };
         // Both sides changed a file or link that this tree only passed on:
         // the side `prefer` names stays, and the other is the conflict.
-        let third = |reason, m: &mut Merged| match (o, t) {
+        let leaf = |e: Option<&Entry>| e.is_some_and(|e| *e != Entry::Dir);
+        let decide = |reason, m: &mut Merged| match (o, t) {
             (Some(eo), Some(et))
-                if *eo != Entry::Dir && *et != Entry::Dir && passed_on(p) && prefer(et, eo) =>
+                if leaf(o) && leaf(t) && (third.passed_on)(p) && prefer(et, eo) =>
             {
                 m.conflicts.push(conflict(reason, Side::Ours, o));
                 t
@@ -256,6 +272,16 @@ fn by_path(
                 o
             }
         };
+        if o != t && leaf(o) && leaf(t) && (third.contested)(p) {
+            let reason = match (o, t) {
+                (Some(Entry::File { .. }), Some(Entry::File { .. })) => Reason::Overlap,
+                _ => Reason::Kind,
+            };
+            if let Some(e) = decide(reason, m) {
+                out.insert(p.clone(), e.clone());
+            }
+            continue;
+        }
         let kept = if o == t || t == b {
             o
         } else if o == b {
@@ -289,13 +315,13 @@ fn by_path(
                                     out.insert(p.clone(), Entry::File { blob, exec: *exec });
                                     continue;
                                 }
-                                None => third(Reason::Overlap, m),
+                                None => decide(Reason::Overlap, m),
                             }
                         }
-                        _ => third(Reason::Binary, m),
+                        _ => decide(Reason::Binary, m),
                     }
                 }
-                _ => third(Reason::Kind, m),
+                _ => decide(Reason::Kind, m),
             }
         };
         if let Some(e) = kept {

@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use sha2::{Digest, Sha256};
-use skillfs_sync::merge::{Contents, Merged, Reason, Side, merge, merge_passing};
+use skillfs_sync::merge::{Contents, Merged, Reason, Side, Third, merge, merge_passing};
 use skillfs_sync::tree::{Entry, Tree, within};
 
 /// splitmix64.
@@ -275,10 +275,14 @@ fn a_merge_loses_nothing_and_both_replicas_agree_outside_their_conflicts() {
         // A third replica that passed every file on, either way round:
         // nothing lost, and a file both sides changed is the same in both
         // unless a check put a whole unit back.
-        let all = |_: &[u8]| true;
+        let (all, none) = (|_: &[u8]| true, |_: &[u8]| false);
+        let third = Third {
+            passed_on: &all,
+            contested: &none,
+        };
         let (tab, tba) = (
-            merge_passing(&b, &o, &t, &blobs, &all),
-            merge_passing(&b, &t, &o, &blobs, &all),
+            merge_passing(&b, &o, &t, &blobs, &third),
+            merge_passing(&b, &t, &o, &blobs, &third),
         );
         assert!(tab.tree.is_whole() && tba.tree.is_whole(), "seed {seed}");
         nothing_lost(&b, &o, Side::Ours, &tab, seed);
@@ -504,7 +508,11 @@ fn a_third_replica_keeps_the_side_every_replica_would() {
     let winner = if prefer(&at(&a), &at(&c)) { &a } else { &c };
     let mut lives = Vec::new();
     for (ours, theirs) in [(&a, &c), (&c, &a)] {
-        let m = merge_passing(&b, ours, theirs, &blobs, &|p| p == b"c/x/SKILL.md");
+        let third = Third {
+            passed_on: &|p| p == b"c/x/SKILL.md",
+            contested: &|_| false,
+        };
+        let m = merge_passing(&b, ours, theirs, &blobs, &third);
         assert_eq!(m.tree.get(b"c/x/SKILL.md"), Some(&at(winner)));
         assert_eq!(m.conflicts.len(), 1);
         let lost = &m.conflicts[0];
@@ -523,9 +531,40 @@ fn a_third_replica_keeps_the_side_every_replica_would() {
         lives.push(m.tree);
     }
     assert_eq!(lives[0], lives[1]);
+    // Contested (no base there): decided whole, even where a merge by
+    // lines or by the executable bit alone would take one side silently.
+    let mut none_base = Tree::new();
+    none_base.insert(b"c/x", Entry::Dir);
+    let empty = file(&mut blobs, "");
+    let exec = |e: &Entry| match e {
+        Entry::File { blob, .. } => Entry::File {
+            blob: blob.clone(),
+            exec: true,
+        },
+        e => e.clone(),
+    };
+    let y = at(&c);
+    for (mine, other) in [(empty.clone(), y.clone()), (y.clone(), exec(&y))] {
+        let (mut o, mut t) = (none_base.clone(), none_base.clone());
+        o.insert(b"c/x/SKILL.md", mine.clone());
+        t.insert(b"c/x/SKILL.md", other.clone());
+        let third = Third {
+            passed_on: &|_| true,
+            contested: &|_| true,
+        };
+        let m = merge_passing(&none_base, &o, &t, &blobs, &third);
+        let win = if prefer(&other, &mine) { &other } else { &mine };
+        assert_eq!(m.tree.get(b"c/x/SKILL.md"), Some(win));
+        assert_eq!(m.conflicts.len(), 1, "{:?}", m.conflicts);
+    }
     // This tree's own change (nothing passed on): ours, as ever.
     for (ours, theirs) in [(&a, &c), (&c, &a)] {
-        let m = merge_passing(&b, ours, theirs, &blobs, &|_| false);
+        let none = |_: &[u8]| false;
+        let third = Third {
+            passed_on: &none,
+            contested: &none,
+        };
+        let m = merge_passing(&b, ours, theirs, &blobs, &third);
         assert_eq!(m.tree.get(b"c/x/SKILL.md"), Some(&at(ours)));
         assert_eq!(m.conflicts[0].lost, Side::Theirs);
     }
