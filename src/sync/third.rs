@@ -64,13 +64,15 @@ pub(super) fn candidates(conflicts: &[Conflict]) -> Vec<Vec<u8>> {
 /// take) of a replica this store merged, other than `replica` (whose
 /// merge this is), as the journal's actor says (`actor_of`); and it is
 /// that replica's own entry at its last commit merged here (not a text
-/// merged by lines with this tree's own, nor an older version restored).
-/// The run matters: a merge swaps a skill in whole, giving every file of
-/// it a version (and one where the old skill was parked, gone from here),
-/// the files this tree wrote itself among them; a removal in the run is
-/// passed over, so that content this tree once wrote stays its own. A replica
-/// with units waiting here is left out: what this tree keeps against it
-/// is not published meanwhile (`merged_trailers`).
+/// merged by lines with this tree's own, nor an older version restored);
+/// and no version of the path was ever made by anything but a replica's
+/// applier (this tree never wrote, removed or restored it itself: a text
+/// two replicas merged by lines and passed back and forth is theirs
+/// both). The run matters: a merge swaps a skill in whole, giving every
+/// file of it a version (and one where the old skill was parked, gone
+/// from here). A replica with units waiting here is left out: what this
+/// tree keeps against it is not published meanwhile
+/// (`merged_trailers`).
 pub(super) fn passed_on(
     store: &Store,
     blobs: &mut GitBlobs,
@@ -85,16 +87,19 @@ pub(super) fn passed_on(
         return HashMap::new();
     };
     // A merge's actor names the first 8 digits of its replica's id: two
-    // replicas that share them name neither.
+    // replicas that share them (the merged one among them) name neither.
     let mut by_actor: HashMap<String, Option<&String>> = HashMap::new();
-    for (r, b) in bases {
-        if r != replica && b.pending.is_empty() {
-            by_actor
-                .entry(actor_of(r))
-                .and_modify(|v| *v = None)
-                .or_insert(Some(r));
-        }
+    let merged = replica.to_string();
+    for r in bases.keys().chain([&merged]) {
+        by_actor
+            .entry(actor_of(r))
+            .and_modify(|v| *v = None)
+            .or_insert(Some(r));
     }
+    let appliers: HashSet<String> = by_actor.keys().cloned().collect();
+    by_actor.retain(|_, r| {
+        r.is_some_and(|r| *r != merged && bases.get(r).is_some_and(|b| b.pending.is_empty()))
+    });
     let same = |a: &EntryState, b: &EntryState| {
         (a.kind, &a.blob, &a.target, a.mode & 0o100) == (b.kind, &b.blob, &b.target, b.mode & 0o100)
     };
@@ -108,6 +113,18 @@ pub(super) fn passed_on(
         let Some((_, Some(now))) = versions.last() else {
             continue;
         };
+        // Anything this tree ever did at the path itself (a write, a
+        // removal, a restore; a text merged by lines that another replica
+        // took whole and passed back is partly its own too) makes it an
+        // author there, not a third: it keeps its side, as authors do.
+        let own = versions.iter().any(|(seq, _)| {
+            records
+                .binary_search_by_key(seq, |r| r.seq)
+                .map_or(true, |i| !appliers.contains(&records[i].actor.comm))
+        });
+        if own {
+            continue;
+        }
         // The first version of the run that holds this content (across
         // the moments a swap had the file parked: gone from here, then
         // back as it was).

@@ -268,3 +268,48 @@ fn a_file_swapped_in_again_with_its_skill_stays_this_trees_own() {
     assert_eq!(read(&c, notes), mine, "this tree's own file stays live");
     verify_full(&c);
 }
+
+/// A text two replicas merged by lines, which one took whole from the
+/// other and passed back, is an author's on both: each keeps it against
+/// a third side even where the rule would pick that side (found by
+/// review: each took it for the other's side, passed on).
+#[test]
+fn a_text_merged_by_two_and_passed_back_stays_theirs_on_both() {
+    let a = Mount::new("backA");
+    let b = Mount::new("backB");
+    let c = Mount::new("backC");
+    let hub = a.root().parent().unwrap().join("hub.git");
+    for m in [&a, &b, &c] {
+        remote(m, "hub", &hub);
+    }
+    let md = "k/s/SKILL.md";
+    fs::create_dir_all(a.path("k/s")).unwrap();
+    fs::write(a.path(md), skill("s", "1\n2\n3\n4\n5\n")).unwrap();
+    for m in [&a, &c, &b] {
+        sync(m);
+    }
+    fs::write(c.path(md), skill("s", "1 by c\n2\n3\n4\n5\n")).unwrap();
+    fs::write(a.path(md), skill("s", "1\n2\n3\n4\n5 by a\n")).unwrap();
+    sync(&a);
+    sync(&c);
+    sync(&a);
+    sync(&c);
+    let both = skill("s", "1 by c\n2\n3\n4\n5 by a\n");
+    assert_eq!((read(&a, md), read(&c, md)), (both.clone(), both.clone()));
+    // B's line 1, chosen so that the rule would pick B's whole text.
+    let theirs = (0..)
+        .map(|n| skill("s", &format!("1 by b{n}\n2\n3\n4\n5\n")))
+        .find(|t| crate::sync_merge::preferred(t, &both) == t)
+        .unwrap();
+    fs::write(b.path(md), &theirs).unwrap();
+    sync(&b);
+    for _ in 0..2 {
+        sync(&a);
+        sync(&c);
+    }
+    assert_eq!(read(&a, md), both, "a's own line stays live");
+    assert_eq!(read(&c, md), both, "c's own line stays live");
+    for m in [&a, &c] {
+        verify_full(m);
+    }
+}

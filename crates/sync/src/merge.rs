@@ -274,7 +274,12 @@ fn by_path(
         };
         if o != t && leaf(o) && leaf(t) && (third.contested)(p) {
             let reason = match (o, t) {
-                (Some(Entry::File { .. }), Some(Entry::File { .. })) => Reason::Overlap,
+                (Some(Entry::File { .. }), Some(Entry::File { .. })) => {
+                    match (text(contents, o), text(contents, t)) {
+                        (Some(Some(_)), Some(Some(_))) => Reason::Overlap,
+                        _ => Reason::Binary,
+                    }
+                }
                 _ => Reason::Kind,
             };
             if let Some(e) = decide(reason, m) {
