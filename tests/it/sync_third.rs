@@ -29,6 +29,16 @@ fn sync_with(m: &Mount, name: &str) {
     assert!(out.status.success(), "{}", describe(&out));
 }
 
+/// Replicas A, B and C of one hub.
+fn trio(tag: &str) -> [Mount; 3] {
+    let ms = ["A", "B", "C"].map(|n| Mount::new(&format!("{tag}{n}")));
+    let hub = ms[0].root().parent().unwrap().join("hub.git");
+    for m in &ms {
+        remote(m, "hub", &hub);
+    }
+    ms
+}
+
 #[test]
 fn two_third_replicas_keep_the_same_side_whatever_order_they_merged_in() {
     let a = Mount::new("thirdA");
@@ -190,13 +200,7 @@ fn two_third_replicas_that_meet_only_each_other_agree() {
 /// was replaced, this tree's own line with it).
 #[test]
 fn a_text_merged_with_this_trees_own_lines_is_not_passed_on() {
-    let a = Mount::new("ownA");
-    let b = Mount::new("ownB");
-    let c = Mount::new("ownC");
-    let hub = a.root().parent().unwrap().join("hub.git");
-    for m in [&a, &b, &c] {
-        remote(m, "hub", &hub);
-    }
+    let [a, b, c] = trio("own");
     let md = "k/s/SKILL.md";
     fs::create_dir_all(a.path("k/s")).unwrap();
     fs::write(a.path(md), skill("s", "1\n2\n3\n")).unwrap();
@@ -232,13 +236,7 @@ fn a_text_merged_with_this_trees_own_lines_is_not_passed_on() {
 /// even where the rule would pick the other side (found by review).
 #[test]
 fn a_file_swapped_in_again_with_its_skill_stays_this_trees_own() {
-    let a = Mount::new("swapA");
-    let b = Mount::new("swapB");
-    let c = Mount::new("swapC");
-    let hub = a.root().parent().unwrap().join("hub.git");
-    for m in [&a, &b, &c] {
-        remote(m, "hub", &hub);
-    }
+    let [a, b, c] = trio("swap");
     let (md, notes) = ("k/s/SKILL.md", "k/s/notes.md");
     fs::create_dir_all(a.path("k/s")).unwrap();
     fs::write(a.path(md), skill("s", "1\n")).unwrap();
@@ -275,13 +273,7 @@ fn a_file_swapped_in_again_with_its_skill_stays_this_trees_own() {
 /// review: each took it for the other's side, passed on).
 #[test]
 fn a_text_merged_by_two_and_passed_back_stays_theirs_on_both() {
-    let a = Mount::new("backA");
-    let b = Mount::new("backB");
-    let c = Mount::new("backC");
-    let hub = a.root().parent().unwrap().join("hub.git");
-    for m in [&a, &b, &c] {
-        remote(m, "hub", &hub);
-    }
+    let [a, b, c] = trio("back");
     let md = "k/s/SKILL.md";
     fs::create_dir_all(a.path("k/s")).unwrap();
     fs::write(a.path(md), skill("s", "1\n2\n3\n4\n5\n")).unwrap();
