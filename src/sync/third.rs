@@ -12,11 +12,13 @@
 //! one back as a change (docs/limits.md, "Skills across machines").
 //!
 //! Which replica a file came from is read from the journal
-//! (`passed_on`): the content was first written here by that replica's
-//! applier and is that replica's side as of its last commit merged here,
-//! so nothing of this tree's own is ever taken for passed on (a process
-//! that names itself like an applier can only pass that replica's own
-//! side for passed on). A side taken by `sync --take`, or put back by
+//! (`passed_on`): every version of the path here was made by a replica's
+//! applier (anything this tree did there itself makes it an author), the
+//! content was first written here by that replica's applier, and it is
+//! that replica's side as of its last commit merged here; so nothing of
+//! this tree's own is ever taken for passed on (a process that names
+//! itself like an applier can only pass that replica's own side for
+//! passed on). A side taken by `sync --take`, or put back by
 //! `restore REPLICA:ID` as of that commit, is written the same way and
 //! counts alike.
 //!
@@ -33,7 +35,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use skillfs_sync::merge::{Conflict, Merged, Reason, Side, Third, merge_passing};
-
 use skillfs_sync::tree::{Entry, Tree};
 
 use super::apply::actor_of;
