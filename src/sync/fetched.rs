@@ -399,13 +399,13 @@ fn version(replica: &str, commit: &Field, id: &Field, time: &Field) -> Option<Fe
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A store whose sync repository keeps `commits` versions of one
     /// replica, each made by `author` with `subject`; their commits,
     /// oldest first.
-    fn store_with(
+    pub(in crate::sync) fn store_with(
         dir: &Path,
         replica: &str,
         commits: &[(&str, &str, &str)],

@@ -85,6 +85,8 @@ pub struct Versions {
     /// The last small files copied, by git object id (the newest first):
     /// opened again (`cat`, then `cp`) without git.
     copies: Mutex<VecDeque<(String, File)>>,
+    /// [`VERSIONS_MAX`], lowered by a test.
+    versions_max: usize,
 }
 
 /// Small files kept copied: at most this many...
@@ -98,6 +100,7 @@ impl Versions {
             layout,
             cache: Mutex::default(),
             copies: Mutex::default(),
+            versions_max: VERSIONS_MAX,
         }
     }
 
@@ -230,8 +233,14 @@ impl Versions {
             return Ok(None);
         };
         if !cache.lists.contains_key(replica) {
-            let list = read(&self.layout, replica, None, Detail::Brief, VERSIONS_MAX)
-                .map_err(|f| f.to_string());
+            let list = read(
+                &self.layout,
+                replica,
+                None,
+                Detail::Brief,
+                self.versions_max,
+            )
+            .map_err(|f| f.to_string());
             if let Err(e) = &list {
                 tracing::warn!("{e}");
             }
@@ -657,6 +666,33 @@ mod tests {
         );
         assert!(v.content(&l, large.len() as u64).is_err(), "copied again");
         assert!(v.content("not-hex", 1).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A replica of more versions than the cap is refused, and the
+    /// refusal kept while its refs stay as they were: a cap raised
+    /// meanwhile changes nothing, because its log is not read again at
+    /// each lookup; once its refs move it is read again.
+    #[test]
+    fn a_replica_over_the_cap_is_refused_until_its_refs_move() {
+        let dir = std::env::temp_dir().join(format!("skillfs-view-cap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let replica = "0123456789abcdef0123456789abcdef";
+        let mut commits = vec![("a", "one", "1"), ("a", "two", "2"), ("a", "three", "3")];
+        let (layout, _) = super::super::fetched::tests::store_with(&dir, replica, &commits);
+        let mut v = Versions::new(layout);
+        v.versions_max = 2;
+        let e = v.find("01234567:1").unwrap_err();
+        assert!(e.to_string().contains("more than 2 versions"), "{e}");
+        v.versions_max = 10;
+        // The refs are read again (the second gone by), and are the same.
+        v.cache.lock().read = None;
+        let e = v.find("01234567:2").unwrap_err();
+        assert!(e.to_string().contains("more than 2 versions"), "{e}");
+        commits.push(("a", "four", "4"));
+        let (_, made) = super::super::fetched::tests::store_with(&dir, replica, &commits);
+        v.cache.lock().read = None;
+        assert_eq!(v.find("01234567:2").unwrap(), Some((made[1].clone(), 1001)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
