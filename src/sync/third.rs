@@ -32,6 +32,7 @@
 //!
 //! Locks: the caller's `sync/lock`; reads the journal.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use skillfs_sync::merge::{Conflict, Merged, Reason, Side, Third, merge_passing};
@@ -178,28 +179,31 @@ pub(super) fn merge(
         .collect();
     let mut passed = passed_on(store, blobs, (replica, ours), bases, &contested);
     let contested: HashSet<Vec<u8>> = passed.keys().cloned().collect();
-    let base = if passed.is_empty() {
-        base.clone()
+    // The base as it is unless a path is contested (no copy of it).
+    let base: Cow<Tree> = if passed.is_empty() {
+        Cow::Borrowed(base)
     } else {
         let mut t = Tree::new();
         for (p, e) in base.iter().filter(|(p, _)| !passed.contains_key(*p)) {
             t.insert(p, e.clone());
         }
-        t
+        Cow::Owned(t)
     };
-    let run = |blobs: &GitBlobs, passed: &HashMap<Vec<u8>, String>| {
+    let made: HashMap<String, Vec<u8>> = made.iter().cloned().collect();
+    let run = |blobs: &GitBlobs, passed: &HashMap<Vec<u8>, String>, made| {
         let contents = Both {
             store: &store.blobs,
             git: blobs,
-            made: made.iter().cloned().collect(),
+            made,
         };
         let third = Third {
             passed_on: &|p| passed.contains_key(p),
             contested: &|p| contested.contains(p),
         };
-        merge_passing(&base, ours, theirs, &contents, &third)
+        let m = merge_passing(&base, ours, theirs, &contents, &third);
+        (m, contents.made)
     };
-    let mut m = run(blobs, &passed);
+    let (mut m, made) = run(blobs, &passed, made);
     let more: Vec<Vec<u8>> = candidates(&m.conflicts)
         .into_iter()
         .filter(|p| !passed.contains_key(p))
@@ -207,7 +211,7 @@ pub(super) fn merge(
     let found = passed_on(store, blobs, (replica, ours), bases, &more);
     if !found.is_empty() {
         passed.extend(found);
-        m = run(blobs, &passed);
+        m = run(blobs, &passed, made).0;
     }
     (m, passed)
 }
