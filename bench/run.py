@@ -43,6 +43,8 @@ import time
 import zlib
 from pathlib import Path
 
+import roundtrip  # bench/roundtrip.py: how the idle CPUs wait
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 BIN = REPO / "target" / "release" / "skillfs"
@@ -462,9 +464,9 @@ def run_all(args, base, uring):
     report = []
     w = report.append
     w("# skillfs benchmarks\n")
-    w("machine: %s, %d cores, kernel %s; scratch filesystem: %s; python %s\n" % (
+    w("machine: %s, %d cores, kernel %s, %s; scratch filesystem: %s; python %s\n" % (
         sh(["uname", "-m"]).stdout.strip(), os.cpu_count(), os.uname().release,
-        describe_fs(base), sys.version.split()[0]))
+        roundtrip.idle(), describe_fs(base), sys.version.split()[0]))
     w("command: `python3 bench/run.py --skills %d --large %d --reps %d%s --versions %d%s`\n" % (
         args.skills, args.large, args.reps, " --unprivileged" if args.unprivileged else "", args.versions,
         " --before BIN" if args.before else ""))
