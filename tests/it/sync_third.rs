@@ -29,30 +29,36 @@ fn sync_with(m: &Mount, name: &str) {
     assert!(out.status.success(), "{}", describe(&out));
 }
 
-/// Replicas A, B and C of one hub.
-fn trio(tag: &str) -> [Mount; 3] {
-    let ms = ["A", "B", "C"].map(|n| Mount::new(&format!("{tag}{n}")));
-    let hub = ms[0].root().parent().unwrap().join("hub.git");
-    for m in &ms {
-        remote(m, "hub", &hub);
+/// Replicas A, B, … (`N` of them), each with the remotes `wiring` gives
+/// it by its index: remote NAME is the bare repository `NAME.git` beside
+/// them, made at its first use.
+fn replicas<const N: usize>(tag: &str, wiring: &[(usize, &str)]) -> [Mount; N] {
+    let ms: [Mount; N] =
+        std::array::from_fn(|i| Mount::new(&format!("{tag}{}", char::from(b'A' + i as u8))));
+    let dir = ms[0].root().parent().unwrap().to_path_buf();
+    for &(i, name) in wiring {
+        remote(&ms[i], name, &dir.join(format!("{name}.git")));
     }
     ms
 }
 
+/// Replicas A, B and C of one hub.
+fn trio(tag: &str) -> [Mount; 3] {
+    replicas(tag, &[(0, "hub"), (1, "hub"), (2, "hub")])
+}
+
 #[test]
 fn two_third_replicas_keep_the_same_side_whatever_order_they_merged_in() {
-    let a = Mount::new("thirdA");
-    let b = Mount::new("thirdB");
-    let c = Mount::new("thirdC");
-    let d = Mount::new("thirdD");
-    let dir = a.root().parent().unwrap().to_path_buf();
-    let (one, two) = (dir.join("hub1.git"), dir.join("hub2.git"));
-    for m in [&a, &b] {
-        remote(m, "one", &one);
-        remote(m, "two", &two);
-    }
-    remote(&c, "one", &one);
-    remote(&d, "two", &two);
+    // A and B on both hubs, C on the first, D on the second.
+    let wiring = [
+        (0, "one"),
+        (0, "two"),
+        (1, "one"),
+        (1, "two"),
+        (2, "one"),
+        (3, "two"),
+    ];
+    let [a, b, c, d] = replicas("third", &wiring);
     let md = "k/s/SKILL.md";
     fs::create_dir_all(a.path("k/s")).unwrap();
     fs::write(a.path(md), skill("s", "1\n2\n3\n")).unwrap();
@@ -121,18 +127,16 @@ fn two_third_replicas_keep_the_same_side_whatever_order_they_merged_in() {
 /// A and B keep their own.
 #[test]
 fn two_third_replicas_that_meet_only_each_other_agree() {
-    let a = Mount::new("meetA");
-    let b = Mount::new("meetB");
-    let c = Mount::new("meetC");
-    let d = Mount::new("meetD");
-    let dir = a.root().parent().unwrap().to_path_buf();
-    let hub = |n: &str| dir.join(format!("{n}.git"));
-    remote(&a, "one", &hub("one"));
-    remote(&c, "one", &hub("one"));
-    remote(&c, "three", &hub("three"));
-    remote(&d, "three", &hub("three"));
-    remote(&d, "two", &hub("two"));
-    remote(&b, "two", &hub("two"));
+    // A chain: A, hub one, C, hub three, D, hub two, B.
+    let wiring = [
+        (0, "one"),
+        (2, "one"),
+        (2, "three"),
+        (3, "three"),
+        (3, "two"),
+        (1, "two"),
+    ];
+    let [a, b, c, d] = replicas("meet", &wiring);
     let md = "k/s/SKILL.md";
     fs::create_dir_all(a.path("k/s")).unwrap();
     fs::write(a.path(md), skill("s", "1\n2\n3\n")).unwrap();
