@@ -25,10 +25,12 @@ that a phase's ratio to native can be read as "native work + N round trips":
   walk_changed      the same right after a new file was made in every
                     directory (only the walk is timed; per walk)
 
-usage: calls.py ROOT [--files 2000] [--fsyncs 100] [--reps 5] [--trace]
+usage: calls.py ROOT [--files 2000] [--fsyncs 100] [--reps 5] [--trace [--as-user UID]]
 Prints one JSON object: microseconds per call (median of the repeats). With
 --trace (root; tracefs), instead the FUSE requests each call sends, per call,
 from the kernel's fuse_request_send tracepoint: {call: {opcode: count}}.
+--as-user: the calls are made as UID (a mount of that user's, which root may
+not enter): the tracing files are opened first, then the process drops to it.
 """
 
 import argparse
@@ -66,20 +68,30 @@ class Clock:
 
 
 class Tracer:
-    """The kernel's fuse_request_send events of one FUSE connection."""
+    """The kernel's fuse_request_send events of one FUSE connection. Every
+    tracing file it uses is opened here, so that the process may then drop
+    to another user (`--as-user`) and go on tracing."""
 
-    def __init__(self, root):
+    def __init__(self):
         if not os.path.isdir(os.path.join(TRACING, "events")):
             subprocess.run(["mount", "-t", "tracefs", "nodev", TRACING], check=True)
             self.mounted = True
         else:
             self.mounted = False
-        st = os.stat(root)
-        self.connection = os.minor(st.st_dev) if os.major(st.st_dev) == 0 else None
+        self.connection = None
         self.write("tracing_on", "0")
         self.write("trace", "")
         self.write("events/fuse/fuse_request_send/enable", "1")
         self.on_fd = os.open(os.path.join(TRACING, "tracing_on"), os.O_WRONLY)
+        self.enable_fd = os.open(os.path.join(TRACING, "events/fuse/fuse_request_send/enable"),
+                                 os.O_WRONLY)
+        # Read as it is consumed: what `take` read is gone from it.
+        self.pipe_fd = os.open(os.path.join(TRACING, "trace_pipe"), os.O_RDONLY | os.O_NONBLOCK)
+
+    def watch(self, root):
+        """Counts only the requests of the connection mounted at `root`."""
+        st = os.stat(root)
+        self.connection = os.minor(st.st_dev) if os.major(st.st_dev) == 0 else None
 
     def write(self, name, value):
         with open(os.path.join(TRACING, name), "w") as f:
@@ -91,31 +103,43 @@ class Tracer:
     def off(self):
         os.write(self.on_fd, b"0")
 
+    def lines(self):
+        """What the trace holds now, consumed."""
+        data = b""
+        while True:
+            try:
+                chunk = os.read(self.pipe_fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        return data.decode(errors="replace").splitlines()
+
     def take(self):
-        """Opcode counts since the last take, and clears the buffer."""
+        """Opcode counts since the last take."""
         counts = {}
-        with open(os.path.join(TRACING, "trace")) as f:
-            for line in f:
-                if "fuse_request_send" not in line:
-                    continue
-                # "... connection 52 req 10 opcode 3 (FUSE_GETATTR) len 56"
-                parts = line.split()
-                try:
-                    conn = int(parts[parts.index("connection") + 1])
-                    name = parts[parts.index("opcode") + 2].strip("()").replace("FUSE_", "")
-                except (ValueError, IndexError):
-                    continue
-                if self.connection is not None and conn != self.connection:
-                    continue
-                counts[name] = counts.get(name, 0) + 1
-        self.write("trace", "")
+        for line in self.lines():
+            if "fuse_request_send" not in line:
+                continue
+            # "... connection 52 req 10 opcode 3 (FUSE_GETATTR) len 56"
+            parts = line.split()
+            try:
+                conn = int(parts[parts.index("connection") + 1])
+                name = parts[parts.index("opcode") + 2].strip("()").replace("FUSE_", "")
+            except (ValueError, IndexError):
+                continue
+            if self.connection is not None and conn != self.connection:
+                continue
+            counts[name] = counts.get(name, 0) + 1
         return counts
 
     def close(self):
-        os.close(self.on_fd)
-        self.write("events/fuse/fuse_request_send/enable", "0")
-        self.write("tracing_on", "1")
-        if self.mounted:
+        os.write(self.enable_fd, b"0")
+        os.write(self.on_fd, b"1")
+        for fd in (self.on_fd, self.enable_fd, self.pipe_fd):
+            os.close(fd)
+        if self.mounted and os.geteuid() == 0:
             subprocess.run(["umount", TRACING])
 
 
@@ -126,7 +150,15 @@ def main():
     ap.add_argument("--fsyncs", type=int, default=100)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--as-user", type=int, help="with --trace: make the calls as this uid")
     args = ap.parse_args()
+    tracer = Tracer() if args.trace else None
+    if args.as_user is not None:
+        if tracer is None:
+            ap.error("--as-user goes with --trace")
+        os.setgroups([])
+        os.setresgid(args.as_user, args.as_user, args.as_user)
+        os.setresuid(args.as_user, args.as_user, args.as_user)
 
     dirs = [os.path.join(args.root, "d%03d" % i) for i in range(200)]
     paths = []
@@ -249,8 +281,8 @@ def main():
         "walk_changed": (walk_changed, 1),
     }
     out = {}
-    if args.trace:
-        tracer = Tracer(args.root)
+    if tracer:
+        tracer.watch(args.root)
         try:
             for name, (fn, count) in calls.items():
                 tracer.take()
