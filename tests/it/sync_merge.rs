@@ -2054,3 +2054,89 @@ fn edits_keep_arriving_through_criss_cross_merges() {
     assert!(!said.contains("conflict"), "{said}");
     verify_full(&b);
 }
+
+/// A listing of another replica's version fails rather than comes out
+/// short: when the version's tree, forgotten from memory by lookups of
+/// other versions between two entries of one reply, cannot be read again
+/// (the store's repository gone meanwhile), `readdirplus` says so instead
+/// of leaving the rest out, which a `cp -a` would take for the whole
+/// directory. In-process (the core without a kernel), so that the other
+/// lookups come in the middle of one reply.
+#[test]
+fn a_listing_of_another_replicas_version_fails_rather_than_comes_short() {
+    use skillfs::fs::{DirectoryEntry, DirectoryReplier, Ino, ROOT_INO, SkillFs};
+
+    /// Keeps the names given; if `armed`, after the first that is not `.`
+    /// or `..` looks up every other version (their trees put the listed
+    /// one's out of memory) and takes the repository away.
+    struct Evicting<'a> {
+        fs: &'a SkillFs,
+        history: Ino,
+        others: &'a [String],
+        repo: PathBuf,
+        armed: bool,
+        got: Vec<String>,
+    }
+    impl DirectoryReplier for Evicting<'_> {
+        fn add(&mut self, e: DirectoryEntry<'_>) -> bool {
+            let name = String::from_utf8(e.name.to_vec()).unwrap();
+            let dot = name == "." || name == "..";
+            self.got.push(name);
+            if self.armed && !dot {
+                self.armed = false;
+                for o in self.others {
+                    self.fs.lookup(self.history, o.as_bytes()).unwrap();
+                }
+                fs::rename(&self.repo, self.repo.with_extension("away")).unwrap();
+            }
+            false
+        }
+    }
+
+    let Pair { a, mut b } = pair("theirslisting");
+    fs::create_dir_all(a.path("cat/s")).unwrap();
+    fs::write(a.path("cat/s/a.md"), "a\n").unwrap();
+    fs::write(a.path("cat/s/b.md"), "b\n").unwrap();
+    for i in 0..20 {
+        fs::write(a.path("cat/s/SKILL.md"), skill("s", &format!("{i}\n"))).unwrap();
+    }
+    sync(&a);
+    b.umount();
+    sync(&b);
+    let id = replica_of(&a);
+    let names: Vec<String> = fetched_log(&b, &id, &["--json"])
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            format!("{}:{}", &id[..8], v["id"].as_u64().unwrap())
+        })
+        .collect();
+    assert!(names.len() > 20, "{names:?}");
+    let (last, others) = names.split_last().unwrap();
+    let core = skillfs::open::open_core(&b.root(), &b.store(), Default::default()).unwrap();
+    let sfs = core.fs();
+    let history = sfs.lookup(ROOT_INO, b".history").unwrap().ino;
+    let mut at = sfs.lookup(history, last.as_bytes()).unwrap().ino;
+    for name in ["cat", "s"] {
+        at = sfs.lookup(at, name.as_bytes()).unwrap().ino;
+    }
+    let repo = b.store().join("sync").join("repo.git");
+    let mut reply = Evicting {
+        fs: sfs,
+        history,
+        others,
+        repo: repo.clone(),
+        armed: true,
+        got: Vec::new(),
+    };
+    let e = sfs.readdirplus(at, 0, &mut reply).unwrap_err();
+    assert!(e.is(libc::EIO), "{e:?} after {:?}", reply.got);
+    assert_eq!(reply.got.len(), 3, "{:?}", reply.got);
+    // With its repository back, the listing is whole.
+    fs::rename(repo.with_extension("away"), &repo).unwrap();
+    reply.got.clear();
+    sfs.readdirplus(at, 0, &mut reply).unwrap();
+    reply.got.sort();
+    assert_eq!(reply.got, [".", "..", "SKILL.md", "a.md", "b.md"]);
+    core.close();
+}
