@@ -40,6 +40,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import termios
 import time
 
@@ -79,6 +80,8 @@ class Tracer:
         else:
             self.mounted = False
         self.connection = None
+        self.was_on = self.read("tracing_on")
+        self.was_enabled = self.read("events/fuse/fuse_request_send/enable")
         self.write("tracing_on", "0")
         self.write("trace", "")
         self.write("events/fuse/fuse_request_send/enable", "1")
@@ -93,6 +96,10 @@ class Tracer:
         st = os.stat(root)
         self.connection = os.minor(st.st_dev) if os.major(st.st_dev) == 0 else None
 
+    def read(self, name):
+        with open(os.path.join(TRACING, name)) as f:
+            return f.read().strip()
+
     def write(self, name, value):
         with open(os.path.join(TRACING, name), "w") as f:
             f.write(value)
@@ -105,7 +112,7 @@ class Tracer:
 
     def lines(self):
         """What the trace holds now, consumed."""
-        data = b""
+        chunks = []
         while True:
             try:
                 chunk = os.read(self.pipe_fd, 1 << 16)
@@ -113,8 +120,12 @@ class Tracer:
                 break
             if not chunk:
                 break
-            data += chunk
-        return data.decode(errors="replace").splitlines()
+            chunks.append(chunk)
+        lines = b"".join(chunks).decode(errors="replace").splitlines()
+        lost = [l for l in lines if "LOST" in l and "EVENTS" in l]
+        if lost:
+            print("calls.py: the trace lost events: %s" % lost[0].strip(), file=sys.stderr)
+        return lines
 
     def take(self):
         """Opcode counts since the last take."""
@@ -135,11 +146,12 @@ class Tracer:
         return counts
 
     def close(self):
-        os.write(self.enable_fd, b"0")
-        os.write(self.on_fd, b"1")
+        """Puts the tracing back as it was."""
+        os.write(self.enable_fd, self.was_enabled.encode())
+        os.write(self.on_fd, self.was_on.encode())
         for fd in (self.on_fd, self.enable_fd, self.pipe_fd):
             os.close(fd)
-        if self.mounted and os.geteuid() == 0:
+        if self.mounted:
             subprocess.run(["umount", TRACING])
 
 
@@ -152,14 +164,47 @@ def main():
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--as-user", type=int, help="with --trace: make the calls as this uid")
     args = ap.parse_args()
-    tracer = Tracer() if args.trace else None
-    if args.as_user is not None:
-        if tracer is None:
-            ap.error("--as-user goes with --trace")
-        os.setgroups([])
-        os.setresgid(args.as_user, args.as_user, args.as_user)
-        os.setresuid(args.as_user, args.as_user, args.as_user)
+    if args.as_user is not None and not args.trace:
+        ap.error("--as-user goes with --trace")
+    if not args.trace:
+        print(json.dumps(measure(args, None)))
+        return
+    tracer = Tracer()
+    try:
+        if args.as_user is None:
+            out = measure(args, tracer)
+        else:
+            # The calls in a child at the user's ids, tracing through the
+            # files opened above; this process stays root to put the
+            # tracing back however the child ends.
+            child = os.fork()
+            if child == 0:
+                code = 1
+                try:
+                    uid = args.as_user
+                    os.setgroups([])
+                    os.setresgid(uid, uid, uid)
+                    os.setresuid(uid, uid, uid)
+                    print(json.dumps(measure(args, tracer)), flush=True)
+                    code = 0
+                except BaseException:
+                    import traceback
+                    traceback.print_exc()
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(child, 0)
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0:
+                sys.exit("calls.py: the calls as uid %d failed (%d)" % (args.as_user, code))
+            return
+    finally:
+        tracer.close()
+    print(json.dumps(out))
 
+
+def measure(args, tracer):
+    """{call: microseconds per call}, or with `tracer` {call: {opcode:
+    requests per call}}."""
     dirs = [os.path.join(args.root, "d%03d" % i) for i in range(200)]
     paths = []
     for i in range(args.files):
@@ -283,13 +328,10 @@ def main():
     out = {}
     if tracer:
         tracer.watch(args.root)
-        try:
-            for name, (fn, count) in calls.items():
-                tracer.take()
-                fn(Clock(tracer))
-                out[name] = {op: round(k / count, 2) for op, k in sorted(tracer.take().items())}
-        finally:
-            tracer.close()
+        for name, (fn, count) in calls.items():
+            tracer.take()
+            fn(Clock(tracer))
+            out[name] = {op: round(k / count, 2) for op, k in sorted(tracer.take().items())}
     else:
         for name, (fn, count) in calls.items():
             runs = []
@@ -298,7 +340,7 @@ def main():
                 fn(c)
                 runs.append(c.total)
             out[name] = statistics.median(runs) / count * 1e6
-    print(json.dumps(out))
+    return out
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import fcntl
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,17 +48,20 @@ def idle():
 
 def calls(path, n):
     fd = os.open(path, os.O_RDONLY)
-    worst = 0.0
-    t = time.perf_counter()
-    for _ in range(n):
-        a = time.perf_counter()
-        try:
-            fcntl.ioctl(fd, termios.TCGETS, bytes(64))
-        except OSError:
-            pass
-        worst = max(worst, time.perf_counter() - a)
-    total = time.perf_counter() - t
-    os.close(fd)
+    try:
+        worst = 0.0
+        t = time.perf_counter()
+        for _ in range(n):
+            a = time.perf_counter()
+            try:
+                fcntl.ioctl(fd, termios.TCGETS, bytes(64))
+            except OSError:
+                pass
+            worst = max(worst, time.perf_counter() - a)
+        total = time.perf_counter() - t
+    finally:
+        # (Closed before the unmount, however the run ends.)
+        os.close(fd)
     return total / n * 1e6, worst * 1e3
 
 
@@ -75,20 +79,30 @@ def main():
     args = ap.parse_args()
     polls = [None]
     if args.halt_poll:
-        if not HALT_POLL.exists():
+        # (The governor's parameter exists wherever it is built in; it
+        # decides only under the haltpoll driver.)
+        if not idle().startswith("cpuidle: haltpoll,"):
             sys.exit("bench: --halt-poll: this machine's cpuidle driver is not haltpoll")
         polls = [int(n) for n in args.halt_poll.split(",")]
     print(idle())
     if not BIN.exists():
         sys.exit("bench: build the release binary first: cargo build --release")
+    # What is put back, read before anything is changed; a SIGTERM or
+    # SIGHUP ends the run through the `finally` that puts it back.
     was = PARAM.read_text().strip() if PARAM.exists() else None
-    if was is not None and was != "Y":
-        PARAM.write_text("1")
+    poll_was = HALT_POLL.read_text().strip() if args.halt_poll else None
+
+    def stop(signum, _frame):
+        raise SystemExit("bench: ended by signal %d" % signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
     cpus = sorted(os.sched_getaffinity(0))
     rows = []
-    poll_was = HALT_POLL.read_text().strip() if args.halt_poll else None
     runs = [(t, p) for p in polls for t in args.transports.split(",")]
     try:
+        if was is not None and was != "Y":
+            PARAM.write_text("1")
         for transport, poll in runs:
             if poll is not None:
                 HALT_POLL.write_text(str(poll))
@@ -118,10 +132,12 @@ def main():
                 subprocess.run([str(BIN), "umount", str(root)], stdout=subprocess.DEVNULL)
                 shutil.rmtree(top, ignore_errors=True)
     finally:
-        if poll_was is not None:
-            HALT_POLL.write_text(poll_was)
-        if was is not None and was != "Y":
-            PARAM.write_text("0")
+        try:
+            if poll_was is not None:
+                HALT_POLL.write_text(poll_was)
+        finally:
+            if was is not None and was != "Y":
+                PARAM.write_text("0")
     print("| transport | caller unpinned | pinned to CPU %d | pinned to CPU %d |" % tuple(cpus[:2]))
     print("|---|---:|---:|---:|")
     for r in rows:

@@ -43,7 +43,8 @@ import time
 import zlib
 from pathlib import Path
 
-import roundtrip  # bench/roundtrip.py: how the idle CPUs wait
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import roundtrip  # noqa: E402  (bench/roundtrip.py: how the idle CPUs wait)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
