@@ -2111,16 +2111,23 @@ fn a_listing_of_another_replicas_version_fails_rather_than_comes_short() {
             format!("{}:{}", &id[..8], v["id"].as_u64().unwrap())
         })
         .collect();
+    // More versions than the core keeps trees of (16).
     assert!(names.len() > 20, "{names:?}");
     let (last, others) = names.split_last().unwrap();
-    let core = skillfs::open::open_core(&b.root(), &b.store(), Default::default()).unwrap();
+    // B's guard goes first: the core opened here names this process in
+    // the store's LOCK, which the guard would take for B's daemon (waited
+    // for at its drop, killed past its deadline). Its directory stays.
+    let scratch = std::mem::replace(&mut b.scratch, common::Scratch::new("theirslistingspare"));
+    drop(b);
+    let core =
+        skillfs::open::open_core(&scratch.root(), &scratch.store(), Default::default()).unwrap();
     let sfs = core.fs();
     let history = sfs.lookup(ROOT_INO, b".history").unwrap().ino;
     let mut at = sfs.lookup(history, last.as_bytes()).unwrap().ino;
     for name in ["cat", "s"] {
         at = sfs.lookup(at, name.as_bytes()).unwrap().ino;
     }
-    let repo = b.store().join("sync").join("repo.git");
+    let repo = scratch.store().join("sync").join("repo.git");
     let mut reply = Evicting {
         fs: sfs,
         history,

@@ -30,8 +30,8 @@ fn sync_with(m: &Mount, name: &str) {
 }
 
 /// Replicas A, B, … (`N` of them), each with the remotes `wiring` gives
-/// it by its index: remote NAME is the bare repository `NAME.git` beside
-/// them, made at its first use.
+/// it by its index: remote NAME is the bare repository `NAME.git` in A's
+/// scratch directory (gone with it), made at its first use.
 fn replicas<const N: usize>(tag: &str, wiring: &[(usize, &str)]) -> [Mount; N] {
     let ms: [Mount; N] =
         std::array::from_fn(|i| Mount::new(&format!("{tag}{}", char::from(b'A' + i as u8))));
