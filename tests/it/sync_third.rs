@@ -42,6 +42,14 @@ fn replicas<const N: usize>(tag: &str, wiring: &[(usize, &str)]) -> [Mount; N] {
     ms
 }
 
+/// The skill every test starts from, written in `a`: its path.
+fn first_text(a: &Mount) -> &'static str {
+    let md = "k/s/SKILL.md";
+    fs::create_dir_all(a.path("k/s")).unwrap();
+    fs::write(a.path(md), skill("s", "1\n2\n3\n")).unwrap();
+    md
+}
+
 /// Replicas A, B and C of one hub.
 fn trio(tag: &str) -> [Mount; 3] {
     replicas(tag, &[(0, "hub"), (1, "hub"), (2, "hub")])
@@ -59,9 +67,7 @@ fn two_third_replicas_keep_the_same_side_whatever_order_they_merged_in() {
         (3, "two"),
     ];
     let [a, b, c, d] = replicas("third", &wiring);
-    let md = "k/s/SKILL.md";
-    fs::create_dir_all(a.path("k/s")).unwrap();
-    fs::write(a.path(md), skill("s", "1\n2\n3\n")).unwrap();
+    let md = first_text(&a);
     // Everyone has the first text.
     sync_with(&a, "one");
     sync_with(&a, "two");
@@ -137,9 +143,7 @@ fn two_third_replicas_that_meet_only_each_other_agree() {
         (1, "two"),
     ];
     let [a, b, c, d] = replicas("meet", &wiring);
-    let md = "k/s/SKILL.md";
-    fs::create_dir_all(a.path("k/s")).unwrap();
-    fs::write(a.path(md), skill("s", "1\n2\n3\n")).unwrap();
+    let md = first_text(&a);
     // The first text travels A, C, D, B.
     for (m, r) in [(&a, "one"), (&c, "one"), (&c, "three"), (&d, "three")] {
         sync_with(m, r);
@@ -205,9 +209,7 @@ fn two_third_replicas_that_meet_only_each_other_agree() {
 #[test]
 fn a_text_merged_with_this_trees_own_lines_is_not_passed_on() {
     let [a, b, c] = trio("own");
-    let md = "k/s/SKILL.md";
-    fs::create_dir_all(a.path("k/s")).unwrap();
-    fs::write(a.path(md), skill("s", "1\n2\n3\n")).unwrap();
+    let md = first_text(&a);
     for m in [&a, &c, &b] {
         sync(m);
     }
